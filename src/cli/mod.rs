@@ -1,0 +1,98 @@
+//! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
+//! `python -m profiling.sampling`, so its users feel at home.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use tachyon::dump::{SourceReader, format_dump};
+use tachyon::model::Sample;
+use tachyon::process::ptrace::StoppedThreads;
+use tachyon::unwind::UnwindOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "tachyon",
+    version,
+    about = "A sampling profiler for CPython 3.13, 3.14 and 3.15 that reads stacks from outside the process",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the current stack of a running Python process, like a traceback
+    Dump(DumpArgs),
+}
+
+#[derive(Args)]
+struct DumpArgs {
+    /// Process ID of the Python interpreter
+    pid: i32,
+    /// Dump all threads (default: the main thread only)
+    #[arg(short = 'a', long)]
+    all_threads: bool,
+    /// Show <native> where C code called back into Python
+    #[arg(long)]
+    native: bool,
+    /// Do not show <GC> while the garbage collector runs
+    #[arg(long)]
+    no_gc: bool,
+    /// Stop the process's threads while reading, for a consistent snapshot
+    #[arg(long)]
+    blocking: bool,
+}
+
+pub fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Dump(a) => dump(a),
+    }
+}
+
+fn dump(a: DumpArgs) -> Result<ExitCode> {
+    let opts = UnwindOptions {
+        all_threads: a.all_threads,
+        native: a.native,
+        gc: !a.no_gc,
+        cpu_status: true,
+    };
+    let mut unwinder = tachyon::attach(a.pid, opts)?;
+    let mut sample = Sample::default();
+    {
+        let _stopped = if a.blocking {
+            Some(StoppedThreads::stop(unwinder.memory())?)
+        } else {
+            None
+        };
+        // Without --blocking the target runs while we read; a torn read is
+        // retried a few times before it is reported.
+        let mut last = None;
+        for _ in 0..5 {
+            match unwinder.sample(&mut sample) {
+                Ok(()) => {
+                    last = None;
+                    break;
+                }
+                Err(e) if e.is_fatal() => return Err(e.into()),
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            return Err(e).context(format!(
+                "could not read a consistent stack of process {}",
+                a.pid
+            ));
+        }
+    }
+    let mut src = SourceReader::new(a.pid);
+    print!(
+        "{}",
+        format_dump(a.pid, &sample.threads, unwinder.frames(), &mut src)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,190 @@
+//! `tachyon dump`: one snapshot of every selected thread, printed like a
+//! traceback (root first, most recent call last), in the reference's words,
+//! with each frame's source line read from the target's own filesystem.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::model::{FrameKind, FrameTable, ThreadSample, status};
+
+/// Reads source lines as the target sees its files: through
+/// `/proc/PID/root` (containers, chroots), relative names through
+/// `/proc/PID/cwd`. Files are read once per dump.
+pub struct SourceReader {
+    pid: i32,
+    files: HashMap<String, Option<Vec<String>>>,
+}
+
+impl SourceReader {
+    pub fn new(pid: i32) -> Self {
+        SourceReader {
+            pid,
+            files: HashMap::new(),
+        }
+    }
+
+    fn path_for(&self, filename: &str) -> Option<PathBuf> {
+        if filename.starts_with('<') || filename.is_empty() || filename == "~" {
+            return None;
+        }
+        Some(if filename.starts_with('/') {
+            PathBuf::from(format!("/proc/{}/root{filename}", self.pid))
+        } else {
+            PathBuf::from(format!("/proc/{}/cwd/{filename}", self.pid))
+        })
+    }
+
+    /// Line `line` (1-based) of `filename`, without its line break.
+    pub fn line(&mut self, filename: &str, line: i32) -> Option<&str> {
+        if line <= 0 {
+            return None;
+        }
+        if !self.files.contains_key(filename) {
+            let text = self
+                .path_for(filename)
+                .and_then(|p| std::fs::read(p).ok())
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .map(str::to_owned)
+                        .collect()
+                });
+            self.files.insert(filename.to_owned(), text);
+        }
+        self.files
+            .get(filename)?
+            .as_ref()?
+            .get(line as usize - 1)
+            .map(String::as_str)
+    }
+}
+
+/// The reference's words for a thread's status bits.
+pub fn status_labels(st: u32) -> Vec<&'static str> {
+    let mut labels = Vec::new();
+    for (flag, label) in [
+        (status::MAIN_THREAD, "main thread"),
+        (status::HAS_GIL, "has GIL"),
+        (status::ON_CPU, "on CPU"),
+        (status::GIL_REQUESTED, "waiting for GIL"),
+        (status::HAS_EXCEPTION, "has exception"),
+    ] {
+        if st & flag != 0 {
+            labels.push(label);
+        }
+    }
+    let busy = status::HAS_GIL | status::GIL_REQUESTED | status::HAS_EXCEPTION;
+    if st & busy == 0 && st & (status::UNKNOWN | status::ON_CPU) == 0 {
+        labels.push("idle");
+    }
+    labels
+}
+
+/// A file name as the user would type it from here: relative to the
+/// current directory when it lies below it, else as recorded.
+pub fn display_filename(filename: &str, cwd: Option<&Path>) -> String {
+    if let (Some(cwd), true) = (cwd, filename.starts_with('/'))
+        && let Ok(rel) = Path::new(filename).strip_prefix(cwd)
+        && !rel.as_os_str().is_empty()
+    {
+        return rel.to_string_lossy().into_owned();
+    }
+    filename.to_owned()
+}
+
+/// Format a snapshot. `threads` frames are leaf first, as sampled.
+pub fn format_dump(
+    pid: i32,
+    threads: &[ThreadSample],
+    table: &FrameTable,
+    src: &mut SourceReader,
+) -> String {
+    if threads.is_empty() {
+        return format!("No Python stacks found for PID {pid}\n");
+    }
+    let cwd = std::env::current_dir().ok();
+    let multi_interp = threads
+        .iter()
+        .any(|t| t.interpreter_id != threads[0].interpreter_id);
+    let mut out = String::new();
+    for (i, t) in threads.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut subject = String::from("Stack dump");
+        if i == 0 {
+            let _ = write!(subject, " for PID {pid}");
+        }
+        let _ = write!(subject, ", thread {}", t.tid);
+        let mut details: Vec<String> = Vec::new();
+        if multi_interp {
+            details.push(format!("interpreter {}", t.interpreter_id));
+        }
+        let labels = status_labels(t.status);
+        if !labels.is_empty() {
+            details.push(labels.join(", "));
+        }
+        details.push("most recent call last".into());
+        let _ = writeln!(out, "{subject} ({}):", details.join("; "));
+        if t.frames.is_empty() {
+            out.push_str("No Python frames\n");
+            continue;
+        }
+        for &id in t.frames.iter().rev() {
+            let f = table.frame(id);
+            let name = table.str(f.func);
+            let file = table.str(f.file);
+            if matches!(f.kind, FrameKind::Gc | FrameKind::Native) {
+                let _ = writeln!(out, "  {name}");
+                continue;
+            }
+            let shown = display_filename(file, cwd.as_deref());
+            if f.line > 0 {
+                let _ = writeln!(out, "  File \"{shown}\", line {}, in {name}", f.line);
+            } else {
+                let _ = writeln!(out, "  File \"{shown}\", in {name}");
+            }
+            if f.kind == FrameKind::Python
+                && let Some(line) = src.line(file, f.line)
+                && !line.trim().is_empty()
+            {
+                let _ = writeln!(out, "    {}", line.trim());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_follow_the_reference() {
+        assert_eq!(
+            status_labels(status::MAIN_THREAD),
+            vec!["main thread", "idle"]
+        );
+        assert_eq!(
+            status_labels(status::MAIN_THREAD | status::HAS_GIL | status::ON_CPU),
+            vec!["main thread", "has GIL", "on CPU"]
+        );
+        assert_eq!(status_labels(status::UNKNOWN), Vec::<&str>::new());
+        assert_eq!(
+            status_labels(status::GIL_REQUESTED),
+            vec!["waiting for GIL"]
+        );
+    }
+
+    #[test]
+    fn filenames_below_cwd_are_shown_relative() {
+        let cwd = Path::new("/home/u/proj");
+        assert_eq!(display_filename("/home/u/proj/a/b.py", Some(cwd)), "a/b.py");
+        assert_eq!(
+            display_filename("/usr/lib/x.py", Some(cwd)),
+            "/usr/lib/x.py"
+        );
+        assert_eq!(display_filename("<string>", Some(cwd)), "<string>");
+    }
+}

@@ -1,0 +1,94 @@
+//! Typed errors for everything below the CLI edge.
+//!
+//! Every message is written for the person at the terminal: one line that
+//! says what went wrong and, where there is something to do, what to do.
+//! `anyhow` only appears in `main.rs`; inside the crate errors stay typed so
+//! the sampler can tell a fatal condition (the process is gone) from a
+//! transient one (a torn read that costs one sample).
+
+use thiserror::Error;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("no such process: {pid} (check the PID; `ps -ef | grep python` lists candidates)")]
+    NoSuchProcess { pid: i32 },
+
+    #[error("permission denied reading process {pid}: {hint}")]
+    PermissionDenied { pid: i32, hint: String },
+
+    #[error(
+        "process {pid} is not a Python process tachyon can read: {why} (for wrappers such as `uv run` or shell scripts, give the PID of the python child)"
+    )]
+    NotPython { pid: i32, why: String },
+
+    #[error(
+        "unsupported Python version {found} in process {pid}: tachyon reads CPython 3.13, 3.14 and 3.15 (final releases and release candidates)"
+    )]
+    UnsupportedVersion { pid: i32, found: String },
+
+    #[error(
+        "process {pid} runs a free-threaded build of Python {version}; tachyon does not read free-threaded interpreters yet"
+    )]
+    FreeThreaded { pid: i32, version: String },
+
+    #[error("the debug offsets table of process {pid} (Python {version}) is invalid: {what}")]
+    InvalidOffsets {
+        pid: i32,
+        version: String,
+        what: String,
+    },
+
+    #[error("process {pid} has exited")]
+    ProcessExited { pid: i32 },
+
+    /// A read of target memory failed. Usually transient (the target moved on
+    /// while we read); the sampler counts it as a failed sample.
+    #[error("cannot read {len} bytes at {addr:#x}: {source}")]
+    Read {
+        addr: u64,
+        len: usize,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Target memory was read but does not make sense (torn or corrupt).
+    #[error("inconsistent target memory: {0}")]
+    Corrupt(String),
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn corrupt(msg: impl Into<String>) -> Self {
+        Error::Corrupt(msg.into())
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// True when retrying cannot help: the process is gone or cannot be read
+    /// at all. Everything else is a failed sample, not a failed run.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::NoSuchProcess { .. }
+                | Error::ProcessExited { .. }
+                | Error::PermissionDenied { .. }
+                | Error::NotPython { .. }
+                | Error::UnsupportedVersion { .. }
+                | Error::FreeThreaded { .. }
+                | Error::InvalidOffsets { .. }
+        )
+    }
+}

@@ -1,0 +1,30 @@
+//! tachyon: a sampling profiler for CPython 3.13, 3.14 and 3.15 that reads
+//! a Python process's stacks from outside.
+//!
+//! The data flows one way, one module a stage:
+//! [`process`] (read another process) → [`runtime`] (find `_PyRuntime`) →
+//! [`offsets`] (decode and validate `_Py_DebugOffsets`) → [`unwind`] (threads,
+//! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
+//! traceback). [`model`] holds the types they share.
+
+pub mod dump;
+pub mod error;
+pub mod model;
+pub mod offsets;
+pub mod process;
+pub mod runtime;
+pub mod unwind;
+
+pub use error::{Error, Result};
+
+use process::linux::LinuxProcess;
+use runtime::Runtime;
+use unwind::{UnwindOptions, Unwinder};
+
+/// Open `pid`, find and validate its runtime, and build an unwinder for it:
+/// the one entry point the commands and the tests share.
+pub fn attach(pid: i32, opts: UnwindOptions) -> Result<Unwinder<LinuxProcess>> {
+    let proc = LinuxProcess::open(pid)?;
+    let rt: Runtime = runtime::locate(&proc)?;
+    Ok(Unwinder::new(proc, pid, rt, opts))
+}

@@ -1,0 +1,142 @@
+//! The few types every stage meets: frames interned once in a
+//! [`FrameTable`], samples that refer to them by id.
+//!
+//! Collectors and the binary writer see `FrameId`s, never strings, so a
+//! sample costs a few integers however deep its stack is.
+
+use std::collections::HashMap;
+
+/// Index of an interned string in a [`FrameTable`].
+pub type StrId = u32;
+/// Index of an interned frame in a [`FrameTable`].
+pub type FrameId = u32;
+
+/// What a frame stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    /// A Python function, with a file and a location.
+    Python,
+    /// `<GC>`: the garbage collector is running.
+    Gc,
+    /// `<native>`: a boundary where C code called back into Python.
+    Native,
+    /// A frame whose memory or code object could not be read.
+    Unreadable,
+}
+
+/// One frame: where in which function. Lines and columns are -1 when the
+/// location table has no location for the instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub file: StrId,
+    pub func: StrId,
+    pub line: i32,
+    pub end_line: i32,
+    pub col: i32,
+    pub end_col: i32,
+}
+
+/// Interned frames and strings for one profile.
+#[derive(Debug, Default, Clone)]
+pub struct FrameTable {
+    frames: Vec<Frame>,
+    frame_index: HashMap<Frame, FrameId>,
+    strings: Vec<Box<str>>,
+    string_index: HashMap<Box<str>, StrId>,
+}
+
+impl FrameTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn intern_str(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.string_index.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as StrId;
+        self.strings.push(s.into());
+        self.string_index.insert(s.into(), id);
+        id
+    }
+
+    pub fn intern(&mut self, f: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&f) {
+            return id;
+        }
+        let id = self.frames.len() as FrameId;
+        self.frames.push(f);
+        self.frame_index.insert(f, id);
+        id
+    }
+
+    /// A synthetic frame (`<GC>`, `<native>`, ...) with file `~`.
+    pub fn synthetic(&mut self, kind: FrameKind, name: &str) -> FrameId {
+        let file = self.intern_str("~");
+        let func = self.intern_str(name);
+        self.intern(Frame {
+            kind,
+            file,
+            func,
+            line: 0,
+            end_line: 0,
+            col: -1,
+            end_col: -1,
+        })
+    }
+
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+
+    pub fn str(&self, id: StrId) -> &str {
+        &self.strings[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    pub fn strings(&self) -> &[Box<str>] {
+        &self.strings
+    }
+
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+}
+
+/// Thread status flags, bit for bit the reference's (they are stored
+/// verbatim in binary profiles).
+pub mod status {
+    pub const HAS_GIL: u32 = 1;
+    pub const ON_CPU: u32 = 2;
+    pub const UNKNOWN: u32 = 4;
+    pub const GIL_REQUESTED: u32 = 8;
+    pub const HAS_EXCEPTION: u32 = 16;
+    pub const MAIN_THREAD: u32 = 32;
+}
+
+/// The stack of one thread at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// The OS (native) thread id.
+    pub tid: u64,
+    pub interpreter_id: i64,
+    /// `status::*` bits.
+    pub status: u32,
+    /// Leaf first.
+    pub frames: Vec<FrameId>,
+}
+
+/// Every sampled thread at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub timestamp_us: u64,
+    pub threads: Vec<ThreadSample>,
+}

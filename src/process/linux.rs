@@ -1,0 +1,359 @@
+//! The Linux reader: `process_vm_readv` with batched iovecs, `/proc/PID/mem`
+//! as the fallback, `/proc/PID/maps`, `/proc/PID/root` for the target's own
+//! files (containers, chroots), `/proc/PID/task` for its threads.
+
+use std::fs::File;
+use std::io::{self, IoSliceMut};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use nix::errno::Errno;
+use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+use nix::unistd::Pid;
+
+use super::maps::{MapEntry, parse_maps};
+use super::{ProcessMemory, ReadReq};
+use crate::error::{Error, Result};
+
+/// The kernel's limit on iovecs per call (`IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// A live Linux process, read from outside.
+pub struct LinuxProcess {
+    pid: i32,
+    /// Set once `process_vm_readv` turned out to be unavailable (seccomp in a
+    /// container, or a kernel without it): then every read goes to this file.
+    mem_fallback: OnceLock<Option<File>>,
+}
+
+impl LinuxProcess {
+    /// Open a process by PID: checks it exists, nothing else.
+    pub fn open(pid: i32) -> Result<Self> {
+        if pid <= 0 {
+            return Err(Error::NoSuchProcess { pid });
+        }
+        match std::fs::metadata(format!("/proc/{pid}")) {
+            Ok(_) => Ok(LinuxProcess {
+                pid,
+                mem_fallback: OnceLock::new(),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoSuchProcess { pid }),
+            Err(e) => Err(Error::io(format!("cannot look at /proc/{pid}"), e)),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Is the process still there (and not a zombie)?
+    pub fn is_alive(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(s) => !matches!(stat_state(&s), Some('Z') | Some('X')),
+            Err(_) => false,
+        }
+    }
+
+    /// The memory map, freshly read.
+    pub fn maps(&self) -> Result<Vec<MapEntry>> {
+        let path = format!("/proc/{}/maps", self.pid);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(parse_maps(&text)),
+            Err(e) => Err(self.classify_io(e, "read the memory map")),
+        }
+    }
+
+    /// A path inside the target's root (its container or chroot), so a file
+    /// named in its maps can be opened from outside.
+    pub fn root_path(&self, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{}", self.pid, path))
+    }
+
+    /// Open the file behind a mapping: through the target's root, or, when
+    /// the file was deleted or replaced since, through `map_files`.
+    pub fn open_mapped_file(&self, m: &MapEntry) -> Result<File> {
+        let path = m.path.as_deref().unwrap_or("");
+        if !m.deleted {
+            match File::open(self.root_path(path)) {
+                Ok(f) => return Ok(f),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Err(self.classify_io(e, "open the target's files"));
+                }
+                Err(_) => {}
+            }
+        }
+        let mf = format!("/proc/{}/map_files/{:x}-{:x}", self.pid, m.start, m.end);
+        File::open(&mf).map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot open {path} of process {} (also tried {mf})",
+                    self.pid
+                ),
+                e,
+            )
+        })
+    }
+
+    /// Native thread ids of the process, as listed in `/proc/PID/task`.
+    pub fn thread_ids(&self) -> Result<Vec<i32>> {
+        let dir = format!("/proc/{}/task", self.pid);
+        let rd = std::fs::read_dir(&dir).map_err(|e| self.classify_io(e, "list threads"))?;
+        let mut tids: Vec<i32> = rd
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        tids.sort_unstable();
+        Ok(tids)
+    }
+
+    /// The kernel's scheduler state letter for one thread (`R` running,
+    /// `S` sleeping, ...), or `None` when it cannot be read.
+    pub fn thread_state(&self, tid: u64) -> Option<char> {
+        let s = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
+        stat_state(&s)
+    }
+
+    fn classify_io(&self, e: io::Error, what: &str) -> Error {
+        match e.raw_os_error() {
+            Some(libc_errno)
+                if libc_errno == Errno::ENOENT as i32 || libc_errno == Errno::ESRCH as i32 =>
+            {
+                if std::fs::metadata(format!("/proc/{}", self.pid)).is_ok() {
+                    Error::io(format!("cannot {what} of process {}", self.pid), e)
+                } else {
+                    Error::ProcessExited { pid: self.pid }
+                }
+            }
+            Some(x) if x == Errno::EPERM as i32 || x == Errno::EACCES as i32 => {
+                Error::PermissionDenied {
+                    pid: self.pid,
+                    hint: permission_hint(),
+                }
+            }
+            _ => Error::io(format!("cannot {what} of process {}", self.pid), e),
+        }
+    }
+
+    fn errno_to_error(&self, errno: Errno, addr: u64, len: usize) -> Error {
+        match errno {
+            Errno::ESRCH => Error::ProcessExited { pid: self.pid },
+            Errno::EPERM | Errno::EACCES => Error::PermissionDenied {
+                pid: self.pid,
+                hint: permission_hint(),
+            },
+            e => Error::Read {
+                addr,
+                len,
+                source: io::Error::from_raw_os_error(e as i32),
+            },
+        }
+    }
+
+    fn mem_file(&self) -> Option<&File> {
+        self.mem_fallback.get().and_then(|f| f.as_ref())
+    }
+
+    /// Switch to `/proc/PID/mem` after `process_vm_readv` refused with
+    /// `errno`; returns false if the file cannot be opened either.
+    fn try_fallback(&self, errno: Errno) -> bool {
+        if !matches!(errno, Errno::ENOSYS | Errno::EPERM) {
+            return false;
+        }
+        let f = self
+            .mem_fallback
+            .get_or_init(|| File::open(format!("/proc/{}/mem", self.pid)).ok());
+        f.is_some()
+    }
+
+    fn read_via_file(&self, f: &File, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], addr + done as u64) {
+                Ok(0) => {
+                    return Err(Error::Read {
+                        addr,
+                        len: buf.len(),
+                        source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                    });
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+                    return Err(self.errno_to_error(errno, addr, buf.len()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One `process_vm_readv` over up to IOV_MAX ranges. Returns the number
+    /// of requests (from the front) that were filled completely.
+    fn readv_batch(&self, reqs: &mut [ReadReq<'_>]) -> std::result::Result<usize, Errno> {
+        let remote: Vec<RemoteIoVec> = reqs
+            .iter()
+            .map(|r| RemoteIoVec {
+                base: r.addr as usize,
+                len: r.buf.len(),
+            })
+            .collect();
+        let mut local: Vec<IoSliceMut<'_>> =
+            reqs.iter_mut().map(|r| IoSliceMut::new(r.buf)).collect();
+        let n = process_vm_readv(Pid::from_raw(self.pid), &mut local, &remote)?;
+        // Count whole requests covered by the n bytes transferred.
+        let mut left = n;
+        let mut full = 0;
+        for r in remote.iter() {
+            if left >= r.len {
+                left -= r.len;
+                full += 1;
+            } else {
+                break;
+            }
+        }
+        Ok(full)
+    }
+}
+
+impl ProcessMemory for LinuxProcess {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(f) = self.mem_file() {
+            return self.read_via_file(f, addr, buf);
+        }
+        let len = buf.len();
+        let mut one = [ReadReq { addr, buf }];
+        match self.readv_batch(&mut one) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(Error::Read {
+                addr,
+                len,
+                source: io::Error::from(io::ErrorKind::UnexpectedEof),
+            }),
+            Err(e) if self.try_fallback(e) => {
+                let f = self.mem_file().expect("fallback file was just opened");
+                self.read_via_file(f, addr, one[0].buf)
+            }
+            Err(e) => Err(self.errno_to_error(e, addr, len)),
+        }
+    }
+
+    fn os_thread_state(&self, tid: u64) -> Option<char> {
+        self.thread_state(tid)
+    }
+
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
+        if self.mem_file().is_some() {
+            for r in reqs.iter_mut() {
+                self.read(r.addr, r.buf)?;
+            }
+            return Ok(());
+        }
+        let mut start = 0;
+        while start < reqs.len() {
+            // Skip empty requests: a zero-length iovec would look like a short read.
+            if reqs[start].buf.is_empty() {
+                start += 1;
+                continue;
+            }
+            let end = (start + IOV_MAX).min(reqs.len());
+            match self.readv_batch(&mut reqs[start..end]) {
+                Ok(0) => {
+                    let r = &mut reqs[start];
+                    // Let the single read produce the precise error (or succeed
+                    // through the fallback).
+                    self.read(r.addr, r.buf)?;
+                    start += 1;
+                }
+                Ok(n) => start += n,
+                Err(e) if self.try_fallback(e) => return self.read_many(&mut reqs[start..]),
+                Err(e) => {
+                    let r = &reqs[start];
+                    return Err(self.errno_to_error(e, r.addr, r.buf.len()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The state letter of a `/proc/.../stat` line: the field after the last `)`
+/// (the command name may itself contain parentheses and spaces).
+fn stat_state(stat: &str) -> Option<char> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
+/// What the user can do about a permission error, for this machine's actual
+/// configuration: are we root, do we have CAP_SYS_PTRACE, what does Yama say.
+pub fn permission_hint() -> String {
+    let euid = nix::unistd::geteuid();
+    let has_cap = has_cap_sys_ptrace();
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if euid.is_root() || has_cap {
+        return match scope {
+            Some(3) => "Yama ptrace_scope is 3, which disables ptrace for everyone until reboot".into(),
+            _ => "tachyon already runs with ptrace rights, so something else refuses: a container's seccomp profile or a security module (SELinux, AppArmor); in a container, run with --cap-add SYS_PTRACE".into(),
+        };
+    }
+    match scope {
+        Some(1) => "Yama ptrace_scope is 1 (only a parent may read its child): run tachyon with sudo, grant it the capability (sudo setcap cap_sys_ptrace+ep $(command -v tachyon)), or start the program with `tachyon run`".into(),
+        Some(2) => "Yama ptrace_scope is 2 (admin only): run tachyon with sudo or grant it CAP_SYS_PTRACE (sudo setcap cap_sys_ptrace+ep $(command -v tachyon))".into(),
+        Some(3) => "Yama ptrace_scope is 3, which disables ptrace for everyone until reboot".into(),
+        _ => "the process belongs to another user: run tachyon as that user or with sudo".into(),
+    }
+}
+
+fn has_cap_sys_ptrace() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_state_handles_parentheses_in_the_name() {
+        assert_eq!(stat_state("123 (python) S 1 2 3"), Some('S'));
+        assert_eq!(stat_state("123 (a) b) R 1 2 3"), Some('R'));
+        assert_eq!(stat_state("garbage"), None);
+    }
+
+    #[test]
+    fn reads_own_memory_in_batches_and_reports_bad_addresses() {
+        let me = LinuxProcess::open(std::process::id() as i32).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let base = data.as_ptr() as u64;
+        let mut a = [0u8; 16];
+        let mut b = vec![0u8; 3000];
+        let mut reqs = [
+            ReadReq {
+                addr: base + 10,
+                buf: &mut a,
+            },
+            ReadReq {
+                addr: base + 1000,
+                buf: &mut b,
+            },
+        ];
+        me.read_many(&mut reqs).unwrap();
+        assert_eq!(&a[..], &data[10..26]);
+        assert_eq!(&b[..], &data[1000..4000]);
+        let mut c = [0u8; 8];
+        let err = me.read(8, &mut c).unwrap_err();
+        assert!(matches!(err, Error::Read { addr: 8, .. }), "{err}");
+        assert!(LinuxProcess::open(-5).is_err());
+    }
+}

@@ -1,0 +1,193 @@
+//! Finding `_PyRuntime` in a target: which mapped file holds the interpreter,
+//! where its `.PyRuntime` section landed in memory, and whether the table
+//! there is a live, initialised one.
+//!
+//! Every mapping whose file name contains `python` (the executable of a
+//! static build, or `libpython*.so` of a shared one) is a candidate, in map
+//! order. A candidate counts only if the first 8 bytes at its `.PyRuntime`
+//! address read `xdebugpy`: a second, never-initialised libpython loaded by
+//! ctypes sits in the map too and must not fool us. Files are opened through
+//! `/proc/PID/root`, so containers and chroots work, and through
+//! `/proc/PID/map_files` when the file was deleted after it was mapped.
+
+use goblin::elf::Elf;
+use goblin::elf::program_header::PT_LOAD;
+
+use crate::error::{Error, Result};
+use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, layout};
+use crate::process::ProcessMemory;
+use crate::process::linux::LinuxProcess;
+use crate::process::maps::MapEntry;
+
+/// The interpreter runtime of one process, located and validated.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// Address of `_PyRuntime` (and of its debug offsets table) in the target.
+    pub address: u64,
+    /// The file that holds it, as the target names it.
+    pub binary: String,
+    pub raw: RawTable,
+    pub offsets: Offsets,
+    /// Address of `Py_None` (`_Py_NoneStruct`), when the binary exports it:
+    /// a handled-exception slot holding None means "no exception".
+    pub none_addr: Option<u64>,
+}
+
+/// What one ELF file tells us about where the runtime is.
+struct ElfFacts {
+    /// `sh_addr` of `.PyRuntime`, if the file has that section.
+    section: Option<u64>,
+    /// `_PyRuntime` from the dynamic symbol table.
+    symbol: Option<u64>,
+    /// `Py_Version` from the dynamic symbol table (3.11+), to name versions
+    /// too old to have a debug table.
+    py_version: Option<u64>,
+    /// `_Py_NoneStruct`.
+    none: Option<u64>,
+    /// Link-time address of the start of the first loadable segment.
+    first_load_vaddr: u64,
+}
+
+fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
+    // SAFETY: the map is read-only and private; a file truncated under us
+    // could fault, which is the accepted risk of every mmap-based ELF reader.
+    let map = unsafe { memmap2::Mmap::map(file) }.ok()?;
+    let elf = Elf::parse(&map).ok()?;
+    let section = elf.section_headers.iter().find_map(|sh| {
+        let name = elf.shdr_strtab.get_at(sh.sh_name)?;
+        (name == ".PyRuntime").then_some(sh.sh_addr)
+    });
+    let sym = |want: &str| {
+        elf.dynsyms.iter().find_map(|s| {
+            let name = elf.dynstrtab.get_at(s.st_name)?;
+            (name == want && s.st_value != 0).then_some(s.st_value)
+        })
+    };
+    let first_load_vaddr = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == PT_LOAD)
+        .map(|ph| ph.p_vaddr & !(ph.p_align.max(4096) - 1))
+        .min()
+        .unwrap_or(0);
+    Some(ElfFacts {
+        section,
+        symbol: sym("_PyRuntime"),
+        py_version: sym("Py_Version"),
+        none: sym("_Py_NoneStruct"),
+        first_load_vaddr,
+    })
+}
+
+/// Candidate files, in map order, each with the mapping of its start
+/// (file offset 0), which fixes the load bias.
+fn candidates(maps: &[MapEntry]) -> Vec<&MapEntry> {
+    let mut out: Vec<&MapEntry> = Vec::new();
+    for m in maps {
+        let Some(base) = m.basename() else { continue };
+        if !base.contains("python") || m.offset != 0 {
+            continue;
+        }
+        // One candidate per mapped copy: the same file mapped twice (ctypes
+        // loading libpython again) gives two candidates with two biases.
+        out.push(m);
+    }
+    out
+}
+
+/// Locate and validate the runtime of `proc`.
+pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
+    let pid = proc.pid();
+    let maps = proc.maps()?;
+    let cands = candidates(&maps);
+    if cands.is_empty() {
+        return Err(Error::NotPython {
+            pid,
+            why: "no python executable or libpython is mapped".into(),
+        });
+    }
+    let mut too_old: Option<PyVersion> = None;
+    let mut last_err: Option<Error> = None;
+    for m in &cands {
+        let file = match proc.open_mapped_file(m) {
+            Ok(f) => f,
+            Err(e @ Error::PermissionDenied { .. }) => return Err(e),
+            Err(e) => {
+                last_err = Some(e);
+                continue;
+            }
+        };
+        let Some(facts) = elf_facts(&file) else {
+            continue;
+        };
+        let bias = m.start.wrapping_sub(facts.first_load_vaddr);
+        for link_addr in [facts.section, facts.symbol].into_iter().flatten() {
+            let addr = link_addr.wrapping_add(bias);
+            let mut cookie = [0u8; 8];
+            match proc.read(addr, &mut cookie) {
+                Ok(()) if &cookie == COOKIE => {
+                    let none = facts.none.map(|n| n.wrapping_add(bias));
+                    return load_table(proc, addr, m, none);
+                }
+                Ok(()) => {}
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(_) => {}
+            }
+        }
+        if let Some(v) = facts.py_version {
+            let mut b = [0u8; 4];
+            if proc.read(v.wrapping_add(bias), &mut b).is_ok() {
+                too_old = Some(PyVersion::from_hex(u32::from_le_bytes(b) as u64));
+            }
+        }
+    }
+    if let Some(v) = too_old {
+        return Err(Error::UnsupportedVersion {
+            pid,
+            found: v.to_string(),
+        });
+    }
+    let names: Vec<&str> = cands.iter().filter_map(|m| m.path.as_deref()).collect();
+    Err(Error::NotPython {
+        pid,
+        why: match last_err {
+            Some(e) => format!("cannot read the interpreter binary ({e})"),
+            None => format!(
+                "{} holds no initialised CPython runtime (no _Py_DebugOffsets)",
+                names.join(", ")
+            ),
+        },
+    })
+}
+
+fn load_table(
+    proc: &LinuxProcess,
+    addr: u64,
+    m: &MapEntry,
+    none_addr: Option<u64>,
+) -> Result<Runtime> {
+    let pid = proc.pid();
+    let mut head = [0u8; 24];
+    proc.read(addr, &mut head)?;
+    let version = PyVersion::from_hex(u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8])));
+    let size = layout::table_size(version.minor).unwrap_or(24);
+    let mut bytes = vec![0u8; size];
+    proc.read(addr, &mut bytes)?;
+    let raw = RawTable::decode(pid, &bytes)?;
+    let offsets = Offsets::from_raw(pid, &raw)?;
+    Ok(Runtime {
+        address: addr,
+        binary: m.path.clone().unwrap_or_default(),
+        raw,
+        offsets,
+        none_addr,
+    })
+}
+
+/// The raw bytes of the table (for fixtures and `--debug` output).
+pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
+    let size = layout::table_size(rt.raw.version.minor).unwrap_or(0);
+    let mut bytes = vec![0u8; size];
+    proc.read(rt.address, &mut bytes)?;
+    Ok(bytes)
+}

@@ -1,0 +1,204 @@
+//! The code-object cache: code address to (file, qualified name, location
+//! table), and (code, instruction) to an interned frame.
+//!
+//! A code object's fields never change while it lives, so a frame costs one
+//! hash lookup once its code has been seen. The danger is a code object
+//! freed and another allocated at the same address. 3.14+ count code-object
+//! deallocations in `code_object_generation`, and the whole cache is dropped
+//! when it moves. 3.13 has no such counter: there each code object keeps a
+//! fingerprint (the pointers to its filename, qualname and location table,
+//! and its first line) that the unwinder re-reads in one batched read per
+//! sample, dropping entries whose fingerprint changed.
+
+use std::collections::HashMap;
+
+use super::linetable::{self, Location};
+use super::objects::{read_bytes, read_cstr, read_str};
+use crate::error::{Error, Result};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, StrId};
+use crate::offsets::Offsets;
+use crate::process::{LocalBytes, ProcessMemory};
+
+/// What identifies a code object's contents: its first line and the
+/// addresses of its filename, qualname and location table.
+pub type Fingerprint = [u64; 4];
+
+struct CodeInfo {
+    file: StrId,
+    func: StrId,
+    firstlineno: i32,
+    /// `None` when the table was too large to read: frames get no location.
+    linetable: Option<Box<[u8]>>,
+    fingerprint: Fingerprint,
+    /// Instruction offset (code units) to frame.
+    locs: HashMap<u32, FrameId>,
+}
+
+#[derive(Default)]
+pub struct CodeCache {
+    codes: HashMap<u64, CodeInfo>,
+    generation: Option<u64>,
+    /// Address of `PyCode_Type`, learnt from the first code object whose
+    /// type is named "code"; afterwards a cheap check that an executable
+    /// pointer really points to a code object.
+    code_type: Option<u64>,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// The span of a code object that holds the fingerprint fields, as
+/// (start, length): one small read re-validates a cached code object.
+pub fn fingerprint_span(offs: &Offsets) -> (u64, usize) {
+    let start = offs
+        .code_firstlineno
+        .min(offs.code_filename)
+        .min(offs.code_qualname)
+        .min(offs.code_linetable);
+    let end = (offs.code_firstlineno + 4)
+        .max(offs.code_filename + 8)
+        .max(offs.code_qualname + 8)
+        .max(offs.code_linetable + 8);
+    (start, (end - start) as usize)
+}
+
+/// Extract the fingerprint from bytes of a code object starting at `start`.
+pub fn fingerprint(offs: &Offsets, bytes: &[u8], start: u64) -> Option<Fingerprint> {
+    let at = |o: u64| o.checked_sub(start);
+    Some([
+        bytes.u32_at(at(offs.code_firstlineno)?)? as u64,
+        bytes.u64_at(at(offs.code_filename)?)?,
+        bytes.u64_at(at(offs.code_qualname)?)?,
+        bytes.u64_at(at(offs.code_linetable)?)?,
+    ])
+}
+
+impl CodeCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.codes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.codes.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.codes.clear();
+    }
+
+    /// Drop everything if the interpreter's code-object generation moved.
+    pub fn check_generation(&mut self, generation: u64) {
+        if self.generation != Some(generation) {
+            self.codes.clear();
+            self.generation = Some(generation);
+        }
+    }
+
+    /// Cached code addresses with their fingerprints (for 3.13 re-validation).
+    pub fn fingerprint_of(&self, code: u64) -> Option<&Fingerprint> {
+        self.codes.get(&code).map(|c| &c.fingerprint)
+    }
+
+    pub fn evict(&mut self, code: u64) {
+        self.codes.remove(&code);
+    }
+
+    /// The frame for code object `code` executing the instruction at
+    /// `instr_ptr`.
+    pub fn frame(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        table: &mut FrameTable,
+        code: u64,
+        instr_ptr: u64,
+    ) -> Result<FrameId> {
+        let base = code.wrapping_add(offs.code_adaptive);
+        // Code units since the start of the bytecode; anything implausible
+        // (a torn instr_ptr) gets no location rather than a wild lookup.
+        let addrq = instr_ptr
+            .checked_sub(base)
+            .filter(|d| d % 2 == 0 && *d < (1 << 28))
+            .map(|d| (d / 2) as u32);
+        if let Some(info) = self.codes.get(&code) {
+            if let Some(&id) = addrq.and_then(|a| info.locs.get(&a)) {
+                self.hits += 1;
+                return Ok(id);
+            }
+        } else {
+            self.misses += 1;
+            let info = self.load(mem, offs, table, code)?;
+            self.codes.insert(code, info);
+        }
+        let info = self.codes.get_mut(&code).expect("inserted above");
+        let loc = match (addrq, &info.linetable) {
+            (Some(a), Some(t)) => {
+                linetable::locate(t, info.firstlineno, a).unwrap_or(Location::NONE)
+            }
+            _ => Location::NONE,
+        };
+        let id = table.intern(Frame {
+            kind: FrameKind::Python,
+            file: info.file,
+            func: info.func,
+            line: loc.line,
+            end_line: loc.end_line,
+            col: loc.col,
+            end_col: loc.end_col,
+        });
+        if let Some(a) = addrq {
+            info.locs.insert(a, id);
+        }
+        Ok(id)
+    }
+
+    fn load(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        table: &mut FrameTable,
+        code: u64,
+    ) -> Result<CodeInfo> {
+        let mut buf = vec![0u8; offs.code_size as usize];
+        mem.read(code, &mut buf)?;
+        let short = || Error::corrupt("short code object");
+        let ob_type = buf.u64_at(offs.ob_type).ok_or_else(short)?;
+        match self.code_type {
+            Some(t) if t != ob_type => {
+                return Err(Error::corrupt(format!(
+                    "executable at {code:#x} is not a code object"
+                )));
+            }
+            Some(_) => {}
+            None => {
+                let name_ptr = mem.read_u64(ob_type.wrapping_add(offs.type_tp_name))?;
+                let name = read_cstr(mem, name_ptr, 16)?;
+                if name != "code" {
+                    return Err(Error::corrupt(format!(
+                        "executable at {code:#x} is a {name:?}, not a code object"
+                    )));
+                }
+                self.code_type = Some(ob_type);
+            }
+        }
+        let filename = buf.u64_at(offs.code_filename).ok_or_else(short)?;
+        let qualname = buf.u64_at(offs.code_qualname).ok_or_else(short)?;
+        let lt = buf.u64_at(offs.code_linetable).ok_or_else(short)?;
+        let firstlineno = buf.i32_at(offs.code_firstlineno).ok_or_else(short)?;
+        let file = table.intern_str(&read_str(mem, offs, filename)?);
+        let func = table.intern_str(&read_str(mem, offs, qualname)?);
+        let linetable = read_bytes(mem, offs, lt)?.map(Vec::into_boxed_slice);
+        let fingerprint = fingerprint(offs, &buf, 0).ok_or_else(short)?;
+        Ok(CodeInfo {
+            file,
+            func,
+            firstlineno,
+            linetable,
+            fingerprint,
+            locs: HashMap::new(),
+        })
+    }
+}

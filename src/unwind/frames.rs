@@ -1,0 +1,226 @@
+//! Copying a thread's data-stack chunks and walking its frame chain.
+//!
+//! Frames of ordinary calls live in the thread's data stack, a linked list
+//! of chunks; copying each chunk whole costs one read and lets the walk
+//! decode every frame in local memory. Frames elsewhere (generator and
+//! coroutine frames inside their objects, entry frames on the C stack, the
+//! 3.15 base frame inside the thread state) are read one by one.
+
+use super::code::CodeCache;
+use crate::error::{Error, Result};
+use crate::model::{FrameId, FrameKind, FrameTable};
+use crate::offsets::Offsets;
+use crate::process::{LocalBytes, ProcessMemory};
+
+/// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
+const CHUNK_HEADER: u64 = 24;
+/// The interpreter's chunk size; most chunks are exactly this.
+const CHUNK_GUESS: usize = 16 * 1024;
+const MAX_CHUNK: u64 = 16 * 1024 * 1024;
+const MAX_CHUNKS: usize = 4096;
+/// Deepest stack we walk. CPython's default recursion limit is 1000; this
+/// leaves room for raised limits while bounding a corrupt (cyclic) chain.
+pub const MAX_DEPTH: usize = 16 * 1024;
+
+/// Local copies of one thread's data-stack chunks. Buffers are reused
+/// across samples, so steady-state sampling does not allocate.
+#[derive(Default)]
+pub struct Chunks {
+    bufs: Vec<(u64, Vec<u8>)>,
+    used: usize,
+}
+
+impl Chunks {
+    /// Copy the chain of chunks starting at `first`. A chunk that cannot be
+    /// read ends the chain: frames in it are then read one by one.
+    pub fn load(&mut self, mem: &dyn ProcessMemory, first: u64) -> Result<()> {
+        self.used = 0;
+        let mut addr = first;
+        while addr != 0 && self.used < MAX_CHUNKS {
+            if self.bufs.len() <= self.used {
+                self.bufs.push((0, Vec::new()));
+            }
+            let (slot_addr, buf) = &mut self.bufs[self.used];
+            buf.resize(CHUNK_GUESS, 0);
+            if let Err(e) = mem.read(addr, buf) {
+                if e.is_fatal() {
+                    return Err(e);
+                }
+                // Maybe the chunk is smaller than our guess and ends at a
+                // mapping boundary: read the header for the real size.
+                buf.truncate(CHUNK_HEADER as usize);
+                if mem.read(addr, buf).is_err() {
+                    break;
+                }
+            }
+            let size = buf.u64_at(8).unwrap_or(0);
+            if !(CHUNK_HEADER..=MAX_CHUNK).contains(&size) {
+                break;
+            }
+            if size as usize != buf.len() {
+                buf.resize(size as usize, 0);
+                if mem.read(addr, buf).is_err() {
+                    break;
+                }
+            }
+            *slot_addr = addr;
+            addr = buf.u64_at(0).unwrap_or(0);
+            self.used += 1;
+        }
+        Ok(())
+    }
+
+    /// The `len` bytes at remote `addr`, if they lie inside a copied chunk.
+    pub fn find(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        self.bufs[..self.used].iter().find_map(|(base, buf)| {
+            let start = addr.checked_sub(*base)?;
+            let end = start.checked_add(len)?;
+            (start >= CHUNK_HEADER && end <= buf.len() as u64)
+                .then(|| &buf[start as usize..end as usize])
+        })
+    }
+}
+
+/// Interned ids of the synthetic frames a walk may emit.
+#[derive(Clone, Copy)]
+pub struct Markers {
+    pub gc: FrameId,
+    pub native: FrameId,
+    pub unreadable_frame: FrameId,
+    pub unknown_code: FrameId,
+}
+
+impl Markers {
+    pub fn new(table: &mut FrameTable) -> Self {
+        let gc = table.synthetic(FrameKind::Gc, "<GC>");
+        let native = table.synthetic(FrameKind::Native, "<native>");
+        let file = table.intern_str("<unknown file>");
+        let mut unreadable = |name: &str| {
+            let func = table.intern_str(name);
+            table.intern(crate::model::Frame {
+                kind: FrameKind::Unreadable,
+                file,
+                func,
+                line: -1,
+                end_line: -1,
+                col: -1,
+                end_col: -1,
+            })
+        };
+        let unreadable_frame = unreadable("<unreadable frame>");
+        let unknown_code = unreadable("<unknown function>");
+        Markers {
+            gc,
+            native,
+            unreadable_frame,
+            unknown_code,
+        }
+    }
+}
+
+/// What one walk needs besides the memory.
+pub struct Walk<'a> {
+    pub mem: &'a dyn ProcessMemory,
+    pub offs: &'a Offsets,
+    pub code: &'a mut CodeCache,
+    pub table: &'a mut FrameTable,
+    pub chunks: &'a Chunks,
+    pub markers: Markers,
+    /// Emit `<native>` at C-to-Python boundaries.
+    pub native: bool,
+    /// The frame that started a running collection (3.15), or 0.
+    pub gc_frame: u64,
+    /// Code objects used by this walk (for 3.13 cache re-validation).
+    pub used_codes: &'a mut Vec<u64>,
+}
+
+impl Walk<'_> {
+    /// Walk the chain from `current` to the bottom, pushing frames leaf
+    /// first onto `out`. `base_frame` (3.15) is where a complete chain ends.
+    pub fn run(
+        &mut self,
+        current: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+    ) -> Result<()> {
+        let o = self.offs;
+        let fsize = o.frame_size;
+        let mut local = [0u8; 512];
+        let mut addr = current;
+        let mut last_addr = 0u64;
+        let mut last_was_entry = false;
+        let mut depth = 0usize;
+        while addr != 0 {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(Error::corrupt(format!(
+                    "frame chain deeper than {MAX_DEPTH} frames (a cycle in torn memory?)"
+                )));
+            }
+            let fb: &[u8] = match self.chunks.find(addr, fsize) {
+                Some(b) => b,
+                None => {
+                    let buf = &mut local[..fsize as usize];
+                    match self.mem.read(addr, buf) {
+                        Ok(()) => buf,
+                        Err(e) if e.is_fatal() => return Err(e),
+                        Err(_) => {
+                            // Without the frame there is no way further down.
+                            out.push(self.markers.unreadable_frame);
+                            return Ok(());
+                        }
+                    }
+                }
+            };
+            let bad = || Error::corrupt("short frame");
+            let previous = fb.u64_at(o.frame_previous).ok_or_else(bad)?;
+            let executable = fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask;
+            let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
+            let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
+
+            if self.gc_frame != 0 && addr == self.gc_frame {
+                out.push(self.markers.gc);
+            }
+            last_was_entry = o.owners.is_entry(owner);
+            if last_was_entry {
+                // The entry frame of an eval-loop invocation: C called into
+                // Python here. It holds no code of its own.
+                if self.native && previous != 0 && previous != self.gc_frame {
+                    out.push(self.markers.native);
+                }
+            } else if !o.owners.is_code(owner) {
+                out.push(self.markers.unreadable_frame);
+            } else if executable == 0 {
+                // A frame being pushed or popped at this very instant: its
+                // code slot is already (or still) NULL. Its caller below is
+                // intact, so skip it rather than lose the sample.
+            } else {
+                match self
+                    .code
+                    .frame(self.mem, o, self.table, executable, instr_ptr)
+                {
+                    Ok(id) => {
+                        out.push(id);
+                        self.used_codes.push(executable);
+                    }
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => out.push(self.markers.unknown_code),
+                }
+            }
+            last_addr = addr;
+            addr = previous;
+        }
+        if current == 0 {
+            return Ok(());
+        }
+        match base_frame {
+            Some(base) if base != 0 && last_addr != base => Err(Error::corrupt(
+                "incomplete stack: the chain did not reach the thread's base frame",
+            )),
+            None if !last_was_entry => Err(Error::corrupt(
+                "incomplete stack: the chain did not end in an entry frame",
+            )),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The stack unwinder: from the runtime's address to the Python stack of
+//! each thread, decoded in local memory, code objects cached.
+//!
+//! One call of [`Unwinder::sample`] reads, per interpreter, a prefix of the
+//! interpreter state; per thread, the thread state and its data-stack
+//! chunks; and only on a cache miss, code objects and their strings. A
+//! frame that cannot be read costs that frame; a chain that turns out torn
+//! (the target moved while we read) costs the sample, as an error the
+//! sampler counts.
+
+pub mod code;
+pub mod frames;
+pub mod linetable;
+pub mod objects;
+pub mod threads;
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::model::{FrameTable, Sample, ThreadSample};
+use crate::offsets::Offsets;
+use crate::process::{ProcessMemory, ReadReq};
+use crate::runtime::Runtime;
+use code::CodeCache;
+use frames::{Chunks, Markers, Walk};
+use threads::{InterpFacts, MAX_INTERPRETERS, MAX_THREADS, ThreadFacts};
+
+/// What to sample and what to put in the stacks.
+#[derive(Debug, Clone, Copy)]
+pub struct UnwindOptions {
+    /// Every thread of every interpreter, not only the main thread.
+    pub all_threads: bool,
+    /// `<native>` frames where C code called back into Python.
+    pub native: bool,
+    /// `<GC>` frames while the garbage collector runs.
+    pub gc: bool,
+    /// Read each thread's scheduler state (costs a file read per thread).
+    pub cpu_status: bool,
+}
+
+impl Default for UnwindOptions {
+    fn default() -> Self {
+        UnwindOptions {
+            all_threads: false,
+            native: false,
+            gc: true,
+            cpu_status: false,
+        }
+    }
+}
+
+pub struct Unwinder<M: ProcessMemory> {
+    mem: M,
+    pid: i32,
+    runtime: Runtime,
+    pub opts: UnwindOptions,
+    table: FrameTable,
+    code: CodeCache,
+    markers: Markers,
+    chunks: Chunks,
+    interp_buf: Vec<u8>,
+    tstate_buf: Vec<u8>,
+    used_codes: Vec<u64>,
+    generations: HashMap<u64, u64>,
+}
+
+impl<M: ProcessMemory> Unwinder<M> {
+    pub fn new(mem: M, pid: i32, runtime: Runtime, opts: UnwindOptions) -> Self {
+        let mut table = FrameTable::new();
+        let markers = Markers::new(&mut table);
+        Unwinder {
+            mem,
+            pid,
+            runtime,
+            opts,
+            table,
+            code: CodeCache::new(),
+            markers,
+            chunks: Chunks::default(),
+            interp_buf: Vec::new(),
+            tstate_buf: Vec::new(),
+            used_codes: Vec::new(),
+            generations: HashMap::new(),
+        }
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    pub fn offsets(&self) -> &Offsets {
+        &self.runtime.offsets
+    }
+
+    pub fn frames(&self) -> &FrameTable {
+        &self.table
+    }
+
+    pub fn frames_mut(&mut self) -> &mut FrameTable {
+        &mut self.table
+    }
+
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// Code-object cache (hits, misses, entries), for statistics.
+    pub fn cache_stats(&self) -> (u64, u64, usize) {
+        (self.code.hits, self.code.misses, self.code.len())
+    }
+
+    /// Take one sample of the selected threads into `out.threads`
+    /// (cleared first; its buffers are reused).
+    pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
+        let r = self.sample_once(out);
+        if r.is_ok() && self.runtime.offsets.interp_code_object_generation.is_none() {
+            // 3.13: no generation counter; re-validate the code objects this
+            // sample used, and walk again if one was replaced under us.
+            if self.revalidate_codes()? {
+                return self.sample_once(out);
+            }
+        }
+        r
+    }
+
+    fn sample_once(&mut self, out: &mut Sample) -> Result<()> {
+        let mut n_threads = 0usize;
+        self.used_codes.clear();
+        let o = self.runtime.offsets.clone();
+        let mut interp_addr = self
+            .mem
+            .read_u64(self.runtime.address + o.runtime_interpreters_head)?;
+        let mut first = true;
+        let mut n_interps = 0;
+        while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
+            n_interps += 1;
+            self.interp_buf.resize(o.interp_read_size as usize, 0);
+            self.mem.read(interp_addr, &mut self.interp_buf)?;
+            let interp = InterpFacts::decode(&o, &self.interp_buf)
+                .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+            if let Some(g) = interp.code_generation
+                && self
+                    .generations
+                    .insert(interp_addr, g)
+                    .is_some_and(|old| old != g)
+            {
+                self.code.clear();
+            }
+            if !self.opts.all_threads && !first {
+                break;
+            }
+            let mut tstates: Vec<u64> = Vec::new();
+            if self.opts.all_threads {
+                self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
+            } else {
+                let main = if interp.threads_main != 0 {
+                    interp.threads_main
+                } else {
+                    // No thread runs __main__ (embedding, shutdown): the
+                    // oldest thread, last in the list, is the main one.
+                    self.list_threads(&o, interp.threads_head, &mut tstates)?;
+                    tstates.last().copied().unwrap_or(0)
+                };
+                if main != 0 {
+                    self.sample_thread(&o, &interp, main, out, &mut n_threads)?;
+                }
+            }
+            first = false;
+            interp_addr = interp.next;
+        }
+        out.threads.truncate(n_threads);
+        Ok(())
+    }
+
+    fn list_threads(&self, o: &Offsets, head: u64, into: &mut Vec<u64>) -> Result<()> {
+        let mut t = head;
+        while t != 0 {
+            if into.len() >= MAX_THREADS || into.contains(&t) {
+                return Err(Error::corrupt("thread list too long or cyclic"));
+            }
+            into.push(t);
+            t = self.mem.read_u64(t + o.tstate_next)?;
+        }
+        Ok(())
+    }
+
+    fn walk_interp_threads(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        _interp_addr: u64,
+        out: &mut Sample,
+        n: &mut usize,
+    ) -> Result<()> {
+        let mut t = interp.threads_head;
+        let mut count = 0;
+        while t != 0 {
+            count += 1;
+            if count > MAX_THREADS {
+                return Err(Error::corrupt("thread list too long or cyclic"));
+            }
+            t = self.sample_thread(o, interp, t, out, n)?;
+        }
+        Ok(())
+    }
+
+    /// Sample one thread; returns the next thread state in its list.
+    fn sample_thread(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        tstate: u64,
+        out: &mut Sample,
+        n: &mut usize,
+    ) -> Result<u64> {
+        self.tstate_buf.resize(o.tstate_size as usize, 0);
+        self.mem.read(tstate, &mut self.tstate_buf)?;
+        let t = ThreadFacts::decode(o, &self.tstate_buf, self.runtime.none_addr)
+            .ok_or_else(|| Error::corrupt("short thread state"))?;
+        let os_state = if self.opts.cpu_status {
+            self.mem.os_thread_state(t.native_id)
+        } else {
+            None
+        };
+        let status = t.status(tstate == interp.threads_main, os_state);
+
+        if *n == out.threads.len() {
+            out.threads.push(ThreadSample::default());
+        }
+        let slot = &mut out.threads[*n];
+        slot.tid = t.native_id;
+        slot.interpreter_id = interp.id;
+        slot.status = status;
+        slot.frames.clear();
+
+        if t.current_frame != 0 {
+            self.chunks.load(&self.mem, t.datastack_chunk)?;
+        }
+        let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
+        let mut walk = Walk {
+            mem: &self.mem,
+            offs: o,
+            code: &mut self.code,
+            table: &mut self.table,
+            chunks: &self.chunks,
+            markers: self.markers,
+            native: self.opts.native,
+            gc_frame,
+            used_codes: &mut self.used_codes,
+        };
+        walk.run(t.current_frame, t.base_frame, &mut slot.frames)?;
+        // Versions without gc.frame (or a collection whose frame is not
+        // set): the collection runs on the thread holding the GIL.
+        if self.opts.gc
+            && interp.gc_collecting
+            && gc_frame == 0
+            && tstate == interp.gil_holder
+            && slot.frames.first() != Some(&self.markers.gc)
+        {
+            slot.frames.insert(0, self.markers.gc);
+        }
+        *n += 1;
+        Ok(t.next)
+    }
+
+    /// 3.13 only: re-read the fingerprint of every code object the last
+    /// sample used; evict the ones that changed. True if any did.
+    fn revalidate_codes(&mut self) -> Result<bool> {
+        let o = &self.runtime.offsets;
+        let (start, len) = code::fingerprint_span(o);
+        self.used_codes.sort_unstable();
+        self.used_codes.dedup();
+        let mut bufs = vec![0u8; len * self.used_codes.len()];
+        let mut reqs: Vec<ReadReq<'_>> = self
+            .used_codes
+            .iter()
+            .zip(bufs.chunks_mut(len))
+            .map(|(&c, buf)| ReadReq {
+                addr: c + start,
+                buf,
+            })
+            .collect();
+        let read_ok = self.mem.read_many(&mut reqs).is_ok();
+        drop(reqs);
+        let mut changed = false;
+        for (i, &c) in self.used_codes.iter().enumerate() {
+            let now = if read_ok {
+                code::fingerprint(o, &bufs[i * len..(i + 1) * len], start)
+            } else {
+                None
+            };
+            if now.as_ref() != self.code.fingerprint_of(c) {
+                self.code.evict(c);
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The process id this unwinder reads.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+}

@@ -1,0 +1,137 @@
+//! Reading Python objects out of the target: `str` (compact ASCII, UCS1,
+//! UCS2, UCS4) and `bytes`, with caps, so a corrupt length cannot make us
+//! read or allocate without bound.
+
+use crate::error::{Error, Result};
+use crate::offsets::Offsets;
+use crate::process::{LocalBytes, ProcessMemory};
+
+/// Longest name we decode; longer ones are cut and marked with `...`.
+pub const MAX_STR_CHARS: u64 = 4096;
+/// Longest location table we read (the reference uses the same cap).
+pub const MAX_BYTES: u64 = 64 * 1024;
+
+/// How much to read on the first try: the header plus a typical short name,
+/// so most strings cost one system call.
+const SPECULATIVE: usize = 256;
+
+/// Read at `addr` as much of `want` bytes as one read gives, falling back
+/// to exactly `need` bytes when the speculative read crosses into unmapped
+/// memory.
+fn read_head(mem: &dyn ProcessMemory, addr: u64, need: usize, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    buf.resize(SPECULATIVE.max(need), 0);
+    if mem.read(addr, buf).is_ok() {
+        return Ok(());
+    }
+    buf.truncate(need);
+    mem.read(addr, buf)
+}
+
+/// Decode a `str` object.
+pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<String> {
+    if addr == 0 {
+        return Err(Error::corrupt("NULL string pointer"));
+    }
+    let hdr_len = offs.unicode_compact_size as usize;
+    let mut buf = Vec::new();
+    read_head(mem, addr, hdr_len, &mut buf)?;
+    let state = buf
+        .u32_at(offs.unicode_state)
+        .ok_or_else(|| Error::corrupt("short unicode header"))?;
+    let length = buf
+        .u64_at(offs.unicode_length)
+        .ok_or_else(|| Error::corrupt("short unicode header"))?;
+    // GIL builds: interned bits 0-1, kind bits 2-4, compact bit 5, ascii bit 6.
+    let kind = ((state >> 2) & 7) as u64;
+    let compact = state & (1 << 5) != 0;
+    let ascii = state & (1 << 6) != 0;
+    if !compact || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
+        return Err(Error::corrupt(format!(
+            "not a compact str (state {state:#x})"
+        )));
+    }
+    if length > i64::MAX as u64 {
+        return Err(Error::corrupt("negative string length"));
+    }
+    let chars = length.min(MAX_STR_CHARS);
+    let data_off = if ascii {
+        offs.unicode_ascii_size
+    } else {
+        offs.unicode_compact_size
+    };
+    let start = data_off as usize;
+    let len = (chars * kind) as usize;
+    if buf.len() < start + len {
+        let mut data = vec![0u8; len];
+        mem.read(addr + data_off, &mut data)?;
+        buf.truncate(start);
+        buf.extend_from_slice(&data);
+    }
+    let data = &buf[start..start + len];
+    let mut s = match kind {
+        1 if ascii => {
+            if !data.is_ascii() {
+                return Err(Error::corrupt("ASCII string holds non-ASCII bytes"));
+            }
+            String::from_utf8_lossy(data).into_owned()
+        }
+        1 => data.iter().map(|&b| b as char).collect(),
+        2 => data
+            .chunks_exact(2)
+            .map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('\u{fffd}'))
+            .collect(),
+        _ => data
+            .chunks_exact(4)
+            .map(|c| {
+                char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}')
+            })
+            .collect(),
+    };
+    if chars < length {
+        s.push_str("...");
+    }
+    Ok(s)
+}
+
+/// Read the contents of a `bytes` object; `None` when it is longer than
+/// [`MAX_BYTES`] (treated as "no location" by callers, not as an error).
+pub fn read_bytes(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<Option<Vec<u8>>> {
+    if addr == 0 {
+        return Err(Error::corrupt("NULL bytes pointer"));
+    }
+    let hdr = offs.bytes_ob_sval as usize;
+    let mut buf = Vec::new();
+    read_head(mem, addr, hdr, &mut buf)?;
+    let size = buf
+        .u64_at(offs.bytes_ob_size)
+        .ok_or_else(|| Error::corrupt("short bytes header"))?;
+    if size > MAX_BYTES {
+        return Ok(None);
+    }
+    let len = size as usize;
+    if buf.len() >= hdr + len {
+        buf.drain(..hdr);
+        buf.truncate(len);
+        return Ok(Some(buf));
+    }
+    let mut data = vec![0u8; len];
+    mem.read(addr + hdr as u64, &mut data)?;
+    Ok(Some(data))
+}
+
+/// Read a NUL-terminated C string of at most `max` bytes (type names).
+pub fn read_cstr(mem: &dyn ProcessMemory, addr: u64, max: usize) -> Result<String> {
+    let mut buf = vec![0u8; max];
+    // Shrink until readable: the string may sit near the end of a mapping.
+    let mut len = max;
+    loop {
+        match mem.read(addr, &mut buf[..len]) {
+            Ok(()) => break,
+            Err(e) if len <= 8 => return Err(e),
+            Err(_) => len /= 2,
+        }
+    }
+    let end = buf[..len].iter().position(|&b| b == 0).unwrap_or(len);
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}

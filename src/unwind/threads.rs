@@ -1,0 +1,116 @@
+//! Interpreters and their threads, and each thread's status flags.
+
+use crate::model::status;
+use crate::offsets::{GilFlag, Offsets};
+use crate::process::LocalBytes;
+
+/// Most interpreters and threads per interpreter we follow: far above real
+/// programs, low enough that a corrupt (cyclic) list ends quickly.
+pub const MAX_INTERPRETERS: usize = 256;
+pub const MAX_THREADS: usize = 8192;
+
+/// Facts read once per interpreter per sample.
+pub struct InterpFacts {
+    pub id: i64,
+    pub next: u64,
+    pub threads_head: u64,
+    pub threads_main: u64,
+    pub gil_holder: u64,
+    pub gc_collecting: bool,
+    pub gc_frame: u64,
+    pub code_generation: Option<u64>,
+}
+
+impl InterpFacts {
+    /// Decode from the interpreter-state prefix read for this sample.
+    pub fn decode(o: &Offsets, b: &[u8]) -> Option<InterpFacts> {
+        let locked = b.u32_at(o.interp_gil_locked)? != 0;
+        Some(InterpFacts {
+            id: b.u64_at(o.interp_id)? as i64,
+            next: b.u64_at(o.interp_next)?,
+            threads_head: b.u64_at(o.interp_threads_head)?,
+            threads_main: b.u64_at(o.interp_threads_main)?,
+            gil_holder: if locked {
+                b.u64_at(o.interp_gil_holder)?
+            } else {
+                0
+            },
+            gc_collecting: b.u32_at(o.interp_gc_collecting)? != 0,
+            gc_frame: match o.interp_gc_frame {
+                Some(f) => b.u64_at(f)?,
+                None => 0,
+            },
+            code_generation: match o.interp_code_object_generation {
+                Some(g) => Some(b.u64_at(g)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Facts from one thread state.
+pub struct ThreadFacts {
+    pub native_id: u64,
+    pub next: u64,
+    pub current_frame: u64,
+    pub base_frame: Option<u64>,
+    pub datastack_chunk: u64,
+    pub holds_gil: bool,
+    pub gil_requested: bool,
+    pub has_exception: bool,
+}
+
+impl ThreadFacts {
+    /// Decode a copied thread state. `none_addr` is `Py_None`: a handled
+    /// exception slot holding None means no exception.
+    pub fn decode(o: &Offsets, b: &[u8], none_addr: Option<u64>) -> Option<ThreadFacts> {
+        let holds_gil = match o.holds_gil {
+            GilFlag::StatusBit { offset, bit } => b.u32_at(offset)? & (1 << bit) != 0,
+            GilFlag::Int { offset } => b.u32_at(offset)? != 0,
+        };
+        let gil_requested = match o.gil_requested {
+            Some(off) => !holds_gil && b.u32_at(off)? != 0,
+            None => false,
+        };
+        let is_exc = |v: u64| v != 0 && Some(v) != none_addr;
+        let has_exception = is_exc(b.u64_at(o.tstate_current_exception)?)
+            || is_exc(b.u64_at(o.tstate_handled_exception)?);
+        Some(ThreadFacts {
+            native_id: b.u64_at(o.tstate_native_thread_id)?,
+            next: b.u64_at(o.tstate_next)?,
+            current_frame: b.u64_at(o.tstate_current_frame)?,
+            base_frame: match o.tstate_base_frame {
+                Some(f) => Some(b.u64_at(f)?),
+                None => None,
+            },
+            datastack_chunk: b.u64_at(o.tstate_datastack_chunk)?,
+            holds_gil,
+            gil_requested,
+            has_exception,
+        })
+    }
+
+    /// The reference's status bits. `os_state` is the kernel's scheduler
+    /// letter when CPU state was asked for, else `None` (UNKNOWN).
+    pub fn status(&self, is_main: bool, os_state: Option<char>) -> u32 {
+        let mut s = 0;
+        if self.holds_gil {
+            s |= status::HAS_GIL;
+        }
+        if self.gil_requested {
+            s |= status::GIL_REQUESTED;
+        }
+        if self.has_exception {
+            s |= status::HAS_EXCEPTION;
+        }
+        if is_main {
+            s |= status::MAIN_THREAD;
+        }
+        match os_state {
+            Some('R') => s |= status::ON_CPU,
+            Some('S' | 'D' | 'T' | 't' | 'Z' | 'I' | 'X') => {}
+            _ => s |= status::UNKNOWN,
+        }
+        s
+    }
+}

@@ -1,0 +1,249 @@
+//! Shared by the integration tests: the real interpreters to test against,
+//! and targets that are always killed, even when a test fails.
+//!
+//! Interpreters come from two places:
+//! - the Debian sid root built by `scripts/provision-sid.sh` (python3.13,
+//!   3.14, 3.15 and their debug builds): mandatory; a missing one fails;
+//! - the machine's own pythons (Debian python3.11, pyenv 3.11/3.12/3.13):
+//!   used when present, and a missing one is announced loudly.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Once;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// One interpreter to start targets with.
+#[derive(Debug, Clone)]
+pub struct Interp {
+    /// Short name for messages, e.g. `sid-3.15d`.
+    pub name: String,
+    /// Expected `major.minor`.
+    pub minor: u8,
+    pub debug: bool,
+    /// `Some(root)`: the executable lives inside this root and runs under
+    /// chroot; scripts must be written below the root.
+    pub root: Option<PathBuf>,
+    /// Path of the executable (inside the root, if any).
+    pub exe: PathBuf,
+}
+
+/// Where the sid root is (same default as the provisioning script).
+pub fn sid_root() -> PathBuf {
+    std::env::var_os("TACHYON_SID_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/sid"))
+}
+
+static PROVISION: Once = Once::new();
+
+/// Make sure the sid root exists and has /proc mounted (idempotent; the
+/// test command runs the script first anyway, this covers `cargo test`
+/// run by hand).
+pub fn ensure_sid_root() -> PathBuf {
+    PROVISION.call_once(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/provision-sid.sh");
+        let st = Command::new("bash")
+            .arg(&script)
+            .stdout(Stdio::null())
+            .status()
+            .expect("cannot run scripts/provision-sid.sh");
+        assert!(st.success(), "scripts/provision-sid.sh failed: the sid test interpreters are missing");
+    });
+    sid_root()
+}
+
+/// The six interpreters of the sid root: every one must be there.
+pub fn sid_interpreters() -> Vec<Interp> {
+    let root = ensure_sid_root();
+    let mut v = Vec::new();
+    for minor in [13u8, 14, 15] {
+        for debug in [false, true] {
+            let exe = PathBuf::from(format!("/usr/bin/python3.{minor}{}", if debug { "d" } else { "" }));
+            let outside = root.join(exe.strip_prefix("/").unwrap());
+            assert!(
+                outside.exists(),
+                "MISSING INTERPRETER: {} (run scripts/provision-sid.sh)",
+                outside.display()
+            );
+            v.push(Interp {
+                name: format!("sid-3.{minor}{}", if debug { "d" } else { "" }),
+                minor,
+                debug,
+                root: Some(root.clone()),
+                exe,
+            });
+        }
+    }
+    v
+}
+
+/// The machine's own interpreters that tachyon must read (pyenv 3.13, with
+/// the runtime in a shared libpython). Missing ones are announced loudly.
+pub fn machine_supported_interpreters() -> Vec<Interp> {
+    machine_interpreters(&[("pyenv-3.13", 13, "~/.pyenv/versions/3.13.0/bin/python3.13")])
+}
+
+/// The machine's interpreters older than 3.13, which tachyon must refuse
+/// with a message that names their version.
+pub fn machine_old_interpreters() -> Vec<Interp> {
+    machine_interpreters(&[
+        ("debian-3.11", 11, "/usr/bin/python3.11"),
+        ("pyenv-3.11", 11, "~/.pyenv/versions/3.11.7/bin/python3.11"),
+        ("pyenv-3.12", 12, "~/.pyenv/versions/3.12.1/bin/python3.12"),
+    ])
+}
+
+fn machine_interpreters(list: &[(&str, u8, &str)]) -> Vec<Interp> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let mut v = Vec::new();
+    for (name, minor, path) in list {
+        let exe = PathBuf::from(path.replace('~', &home));
+        if exe.exists() {
+            v.push(Interp {
+                name: name.to_string(),
+                minor: *minor,
+                debug: false,
+                root: None,
+                exe,
+            });
+        } else {
+            eprintln!(
+                "\n!!!!!!!! MISSING INTERPRETER: {name} ({}) is not on this machine; its checks did NOT run !!!!!!!!\n",
+                exe.display()
+            );
+        }
+    }
+    v
+}
+
+/// A running target process. Killed and reaped on drop, whatever happens.
+pub struct Target {
+    pub child: Child,
+    pub interp: Interp,
+    /// The script's directory as seen from outside (for cleanup).
+    dir: PathBuf,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Target {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Wait for the next stdout line from the target.
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Wait for a line starting with `prefix`; panics with the target's
+    /// stderr if it does not come.
+    pub fn wait_for(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) => return l,
+                Ok(_) => continue,
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let out = self.child.wait_with_output_ref();
+        panic!("{}: target never printed {prefix:?}; stderr:\n{out}", self.interp.name);
+    }
+
+    /// A path inside the target's filesystem for a file in its directory.
+    pub fn outside_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl WaitRef for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.wait();
+        let mut s = String::new();
+        if let Some(e) = self.stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unique_dir_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "tachyon-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Start `script` (Python source) under `interp` with `args`. Files in
+/// `extra` (name, contents) are written beside it. The script is written
+/// inside the interpreter's root so it runs there exactly as a containerised
+/// program would; stdout is line-buffered back to the test.
+pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str]) -> Target {
+    let name = unique_dir_name();
+    let (dir, inside_dir) = match &interp.root {
+        Some(root) => (root.join("tmp").join(&name), PathBuf::from("/tmp").join(&name)),
+        None => {
+            let d = std::env::temp_dir().join(&name);
+            (d.clone(), d)
+        }
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("target.py"), script).unwrap();
+    for (n, c) in extra {
+        std::fs::write(dir.join(n), c).unwrap();
+    }
+    let script_inside = inside_dir.join("target.py");
+    let mut cmd = match &interp.root {
+        Some(root) => {
+            let mut c = Command::new("chroot");
+            c.arg(root).arg(&interp.exe);
+            c
+        }
+        None => Command::new(&interp.exe),
+    };
+    cmd.arg("-u").arg(&script_inside).args(args);
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", interp.name));
+    let stdout: ChildStdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Target {
+        child,
+        interp: interp.clone(),
+        dir,
+        lines: rx,
+    }
+}
+
+/// Path of the built `tachyon` binary.
+pub fn tachyon_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tachyon"))
+}
