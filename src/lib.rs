@@ -14,6 +14,7 @@ pub mod model;
 pub mod offsets;
 pub mod process;
 pub mod runtime;
+pub mod sample;
 pub mod unwind;
 
 pub use error::{Error, Result};

@@ -1,0 +1,291 @@
+//! The sampling loop: a fixed schedule, failures counted, never fatal.
+//!
+//! The next sample is due exactly one interval after the previous one was
+//! due, not after it finished, so the rate does not drift. Far from the due
+//! time the loop sleeps most of the gap; close to it, it spins; when late
+//! (a slow sample, a busy machine), it samples at once and catches up.
+//! Sampling ends when the duration is over, when the target exits, or on
+//! Ctrl-C/SIGTERM, and in every case the collector still gets `finish`.
+
+pub mod launch;
+pub mod signals;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::collect::{Collector, Mode, RunStats};
+use crate::error::Error;
+use crate::model::Sample;
+use crate::process::ProcessMemory;
+use crate::unwind::Unwinder;
+
+/// How to sample.
+#[derive(Debug, Clone)]
+pub struct SampleConfig {
+    pub interval: Duration,
+    /// Stop after this long; `None`: until the target exits or Ctrl-C.
+    pub duration: Option<Duration>,
+    pub mode: Mode,
+    /// Print the achieved rate once a second while sampling.
+    pub realtime_stats: bool,
+}
+
+/// Why sampling stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Duration,
+    TargetExited,
+    Interrupted,
+    /// A fatal error (for example the permission to read was lost).
+    Fatal,
+}
+
+/// Parse a sampling rate the way the reference does: a number with an
+/// optional `hz`, `khz`/`k` or `mhz` suffix (case-insensitive); a bare
+/// number is Hz. Returns the interval.
+pub fn parse_rate(s: &str) -> Result<Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = t.strip_suffix("mhz") {
+        (n, 1e6)
+    } else if let Some(n) = t.strip_suffix("khz") {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix('k') {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix("hz") {
+        (n, 1.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let valid = !num.is_empty()
+        && num.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && num.chars().filter(|&c| c == '.').count() <= 1
+        && !num.starts_with('.')
+        && !num.ends_with('.');
+    if !valid {
+        return Err(format!(
+            "invalid sampling rate {s:?}: use a number with an optional suffix, e.g. 1000, 1khz, 10k, 0.5hz"
+        ));
+    }
+    let hz: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid sampling rate {s:?}"))?;
+    let hz = hz * mult;
+    if hz <= 0.0 {
+        return Err("Sampling rate must be positive".into());
+    }
+    let us = (1_000_000.0 / hz).floor();
+    if us < 1.0 {
+        return Err(format!(
+            "Sampling rate too high: {s} is an interval under 1 microsecond"
+        ));
+    }
+    Ok(Duration::from_micros(us as u64))
+}
+
+/// Run the loop until one of the stop conditions; returns the statistics
+/// and why it stopped. `alive` tells whether the target still exists (asked
+/// only after a failed sample).
+pub fn run<M: ProcessMemory>(
+    unwinder: &mut Unwinder<M>,
+    collector: &mut dyn Collector,
+    cfg: &SampleConfig,
+    alive: &dyn Fn() -> bool,
+) -> (RunStats, StopReason) {
+    let interval = cfg.interval;
+    let start = Instant::now();
+    let mut next = start;
+    let mut sample = Sample::default();
+    let mut stats = RunStats {
+        interval_us: interval.as_micros() as u64,
+        mode: cfg.mode,
+        ..RunStats::default()
+    };
+    let mut rt = RealtimeStats::new(cfg.realtime_stats);
+    let reason = loop {
+        if signals::interrupted() {
+            break StopReason::Interrupted;
+        }
+        let now = Instant::now();
+        if let Some(d) = cfg.duration
+            && now.duration_since(start) >= d
+        {
+            break StopReason::Duration;
+        }
+        if now < next {
+            let gap = next - now;
+            if gap > Duration::from_micros(200) {
+                std::thread::sleep(gap.mul_f64(0.9));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        stats.attempts += 1;
+        match unwinder.sample(&mut sample) {
+            Ok(()) => {
+                sample.timestamp_us = now.duration_since(start).as_micros() as u64;
+                filter_by_mode(&mut sample, cfg.mode);
+                collector.collect(&sample, unwinder.frames());
+            }
+            Err(Error::ProcessExited { .. }) => {
+                stats.attempts -= 1;
+                break StopReason::TargetExited;
+            }
+            Err(e) if e.is_fatal() => {
+                stats.attempts -= 1;
+                eprintln!("tachyon: sampling stopped: {e}");
+                break StopReason::Fatal;
+            }
+            Err(_) => {
+                if !alive() {
+                    stats.attempts -= 1;
+                    break StopReason::TargetExited;
+                }
+                stats.failures += 1;
+                collector.collect_failed();
+            }
+        }
+        rt.tick(now, stats.attempts);
+        next += interval;
+    };
+    rt.done();
+    stats.duration_s = start.elapsed().as_secs_f64();
+    stats.interrupted = reason == StopReason::Interrupted;
+    (stats, reason)
+}
+
+/// Keep only the threads the mode is about. The unwinder already sets the
+/// status bits; a sample with no thread left still counts as taken.
+fn filter_by_mode(sample: &mut Sample, mode: Mode) {
+    use crate::model::status;
+    let need = match mode {
+        Mode::Wall | Mode::All => return,
+        Mode::Cpu => status::ON_CPU,
+        Mode::Gil => status::HAS_GIL,
+        Mode::Exception => status::HAS_EXCEPTION,
+    };
+    sample.threads.retain(|t| t.status & need != 0);
+}
+
+/// The reference's closing lines, on stdout.
+pub fn print_summary(stats: &RunStats) {
+    let n = stats.attempts;
+    let t = stats.duration_s;
+    let rate = if t > 0.0 { n as f64 / t } else { 0.0 };
+    let s = if n == 1 { "" } else { "s" };
+    println!("Captured {n} sample{s} in {t:.2} seconds");
+    println!("Sample rate: {rate:.2} samples/sec");
+    println!("Error rate: {:.2}", stats.error_rate_pct());
+    let expected = stats.expected();
+    if n < expected && !stats.interrupted {
+        println!(
+            "Warning: missed {} samples from the expected total of {expected} ({:.2}%)",
+            expected - n,
+            stats.missed_pct()
+        );
+    }
+}
+
+/// `--realtime-stats`: the achieved rate, once a second, on one line.
+struct RealtimeStats {
+    on: bool,
+    last_print: Option<Instant>,
+    last_sample: Option<Instant>,
+    min_hz: f64,
+    max_hz: f64,
+    sum_hz: f64,
+    n: u64,
+    printed: bool,
+}
+
+impl RealtimeStats {
+    fn new(on: bool) -> Self {
+        RealtimeStats {
+            on,
+            last_print: None,
+            last_sample: None,
+            min_hz: f64::INFINITY,
+            max_hz: 0.0,
+            sum_hz: 0.0,
+            n: 0,
+            printed: false,
+        }
+    }
+
+    fn tick(&mut self, now: Instant, total: u64) {
+        if !self.on {
+            return;
+        }
+        if let Some(prev) = self.last_sample {
+            let dt = now.duration_since(prev).as_secs_f64();
+            if dt > 0.0 {
+                let hz = 1.0 / dt;
+                self.min_hz = self.min_hz.min(hz);
+                self.max_hz = self.max_hz.max(hz);
+                self.sum_hz += hz;
+                self.n += 1;
+            }
+        }
+        self.last_sample = Some(now);
+        let due = self
+            .last_print
+            .is_none_or(|p| now.duration_since(p) >= Duration::from_secs(1));
+        if due && self.n >= 2 {
+            let mean = self.sum_hz / self.n as f64;
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[KStats: {mean:.1}Hz ({:.1}µs) Min: {:.1}Hz Max: {:.1}Hz N={total}",
+                1e6 / mean,
+                self.min_hz,
+                self.max_hz
+            );
+            let _ = err.flush();
+            self.printed = true;
+            self.last_print = Some(now);
+            self.min_hz = f64::INFINITY;
+            self.max_hz = 0.0;
+            self.sum_hz = 0.0;
+            self.n = 0;
+        }
+    }
+
+    fn done(&self) {
+        if self.printed {
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_like_the_reference() {
+        let us = |s| parse_rate(s).map(|d| d.as_micros());
+        assert_eq!(us("1khz"), Ok(1000));
+        assert_eq!(us("10k"), Ok(100));
+        assert_eq!(us("10KHz"), Ok(100));
+        assert_eq!(us("0.5"), Ok(2_000_000));
+        assert_eq!(us("250hz"), Ok(4000));
+        assert_eq!(us("1mhz"), Ok(1));
+        assert!(parse_rate("0").unwrap_err().contains("positive"));
+        assert!(parse_rate("2mhz").unwrap_err().contains("too high"));
+        for bad in ["", "fast", "1 khz", "-5", "1.2.3", "hz"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn expected_and_missed_follow_the_interval() {
+        let s = RunStats {
+            interval_us: 1000,
+            duration_s: 2.0,
+            attempts: 1500,
+            ..RunStats::default()
+        };
+        assert_eq!(s.expected(), 2000);
+        assert!((s.missed_pct() - 25.0).abs() < 1e-9);
+    }
+}
