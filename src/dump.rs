@@ -149,7 +149,8 @@ pub fn format_dump(
                 && let Some(line) = src.line(file, f.line)
                 && !line.trim().is_empty()
             {
-                let _ = writeln!(out, "    {}", line.trim());
+                // Like the reference (and tracebacks): strip the indentation only.
+                let _ = writeln!(out, "    {}", line.trim_start());
             }
         }
     }

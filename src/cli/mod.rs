@@ -1,6 +1,8 @@
 //! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
 //! `python -m profiling.sampling`, so its users feel at home.
 
+mod profile;
+
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -25,6 +27,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a Python program and profile it from its first line
+    Run(profile::RunArgs),
+    /// Profile a running Python process
+    Attach(profile::AttachArgs),
     /// Print the current stack of a running Python process, like a traceback
     Dump(DumpArgs),
 }
@@ -50,6 +56,8 @@ struct DumpArgs {
 pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(a) => profile::run(a),
+        Command::Attach(a) => profile::attach(a),
         Command::Dump(a) => dump(a),
     }
 }

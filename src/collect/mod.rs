@@ -5,6 +5,9 @@
 //! mode), is told of each failed one, and writes its output once at the
 //! end, with the run's statistics.
 
+pub mod collapsed;
+pub mod pstats;
+
 use std::path::PathBuf;
 
 use crate::error::Result;

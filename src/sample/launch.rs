@@ -71,16 +71,12 @@ pub fn launch_python(argv: &[OsString]) -> Result<Launched> {
         }
     }
     match locate_while_stepping(pid) {
-        Ok(rt) => {
-            let _ = ptrace::detach(pid, None);
-            Ok(Launched {
-                python_pid: pid.as_raw(),
-                child,
-                runtime: rt,
-            })
-        }
+        Ok(rt) => Ok(Launched {
+            python_pid: pid.as_raw(),
+            child,
+            runtime: rt,
+        }),
         Err(e) => {
-            let _ = ptrace::detach(pid, None);
             let _ = child.kill();
             let _ = child.wait();
             Err(e)
@@ -88,36 +84,51 @@ pub fn launch_python(argv: &[OsString]) -> Result<Launched> {
     }
 }
 
-/// The tracee is stopped. Locate its runtime; if it is not there yet (the
-/// loader has not mapped libpython), run to the next system call and try
-/// again. Gives up after a bounded number of steps.
+/// The tracee is stopped at its first exec. Locate its runtime; if it is
+/// not there yet (the loader has not mapped libpython, or a wrapper script
+/// has yet to exec the interpreter), run to the next system call and try
+/// again. Gives up after a bounded number of steps. Signals that arrive
+/// meanwhile are delivered, not swallowed; the exec traps are ptrace events,
+/// so none is left pending to kill the process after we let go.
 fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
+    use nix::sys::ptrace::Options;
     let proc = LinuxProcess::open(pid.as_raw())?;
+    let _ = ptrace::setoptions(
+        pid,
+        Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD,
+    );
+    let mut pending: Option<Signal> = None;
     let mut last = None;
-    for _ in 0..20_000 {
+    for _ in 0..50_000 {
         match runtime::locate(&proc) {
-            Ok(rt) => return Ok(rt),
+            Ok(rt) => {
+                let _ = ptrace::detach(pid, pending);
+                return Ok(rt);
+            }
             Err(
                 e @ (Error::UnsupportedVersion { .. }
                 | Error::FreeThreaded { .. }
                 | Error::InvalidOffsets { .. }
                 | Error::PermissionDenied { .. }),
             ) => {
+                let _ = ptrace::detach(pid, pending);
                 return Err(e);
             }
             Err(e) => last = Some(e),
         }
-        // Step: to the next syscall entry or exit.
-        if ptrace::syscall(pid, None).is_err() {
+        // Step to the next system-call entry or exit (or signal, or exec).
+        if ptrace::syscall(pid, pending.take()).is_err() {
             break;
         }
         match waitpid(pid, None) {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => {
                 return Err(Error::ProcessExited { pid: pid.as_raw() });
             }
+            Ok(WaitStatus::Stopped(_, sig)) => pending = Some(sig),
             Ok(_) => {}
         }
     }
+    let _ = ptrace::detach(pid, pending);
     Err(last.unwrap_or(Error::NotPython {
         pid: pid.as_raw(),
         why: "no Python runtime appeared".into(),

@@ -50,7 +50,10 @@ pub fn ensure_sid_root() -> PathBuf {
             .stdout(Stdio::null())
             .status()
             .expect("cannot run scripts/provision-sid.sh");
-        assert!(st.success(), "scripts/provision-sid.sh failed: the sid test interpreters are missing");
+        assert!(
+            st.success(),
+            "scripts/provision-sid.sh failed: the sid test interpreters are missing"
+        );
     });
     sid_root()
 }
@@ -61,7 +64,10 @@ pub fn sid_interpreters() -> Vec<Interp> {
     let mut v = Vec::new();
     for minor in [13u8, 14, 15] {
         for debug in [false, true] {
-            let exe = PathBuf::from(format!("/usr/bin/python3.{minor}{}", if debug { "d" } else { "" }));
+            let exe = PathBuf::from(format!(
+                "/usr/bin/python3.{minor}{}",
+                if debug { "d" } else { "" }
+            ));
             let outside = root.join(exe.strip_prefix("/").unwrap());
             assert!(
                 outside.exists(),
@@ -151,7 +157,10 @@ impl Target {
         }
         let _ = self.child.kill();
         let out = self.child.wait_with_output_ref();
-        panic!("{}: target never printed {prefix:?}; stderr:\n{out}", self.interp.name);
+        panic!(
+            "{}: target never printed {prefix:?}; stderr:\n{out}",
+            self.interp.name
+        );
     }
 
     /// A path inside the target's filesystem for a file in its directory.
@@ -201,7 +210,10 @@ fn unique_dir_name() -> String {
 pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str]) -> Target {
     let name = unique_dir_name();
     let (dir, inside_dir) = match &interp.root {
-        Some(root) => (root.join("tmp").join(&name), PathBuf::from("/tmp").join(&name)),
+        Some(root) => (
+            root.join("tmp").join(&name),
+            PathBuf::from("/tmp").join(&name),
+        ),
         None => {
             let d = std::env::temp_dir().join(&name);
             (d.clone(), d)
@@ -223,8 +235,12 @@ pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str
     };
     cmd.arg("-u").arg(&script_inside).args(args);
     cmd.env("PYTHONDONTWRITEBYTECODE", "1");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", interp.name));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", interp.name));
     let stdout: ChildStdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {

@@ -1,0 +1,284 @@
+//! `tachyon run` and `tachyon attach`: sample a program into a collector.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{ArgGroup, Args, ValueEnum};
+
+use tachyon::collect::collapsed::CollapsedCollector;
+use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
+use tachyon::collect::{Collector, Mode, Output};
+use tachyon::process::linux::LinuxProcess;
+use tachyon::sample::{self, SampleConfig, StopReason, launch, signals};
+use tachyon::unwind::{UnwindOptions, Unwinder};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Wall-clock time: every sample counts, waiting included
+    Wall,
+    /// Only threads running on a CPU
+    Cpu,
+    /// Only the thread holding the GIL
+    Gil,
+    /// Only threads raising or handling an exception
+    Exception,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Wall => Mode::Wall,
+            ModeArg::Cpu => Mode::Cpu,
+            ModeArg::Gil => Mode::Gil,
+            ModeArg::Exception => Mode::Exception,
+        }
+    }
+}
+
+/// Options shared by `run` and `attach`.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed"])))]
+pub struct SampleArgs {
+    /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
+    #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
+          value_parser = sample::parse_rate)]
+    rate: Duration,
+    /// Stop after this many seconds (fractions allowed); default: until the target exits or Ctrl-C
+    #[arg(short = 'd', long, value_name = "SECONDS", value_parser = parse_seconds)]
+    duration: Option<Duration>,
+    /// Sample every thread, not only the main thread
+    #[arg(short = 'a', long)]
+    all_threads: bool,
+    /// Print the achieved sampling rate once a second while sampling
+    #[arg(long)]
+    realtime_stats: bool,
+    /// Show <native> where C code called back into Python
+    #[arg(long)]
+    native: bool,
+    /// Do not show <GC> while the garbage collector runs
+    #[arg(long)]
+    no_gc: bool,
+    /// What to measure
+    #[arg(long, value_enum, default_value = "wall")]
+    mode: ModeArg,
+    /// Print a table of functions by samples (the default), or with -o write a pstats file
+    #[arg(long)]
+    pstats: bool,
+    /// Write collapsed stacks (flamegraph.pl, inferno, speedscope)
+    #[arg(long)]
+    collapsed: bool,
+    /// Where to write the output (default: the table on stdout for pstats, <format>_<pid>.<ext> otherwise)
+    #[arg(short = 'o', long, value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// pstats: sort the table by this key
+    #[arg(long, value_name = "KEY")]
+    sort: Option<SortKey>,
+    /// pstats: how many rows to print
+    #[arg(short = 'l', long, value_name = "N")]
+    limit: Option<usize>,
+    /// pstats: leave out the summary of interesting functions
+    #[arg(long)]
+    no_summary: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: give seconds, e.g. 30 or 0.5"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("invalid duration {s:?}: it must be positive"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Process ID of the Python interpreter
+    pid: i32,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py"
+)]
+pub struct RunArgs {
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Run TARGET as a module (like python -m)
+    #[arg(short = 'm', long = "module")]
+    module: bool,
+    /// The Python interpreter to start (default: python3 from PATH)
+    #[arg(long, value_name = "EXE", default_value = "python3")]
+    python: OsString,
+    /// Script (or module, with -m) and its arguments; or, after `--`, any
+    /// command (uv run, a shell script, chroot ...), whose first Python
+    /// process is profiled
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "TARGET"
+    )]
+    target: Vec<OsString>,
+}
+
+/// Was the target given after a bare `--` (`run -- COMMAND`)? clap
+/// consumes the `--` itself, so look at the raw arguments: the command
+/// form is when the token just before the first target token is `--`.
+fn command_form(target: &[OsString]) -> bool {
+    let Some(first) = target.first() else {
+        return false;
+    };
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    raw.windows(2).any(|w| w[0] == "--" && &w[1] == first)
+}
+
+impl SampleArgs {
+    fn check(&self) -> Result<()> {
+        if !self.is_pstats() && (self.sort.is_some() || self.limit.is_some() || self.no_summary) {
+            bail!("--sort, --limit and --no-summary only apply to the pstats output");
+        }
+        Ok(())
+    }
+
+    fn is_pstats(&self) -> bool {
+        !self.collapsed
+    }
+
+    fn unwind_options(&self) -> UnwindOptions {
+        UnwindOptions {
+            all_threads: self.all_threads,
+            native: self.native,
+            gc: !self.no_gc,
+            cpu_status: self.mode == ModeArg::Cpu,
+        }
+    }
+
+    fn collector(&self, pid: i32) -> Result<(Box<dyn Collector>, Mode)> {
+        let mode: Mode = self.mode.into();
+        let out = |ext: &str, stem: &str| -> Output {
+            match &self.output {
+                Some(p) if p.is_dir() => Output::File(p.join(format!("{stem}_{pid}.{ext}"))),
+                Some(p) => Output::File(p.clone()),
+                None => Output::File(PathBuf::from(format!("{stem}_{pid}.{ext}"))),
+            }
+        };
+        let c: Box<dyn Collector> = if self.collapsed {
+            Box::new(CollapsedCollector::new(out("txt", "collapsed")))
+        } else {
+            let output = match &self.output {
+                None => Output::Stdout,
+                Some(_) => out("pstats", "profile"),
+            };
+            Box::new(PstatsCollector::new(
+                output,
+                PstatsOptions {
+                    sort: self.sort.unwrap_or_default(),
+                    limit: Some(self.limit.unwrap_or(15)),
+                    show_summary: !self.no_summary,
+                },
+            ))
+        };
+        Ok((c, mode))
+    }
+
+    fn config(&self) -> SampleConfig {
+        SampleConfig {
+            interval: self.rate,
+            duration: self.duration,
+            mode: self.mode.into(),
+            realtime_stats: self.realtime_stats,
+        }
+    }
+}
+
+/// Sample until done; print the statistics; write the output.
+fn profile(unwinder: &mut Unwinder<LinuxProcess>, args: &SampleArgs) -> Result<StopReason> {
+    let pid = unwinder.pid();
+    let (mut collector, _mode) = args.collector(pid)?;
+    let cfg = args.config();
+    let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
+    let (stats, reason) = sample::run(unwinder, collector.as_mut(), &cfg, &alive);
+    if reason == StopReason::Interrupted {
+        println!("Interrupted by user.");
+    }
+    sample::print_summary(&stats);
+    collector
+        .finish(unwinder.frames(), &stats)
+        .context("cannot write the profile")?;
+    Ok(reason)
+}
+
+pub fn attach(a: AttachArgs) -> Result<ExitCode> {
+    a.sample.check()?;
+    signals::install();
+    let mut unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
+    profile(&mut unwinder, &a.sample)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    a.sample.check()?;
+    let launched = if command_form(&a.target) {
+        if a.module {
+            bail!("-m runs a module with python; with `-- COMMAND` give the whole command instead");
+        }
+        launch::launch_command(&a.target, Duration::from_secs(30))?
+    } else {
+        let Some((first, rest)) = a.target.split_first() else {
+            bail!("nothing to run: give a script, -m MODULE, or -- COMMAND");
+        };
+        let mut argv = vec![a.python.clone()];
+        if a.module {
+            argv.push("-m".into());
+        } else if !std::path::Path::new(first).exists() {
+            bail!("script not found: {}", first.to_string_lossy());
+        }
+        argv.push(first.clone());
+        argv.extend(rest.iter().cloned());
+        launch::launch_python(&argv)?
+    };
+    signals::install();
+    let mut child = launched.child;
+    let proc = LinuxProcess::open(launched.python_pid)?;
+    let mut unwinder = Unwinder::new(
+        proc,
+        launched.python_pid,
+        launched.runtime,
+        a.sample.unwind_options(),
+    );
+    let reason = profile(&mut unwinder, &a.sample);
+    // The program outlived sampling (duration over, Ctrl-C): end it, as the
+    // reference does, politely first.
+    if child.try_wait().ok().flatten().is_none() && !matches!(reason, Ok(StopReason::TargetExited))
+    {
+        terminate(&mut child);
+    }
+    let status = child.wait().context("waiting for the profiled program")?;
+    reason?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+fn terminate(child: &mut std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    for _ in 0..200 {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+}

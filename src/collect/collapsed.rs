@@ -1,0 +1,172 @@
+//! Collapsed stacks (`--collapsed`), the reference's format byte for byte:
+//! one line per distinct (thread, stack), `tid:<tid>;<frame>;...;<frame>
+//! <count>` from root to leaf, a frame being `basename(file):func:line` or,
+//! for synthetic frames (file `~`, line 0), just the name (`<GC>`). Lines
+//! are sorted by count, most first, then by text.
+//!
+//! Samples are counted by frame-id sequence (no strings per sample); lines
+//! are rendered once, at the end. Stacks are told apart by `(file, line,
+//! func)` with full paths, as the reference does, so frames differing only
+//! in column merge, and two stacks differing only in a file's directory stay
+//! two lines even when their text is the same (the reference prints both).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::pstats::{basename, write_stdout};
+use super::{Collector, Output, RunStats};
+use crate::error::{Error, Result};
+use crate::model::{FrameId, FrameTable, Sample, StrId};
+
+/// Counts distinct stacks per thread; see the module documentation.
+pub struct CollapsedCollector {
+    output: Output,
+    /// tid → leaf-first frame ids → samples.
+    stacks: HashMap<u64, HashMap<Box<[FrameId]>, u64>>,
+}
+
+impl CollapsedCollector {
+    pub fn new(output: Output) -> Self {
+        CollapsedCollector {
+            output,
+            stacks: HashMap::new(),
+        }
+    }
+
+    /// The file's text.
+    fn render(&self, frames: &FrameTable) -> String {
+        // Merge stacks equal as (file, line, func) sequences.
+        type Loc = (StrId, i32, StrId);
+        let mut merged: HashMap<(u64, Vec<Loc>), u64> = HashMap::new();
+        for (&tid, stacks) in &self.stacks {
+            for (stack, &n) in stacks {
+                let locs = stack
+                    .iter()
+                    .map(|&id| {
+                        let f = frames.frame(id);
+                        (f.file, f.line, f.func)
+                    })
+                    .collect();
+                *merged.entry((tid, locs)).or_insert(0) += n;
+            }
+        }
+        let mut lines: Vec<(String, u64)> = merged
+            .into_iter()
+            .map(|((tid, locs), n)| {
+                let mut s = format!("tid:{tid}");
+                for &(file, line, func) in locs.iter().rev() {
+                    let (file, func) = (frames.str(file), frames.str(func));
+                    if file == "~" && line == 0 {
+                        let _ = write!(s, ";{func}");
+                    } else {
+                        let _ = write!(s, ";{}:{func}:{line}", basename(file));
+                    }
+                }
+                (s, n)
+            })
+            .collect();
+        lines.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut out = String::new();
+        for (s, n) in lines {
+            let _ = writeln!(out, "{s} {n}");
+        }
+        out
+    }
+}
+
+impl Collector for CollapsedCollector {
+    fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        for t in &sample.threads {
+            if t.frames.is_empty() {
+                continue;
+            }
+            let per_thread = self.stacks.entry(t.tid).or_default();
+            match per_thread.get_mut(&t.frames[..]) {
+                Some(n) => *n += 1,
+                None => {
+                    per_thread.insert(t.frames.as_slice().into(), 1);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {
+        let text = self.render(frames);
+        match &self.output {
+            Output::Stdout => write_stdout(text.as_bytes()),
+            Output::File(path) => {
+                std::fs::write(path, text)
+                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+                println!("Collapsed stack output written to {}", path.display());
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pstats::fixtures;
+    use super::*;
+
+    fn collected(sc: &fixtures::Scenario, output: Output) -> CollapsedCollector {
+        let mut c = CollapsedCollector::new(output);
+        for s in &sc.samples {
+            c.collect(s, &sc.frames);
+        }
+        c
+    }
+
+    #[test]
+    fn matches_reference_byte_for_byte() {
+        let all = fixtures::scenarios();
+        assert!(all.len() >= 5);
+        for sc in &all {
+            let got = collected(sc, Output::Stdout).render(&sc.frames);
+            let want = fixtures::read(&format!("{}.collapsed.txt", sc.name));
+            assert_eq!(got, want, "{}: collapsed output differs", sc.name);
+        }
+    }
+
+    #[test]
+    fn writes_the_file() {
+        let sc = fixtures::scenarios().into_iter().next().unwrap();
+        let path =
+            std::env::temp_dir().join(format!("tachyon-collapsed-{}.txt", std::process::id()));
+        let mut c = collected(&sc, Output::File(path.clone()));
+        c.finish(&sc.frames, &RunStats::default()).unwrap();
+        let got = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(got, fixtures::read(&format!("{}.collapsed.txt", sc.name)));
+    }
+
+    #[test]
+    fn frames_differing_in_column_only_share_a_line() {
+        let mut t = FrameTable::new();
+        let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
+        let mk = |col| crate::model::Frame {
+            kind: crate::model::FrameKind::Python,
+            file,
+            func,
+            line: 3,
+            end_line: 3,
+            col,
+            end_col: col + 1,
+        };
+        let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
+        let gc = t.synthetic(crate::model::FrameKind::Gc, "<GC>");
+        let sample = |frames: Vec<FrameId>| Sample {
+            timestamp_us: 0,
+            threads: vec![crate::model::ThreadSample {
+                tid: 9,
+                frames,
+                ..Default::default()
+            }],
+        };
+        let mut c = CollapsedCollector::new(Output::Stdout);
+        c.collect(&sample(vec![a]), &t);
+        c.collect(&sample(vec![b]), &t);
+        c.collect(&sample(vec![gc, b]), &t);
+        assert_eq!(c.render(&t), "tid:9;x.py:f:3 2\ntid:9;x.py:f:3;<GC> 1\n");
+    }
+}

@@ -1,0 +1,1146 @@
+//! The pstats collector: the reference's default output.
+//!
+//! Aggregation is the reference's (`pstats_collector.py`): the key is
+//! `(filename, lineno, funcname)` where `lineno` is the line executing in
+//! that frame, so one function can have several rows. Per thread stack the
+//! leaf gets a direct sample, every distinct key on the stack one
+//! cumulative sample, and each adjacent pair a caller edge
+//! `callers[callee][caller]`.
+//!
+//! To standard output it prints the reference's table, byte for byte:
+//! `Profile Stats:`, the columns (`nsamples` direct/cumulative, `sample%`,
+//! `tottime`, `cumul%`, `cumtime`, each time column in s, ms or μs chosen
+//! by its largest shown value), the `Legend:` block and, unless disabled,
+//! the "Summary of Interesting Functions". Filenames are shown as
+//! basenames and rows that then coincide are merged, as `strip_dirs()` does.
+//! Colours follow CPython's `_colorize.can_colorize()` for standard output
+//! (`PYTHON_COLORS`, `NO_COLOR`, `FORCE_COLOR`, `TERM=dumb`, a terminal).
+//!
+//! To a file it writes a marshal dump that `pstats.Stats(path)` loads:
+//! `{(file, line, func): (direct, cumulative, tottime, cumtime, {caller:
+//! count})}` with full paths. The reference also stores a marker entry
+//! `("__sampled__",): True`, which 3.15's `pstats` pops to switch to its
+//! sampled column titles. Every older `pstats` (3.14, 3.13, ... 3.11)
+//! crashes on that entry (it unpacks every value as a 5-tuple and formats
+//! every key as a 3-tuple), and no value or key shape can satisfy both. As
+//! tachyon profiles 3.13 and 3.14 programs, whose users' `pstats` (and
+//! snakeviz, gprof2dot) cannot read the marker, the file is **portable by
+//! default**: same entries and numbers as the reference, without the
+//! marker; 3.15 then shows it with the classic `ncalls` titles.
+//! [`PstatsCollector::with_sampled_marker`] writes the reference's file
+//! exactly (marker included).
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::io::{IsTerminal, Write as _};
+use std::str::FromStr;
+
+use super::{Collector, Mode, Output, RunStats};
+use crate::error::{Error, Result};
+use crate::model::{FrameId, FrameTable, Sample, StrId};
+
+/// Row order of the table: the reference's `--sort` choices, same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SortKey {
+    /// Direct samples, most first (the default).
+    #[default]
+    Nsamples,
+    /// Time directly in the function, most first.
+    Tottime,
+    /// Time with the function on the stack, most first.
+    Cumtime,
+    /// Direct samples as a percentage, most first.
+    SamplePct,
+    /// Cumulative samples as a percentage, most first.
+    CumulPct,
+    /// Cumulative samples, most first.
+    NsamplesCumul,
+    /// `(file, line, func)` as Python prints the tuple, ascending.
+    Name,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 7] = [
+        SortKey::Nsamples,
+        SortKey::Tottime,
+        SortKey::Cumtime,
+        SortKey::SamplePct,
+        SortKey::CumulPct,
+        SortKey::NsamplesCumul,
+        SortKey::Name,
+    ];
+
+    /// The reference's name for it (`--sort NAME`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Nsamples => "nsamples",
+            SortKey::Tottime => "tottime",
+            SortKey::Cumtime => "cumtime",
+            SortKey::SamplePct => "sample-pct",
+            SortKey::CumulPct => "cumul-pct",
+            SortKey::NsamplesCumul => "nsamples-cumul",
+            SortKey::Name => "name",
+        }
+    }
+}
+
+impl fmt::Display for SortKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SortKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        SortKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = SortKey::ALL.iter().map(|k| k.as_str()).collect();
+                format!("invalid sort key '{s}' (choose from {})", names.join(", "))
+            })
+    }
+}
+
+/// The reference's pstats display options (`--sort`, `-l`, `--no-summary`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PstatsOptions {
+    pub sort: SortKey,
+    /// Rows shown; `None` shows all. The reference's default is 15.
+    pub limit: Option<usize>,
+    /// The "Summary of Interesting Functions" (`--no-summary` turns it off).
+    pub show_summary: bool,
+}
+
+impl Default for PstatsOptions {
+    fn default() -> Self {
+        PstatsOptions {
+            sort: SortKey::Nsamples,
+            limit: Some(15),
+            show_summary: true,
+        }
+    }
+}
+
+/// `(file, line, func)`: what a row is keyed by. Strings are interned in
+/// the [`FrameTable`], so equal strings have equal ids.
+type LocKey = (StrId, i32, StrId);
+
+#[derive(Debug, Clone)]
+struct LocStats {
+    key: LocKey,
+    direct: u64,
+    cumulative: u64,
+    /// The last thread stack that counted this key (cumulative once each).
+    seen: u64,
+}
+
+/// Aggregates samples into pstats rows; see the module documentation.
+pub struct PstatsCollector {
+    output: Output,
+    opts: PstatsOptions,
+    sampled_marker: bool,
+    color: Option<bool>,
+    /// `FrameId` → index in `locs`, plus one (0: not seen yet).
+    loc_of_frame: Vec<u32>,
+    loc_index: HashMap<LocKey, u32>,
+    /// In the order the reference's dict first sees them (leaf to root).
+    locs: Vec<LocStats>,
+    stack_no: u64,
+    edge_index: HashMap<(u32, u32), usize>,
+    /// `(callee, caller, count)` in first-seen order.
+    edges: Vec<(u32, u32, u64)>,
+}
+
+impl PstatsCollector {
+    pub fn new(output: Output, opts: PstatsOptions) -> Self {
+        PstatsCollector {
+            output,
+            opts,
+            sampled_marker: false,
+            color: None,
+            loc_of_frame: Vec::new(),
+            loc_index: HashMap::new(),
+            locs: Vec::new(),
+            stack_no: 0,
+            edge_index: HashMap::new(),
+            edges: Vec::new(),
+        }
+    }
+
+    /// Also write the reference's `("__sampled__",): True` entry to the
+    /// file: Python 3.15's `pstats` then shows sampling column titles, and
+    /// every older `pstats` fails to load the file.
+    pub fn with_sampled_marker(mut self, marker: bool) -> Self {
+        self.sampled_marker = marker;
+        self
+    }
+
+    /// Force colours on or off (default: decided like CPython's
+    /// `_colorize.can_colorize()` for standard output).
+    pub fn with_color(mut self, color: Option<bool>) -> Self {
+        self.color = color;
+        self
+    }
+
+    fn loc(&mut self, id: FrameId, frames: &FrameTable) -> u32 {
+        let i = id as usize;
+        if i >= self.loc_of_frame.len() {
+            self.loc_of_frame.resize(frames.len().max(i + 1), 0);
+        }
+        match self.loc_of_frame[i] {
+            0 => {
+                let f = frames.frame(id);
+                let key = (f.file, f.line, f.func);
+                let next = self.locs.len() as u32;
+                let loc = *self.loc_index.entry(key).or_insert(next);
+                if loc == next {
+                    self.locs.push(LocStats {
+                        key,
+                        direct: 0,
+                        cumulative: 0,
+                        seen: 0,
+                    });
+                }
+                self.loc_of_frame[i] = loc + 1;
+                loc
+            }
+            n => n - 1,
+        }
+    }
+
+    fn process_stack(&mut self, stack: &[FrameId], frames: &FrameTable) {
+        if stack.is_empty() {
+            return;
+        }
+        self.stack_no += 1;
+        let mut callee: Option<u32> = None;
+        for (depth, &id) in stack.iter().enumerate() {
+            let loc = self.loc(id, frames);
+            let st = &mut self.locs[loc as usize];
+            if st.seen != self.stack_no {
+                st.seen = self.stack_no;
+                st.cumulative += 1;
+            }
+            if depth == 0 {
+                st.direct += 1;
+            }
+            if let Some(callee) = callee {
+                let next = self.edges.len();
+                let e = *self.edge_index.entry((callee, loc)).or_insert(next);
+                if e == next {
+                    self.edges.push((callee, loc, 0));
+                }
+                self.edges[e].2 += 1;
+            }
+            callee = Some(loc);
+        }
+    }
+
+    /// The table (and summary) exactly as the reference prints it.
+    fn render_text(&self, frames: &FrameTable, stats: &RunStats, color: bool) -> String {
+        let c = if color { Colors::ON } else { Colors::OFF };
+        let interval_s = stats.interval_us as f64 / 1e6;
+        let mut out = String::new();
+
+        // strip_dirs(): basenames, coinciding rows merged in first-seen order.
+        let mut rows: Vec<Row<'_>> = Vec::with_capacity(self.locs.len());
+        let mut index: HashMap<(&str, i32, &str), usize> = HashMap::new();
+        for l in &self.locs {
+            let (file, line, func) = l.key;
+            let key = (basename(frames.str(file)), line, frames.str(func));
+            let tt = l.direct as f64 * interval_s;
+            let ct = l.cumulative as f64 * interval_s;
+            match index.get(&key) {
+                Some(&i) => {
+                    let r = &mut rows[i];
+                    r.direct += l.direct;
+                    r.cumulative += l.cumulative;
+                    r.tottime += tt;
+                    r.cumtime += ct;
+                }
+                None => {
+                    index.insert(key, rows.len());
+                    rows.push(Row {
+                        file: key.0,
+                        line,
+                        func: key.2,
+                        direct: l.direct,
+                        cumulative: l.cumulative,
+                        tottime: tt,
+                        cumtime: ct,
+                    });
+                }
+            }
+        }
+
+        if rows.is_empty() {
+            out.push_str("No samples were collected.\n");
+            if stats.mode == Mode::Cpu {
+                out.push_str("This can happen in CPU mode when all threads are idle.\n");
+            }
+            return out;
+        }
+
+        let total: u64 = rows.iter().map(|r| r.direct).sum();
+        let pct = |n: u64| {
+            if total > 0 {
+                n as f64 / total as f64 * 100.0
+            } else {
+                0.0
+            }
+        };
+
+        // Stable sorts, as Python's list.sort (reverse=True keeps ties in
+        // their original order too).
+        let desc = |a: f64, b: f64| b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal);
+        match self.opts.sort {
+            SortKey::Nsamples => rows.sort_by_key(|r| std::cmp::Reverse(r.direct)),
+            SortKey::Tottime => rows.sort_by(|a, b| desc(a.tottime, b.tottime)),
+            SortKey::Cumtime => rows.sort_by(|a, b| desc(a.cumtime, b.cumtime)),
+            SortKey::SamplePct => rows.sort_by(|a, b| desc(pct(a.direct), pct(b.direct))),
+            SortKey::CumulPct => rows.sort_by(|a, b| desc(pct(a.cumulative), pct(b.cumulative))),
+            SortKey::NsamplesCumul => rows.sort_by_key(|r| std::cmp::Reverse(r.cumulative)),
+            SortKey::Name => rows.sort_by_cached_key(|r| {
+                format!("({}, {}, {})", py_repr(r.file), r.line, py_repr(r.func))
+            }),
+        }
+        if let Some(limit) = self.opts.limit {
+            rows.truncate(limit);
+        }
+
+        let max_tt = rows.iter().map(|r| r.tottime).fold(0.0, f64::max);
+        let max_ct = rows.iter().map(|r| r.cumtime).fold(0.0, f64::max);
+        let (tt_unit, tt_scale) = best_unit(max_tt);
+        let (ct_unit, ct_scale) = best_unit(max_ct);
+        let tt_head = format!("tottime ({tt_unit})");
+        let ct_head = format!("cumtime ({ct_unit})");
+        let tt_w = tt_head.chars().count().max(12);
+        let ct_w = ct_head.chars().count().max(12);
+
+        let (b, r) = (c.bold_blue, c.reset);
+        let _ = writeln!(out, "{b}Profile Stats:{r}");
+        let _ = writeln!(
+            out,
+            "{b}{:>15}{r}  {b}{:>8}{r}  {b}{tt_head:>tt_w$}{r}  {b}{:>8}{r}  {b}{ct_head:>ct_w$}{r}  {b}filename:lineno(function){r}",
+            "nsamples", "sample%", "cumul%"
+        );
+        for row in &rows {
+            let ns = format!("{}/{}", row.direct, row.cumulative);
+            let _ = writeln!(
+                out,
+                "{ns:>15}  {:8.1}  {:tt_w$.3}  {:8.1}  {:ct_w$.3}  {}{}{r}:{}{}{r}({}{}{r})",
+                pct(row.direct),
+                row.tottime * tt_scale,
+                pct(row.cumulative),
+                row.cumtime * ct_scale,
+                c.green,
+                row.file,
+                c.yellow,
+                row.line,
+                c.cyan,
+                row.func,
+            );
+        }
+
+        let y = c.yellow;
+        let _ = writeln!(out, "\n{b}Legend:{r}");
+        for (name, what) in LEGEND {
+            let _ = writeln!(out, "  {y}{name}{r}: {what}");
+        }
+
+        if self.opts.show_summary && !rows.is_empty() {
+            summary(&mut out, &rows, total, &c);
+        }
+        out
+    }
+
+    /// The marshal bytes of the stats dict (full paths, callers).
+    fn marshal_bytes(&self, frames: &FrameTable, interval_us: u64) -> Vec<u8> {
+        let interval_s = interval_us as f64 / 1e6;
+        let mut callers: Vec<Vec<(u32, u64)>> = vec![Vec::new(); self.locs.len()];
+        for &(callee, caller, n) in &self.edges {
+            callers[callee as usize].push((caller, n));
+        }
+        let mut m = Marshal::default();
+        m.dict_start();
+        for (l, callers) in self.locs.iter().zip(&callers) {
+            m.key(l.key, frames);
+            m.tuple(5);
+            m.int(l.direct);
+            m.int(l.cumulative);
+            m.float(l.direct as f64 * interval_s);
+            m.float(l.cumulative as f64 * interval_s);
+            m.dict_start();
+            for &(caller, n) in callers {
+                m.key(self.locs[caller as usize].key, frames);
+                m.int(n);
+            }
+            m.dict_end();
+        }
+        if self.sampled_marker {
+            m.tuple(1);
+            m.str("__sampled__");
+            m.buf.push(b'T');
+        }
+        m.dict_end();
+        m.buf
+    }
+}
+
+impl Collector for PstatsCollector {
+    fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
+        for t in &sample.threads {
+            self.process_stack(&t.frames, frames);
+        }
+    }
+
+    fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
+        match &self.output {
+            Output::File(path) => {
+                std::fs::write(path, self.marshal_bytes(frames, stats.interval_us))
+                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+            }
+            Output::Stdout => {
+                let color = self.color.unwrap_or_else(stdout_can_colorize);
+                let text = self.render_text(frames, stats, color);
+                write_stdout(text.as_bytes())
+            }
+        }
+    }
+}
+
+/// Write to standard output; a closed pipe (`| head`) is not an error.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("cannot write to standard output", e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `os.path.basename`: everything after the last `/`.
+pub(crate) fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+struct Row<'a> {
+    file: &'a str,
+    line: i32,
+    func: &'a str,
+    direct: u64,
+    cumulative: u64,
+    tottime: f64,
+    cumtime: f64,
+}
+
+const LEGEND: [(&str, &str); 6] = [
+    (
+        "nsamples",
+        "Direct/Cumulative samples (direct executing / on call stack)",
+    ),
+    (
+        "sample%",
+        "Percentage of total samples this function was directly executing",
+    ),
+    (
+        "tottime",
+        "Estimated total time spent directly in this function",
+    ),
+    (
+        "cumul%",
+        "Percentage of total samples when this function was on the call stack",
+    ),
+    (
+        "cumtime",
+        "Estimated cumulative time (including time in called functions)",
+    ),
+    ("filename:lineno(function)", "Function location and name"),
+];
+
+/// The unit for a time column from its largest value.
+fn best_unit(max: f64) -> (&'static str, f64) {
+    if max >= 1.0 {
+        ("s", 1.0)
+    } else if max >= 0.001 {
+        ("ms", 1000.0)
+    } else {
+        ("μs", 1e6)
+    }
+}
+
+struct Colors {
+    bold_blue: &'static str,
+    green: &'static str,
+    yellow: &'static str,
+    cyan: &'static str,
+    reset: &'static str,
+}
+
+impl Colors {
+    const ON: Colors = Colors {
+        bold_blue: "\x1b[1;34m",
+        green: "\x1b[32m",
+        yellow: "\x1b[33m",
+        cyan: "\x1b[36m",
+        reset: "\x1b[0m",
+    };
+    const OFF: Colors = Colors {
+        bold_blue: "",
+        green: "",
+        yellow: "",
+        cyan: "",
+        reset: "",
+    };
+}
+
+/// CPython's `_colorize.can_colorize()` for standard output.
+fn stdout_can_colorize() -> bool {
+    let var = |k: &str| std::env::var_os(k);
+    match var("PYTHON_COLORS").as_deref().and_then(|v| v.to_str()) {
+        Some("0") => return false,
+        Some("1") => return true,
+        _ => {}
+    }
+    if var("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    if var("FORCE_COLOR").is_some_and(|v| !v.is_empty()) {
+        return true;
+    }
+    if var("TERM").is_some_and(|v| v == "dumb") {
+        return false;
+    }
+    std::io::stdout().is_terminal()
+}
+
+/// "Summary of Interesting Functions": the shown rows aggregated by
+/// `file:func` (the reference joins and re-splits at the last `:`, so a
+/// `:` in a name moves the split; kept for identical output).
+fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
+    struct Agg {
+        name: String,
+        direct: u64,
+        cumulative: u64,
+    }
+    let mut aggs: Vec<Agg> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for r in rows {
+        let name = format!("{}:{}", r.file, r.func);
+        match index.get(&name) {
+            Some(&i) => {
+                aggs[i].direct += r.direct;
+                aggs[i].cumulative += r.cumulative;
+            }
+            None => {
+                index.insert(name.clone(), aggs.len());
+                aggs.push(Agg {
+                    name,
+                    direct: r.direct,
+                    cumulative: r.cumulative,
+                });
+            }
+        }
+    }
+    let pct = |n: u64| {
+        if total > 0 {
+            n as f64 / total as f64 * 100.0
+        } else {
+            0.0
+        }
+    };
+    let func_name = |a: &Agg| {
+        let (file, func) = a.name.rsplit_once(':').unwrap_or(("", &a.name));
+        format!(
+            "{}{file}{}:{}{}({}{func}{})",
+            c.green, c.reset, c.yellow, c.reset, c.cyan, c.reset
+        )
+    };
+    let (b, r) = (c.bold_blue, c.reset);
+    let _ = writeln!(out, "\n{b}Summary of Interesting Functions:{r}");
+
+    type Key = fn(&Agg) -> f64;
+    type Line<'f> = &'f dyn Fn(&Agg) -> Option<String>;
+    let hot: Line<'_> = &|a| {
+        (a.direct > 0 && a.cumulative > 0).then(|| {
+            format!(
+                "{:.3} direct/cumulative ratio, {:.1}% direct samples: {}",
+                a.direct as f64 / a.cumulative as f64,
+                pct(a.direct),
+                func_name(a)
+            )
+        })
+    };
+    let freq: Line<'_> = &|a| {
+        (a.cumulative > a.direct).then(|| {
+            format!(
+                "{} indirect calls, {:.1}% total stack presence: {}",
+                a.cumulative - a.direct,
+                pct(a.cumulative),
+                func_name(a)
+            )
+        })
+    };
+    let magn: Line<'_> = &|a| {
+        (a.direct > 0 && a.cumulative > a.direct).then(|| {
+            format!(
+                "{:.1}x call magnification, {} indirect calls from {} direct: {}",
+                a.cumulative as f64 / a.direct as f64,
+                a.cumulative - a.direct,
+                a.direct,
+                func_name(a)
+            )
+        })
+    };
+    let lists: [(&str, Key, Line<'_>); 3] = [
+        (
+            "Functions with Highest Direct/Cumulative Ratio (Hot Spots)",
+            |a| {
+                if a.cumulative > 0 {
+                    a.direct as f64 / a.cumulative as f64
+                } else {
+                    0.0
+                }
+            },
+            hot,
+        ),
+        (
+            "Functions with Highest Call Frequency (Indirect Calls)",
+            // cumulative >= direct always (the leaf is on its own stack).
+            |a| a.cumulative.saturating_sub(a.direct) as f64,
+            freq,
+        ),
+        (
+            "Functions with Highest Call Magnification (Cumulative/Direct)",
+            |a| {
+                if a.direct > 0 {
+                    a.cumulative as f64 / a.direct as f64
+                } else {
+                    0.0
+                }
+            },
+            magn,
+        ),
+    ];
+    for (title, key, line) in lists {
+        let _ = writeln!(out, "\n{b}{title}:{r}");
+        let mut sorted: Vec<&Agg> = aggs.iter().collect();
+        sorted.sort_by(|x, y| {
+            key(y)
+                .partial_cmp(&key(x))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        // The top three are taken first, then the ones that qualify shown.
+        for a in sorted.into_iter().take(3) {
+            if let Some(l) = line(a) {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+    }
+}
+
+/// Python's `repr(str)`, for the `name` sort key (`str((file, line,
+/// func))`). Printability is approximated: C0/C1 controls and the common
+/// format, separator and private-use characters are escaped; unassigned
+/// code points (which Python also escapes) are not recognised.
+fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for ch in s.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !py_printable(c) => {
+                let n = c as u32;
+                let _ = if n < 0x100 {
+                    write!(out, "\\x{n:02x}")
+                } else if n < 0x10000 {
+                    write!(out, "\\u{n:04x}")
+                } else {
+                    write!(out, "\\U{n:08x}")
+                };
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+fn py_printable(c: char) -> bool {
+    let n = c as u32;
+    !(c.is_control()
+        || n == 0xA0
+        || n == 0xAD
+        || (0x2000..=0x200F).contains(&n)
+        || (0x2028..=0x202F).contains(&n)
+        || (0x205F..=0x206F).contains(&n)
+        || n == 0x1680
+        || n == 0x3000
+        || n == 0xFEFF
+        || (0xFFF9..=0xFFFB).contains(&n)
+        || (0xD800..=0xF8FF).contains(&n)
+        || n >= 0xF0000)
+}
+
+/// A plain marshal writer: only the codes any `marshal` reader since
+/// Python 3.4 accepts, no back-references.
+#[derive(Default)]
+struct Marshal {
+    buf: Vec<u8>,
+}
+
+impl Marshal {
+    fn dict_start(&mut self) {
+        self.buf.push(b'{');
+    }
+
+    fn dict_end(&mut self) {
+        self.buf.push(b'0');
+    }
+
+    /// A tuple header (`)`, the small tuple: one byte of length).
+    fn tuple(&mut self, n: u8) {
+        self.buf.push(b')');
+        self.buf.push(n);
+    }
+
+    fn str(&mut self, s: &str) {
+        self.buf.push(b'u');
+        self.buf.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    fn int(&mut self, v: u64) {
+        if let Ok(small) = i32::try_from(v) {
+            self.i32(small);
+        } else {
+            // `l`: a count of 15-bit digits, then the digits, low first.
+            let mut digits = Vec::new();
+            let mut rest = v;
+            while rest > 0 {
+                digits.push((rest & 0x7fff) as u16);
+                rest >>= 15;
+            }
+            self.buf.push(b'l');
+            self.buf
+                .extend_from_slice(&(digits.len() as i32).to_le_bytes());
+            for d in digits {
+                self.buf.extend_from_slice(&d.to_le_bytes());
+            }
+        }
+    }
+
+    fn i32(&mut self, v: i32) {
+        self.buf.push(b'i');
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn float(&mut self, v: f64) {
+        self.buf.push(b'g');
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// `(file, line, func)` with the full file name.
+    fn key(&mut self, (file, line, func): LocKey, frames: &FrameTable) {
+        self.tuple(3);
+        self.str(frames.str(file));
+        self.i32(line);
+        self.str(frames.str(func));
+    }
+}
+
+/// The synthetic stacks and the reference's outputs for them
+/// (`fixtures/reference/`, made by `scripts/gen-reference-fixtures.sh`);
+/// shared by the collectors' tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::path::PathBuf;
+
+    use serde_json::Value;
+
+    use crate::model::{Frame, FrameKind, FrameTable, Sample, ThreadSample};
+
+    pub fn dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference")
+    }
+
+    pub fn read(name: &str) -> String {
+        let p = dir().join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    pub struct Scenario {
+        pub name: String,
+        pub interval_us: u64,
+        pub frames: FrameTable,
+        pub samples: Vec<Sample>,
+        /// The `pstats` runs: options as JSON.
+        pub pstats: Vec<Value>,
+    }
+
+    pub fn scenarios() -> Vec<Scenario> {
+        let all: Value = serde_json::from_str(&read("scenarios.json")).unwrap();
+        let mut out = Vec::new();
+        for sc in all["scenarios"].as_array().unwrap() {
+            let mut frames = FrameTable::new();
+            let mut stacks = std::collections::HashMap::new();
+            for (name, entries) in sc["stacks"].as_object().unwrap() {
+                let ids: Vec<u32> = entries
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| frame(&mut frames, e))
+                    .collect();
+                stacks.insert(name.clone(), ids);
+            }
+            let mut samples = Vec::new();
+            for s in sc["samples"].as_array().unwrap() {
+                let threads: Vec<ThreadSample> = s["threads"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| ThreadSample {
+                        tid: t[0].as_u64().unwrap(),
+                        frames: stacks[t[1].as_str().unwrap()].clone(),
+                        ..Default::default()
+                    })
+                    .collect();
+                for _ in 0..s["repeat"].as_u64().unwrap() {
+                    samples.push(Sample {
+                        timestamp_us: 0,
+                        threads: threads.clone(),
+                    });
+                }
+            }
+            out.push(Scenario {
+                name: sc["name"].as_str().unwrap().to_string(),
+                interval_us: sc["interval_us"].as_u64().unwrap(),
+                frames,
+                samples,
+                pstats: sc["pstats"].as_array().unwrap().clone(),
+            });
+        }
+        out
+    }
+
+    fn frame(t: &mut FrameTable, e: &Value) -> u32 {
+        let file = e[0].as_str().unwrap();
+        let line = e[1].as_i64().unwrap() as i32;
+        let func = e[2].as_str().unwrap();
+        if file == "~" && line == 0 {
+            let kind = if func == "<GC>" {
+                FrameKind::Gc
+            } else {
+                FrameKind::Native
+            };
+            return t.synthetic(kind, func);
+        }
+        let col = e.get(3).and_then(Value::as_i64).unwrap_or(0) as i32;
+        let file = t.intern_str(file);
+        let func = t.intern_str(func);
+        t.intern(Frame {
+            kind: FrameKind::Python,
+            file,
+            func,
+            line,
+            end_line: line,
+            col,
+            end_col: col + 1,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::*;
+
+    fn run(sc: &fixtures::Scenario, opts: PstatsOptions, mode: Mode, color: bool) -> String {
+        let mut c = PstatsCollector::new(Output::Stdout, opts);
+        for s in &sc.samples {
+            c.collect(s, &sc.frames);
+        }
+        let stats = RunStats {
+            interval_us: sc.interval_us,
+            mode,
+            ..Default::default()
+        };
+        c.render_text(&sc.frames, &stats, color)
+    }
+
+    fn options(v: &serde_json::Value) -> (PstatsOptions, Mode, bool) {
+        let mut o = PstatsOptions::default();
+        if let Some(s) = v.get("sort") {
+            o.sort = s.as_str().unwrap().parse().unwrap();
+        }
+        if let Some(l) = v.get("limit") {
+            o.limit = l.as_u64().map(|l| l as usize);
+        }
+        if let Some(s) = v.get("summary") {
+            o.show_summary = s.as_bool().unwrap();
+        }
+        let mode = match v.get("mode").and_then(|m| m.as_str()) {
+            Some("cpu") => Mode::Cpu,
+            _ => Mode::Wall,
+        };
+        let color = v.get("color").and_then(|c| c.as_bool()).unwrap_or(false);
+        (o, mode, color)
+    }
+
+    #[test]
+    fn text_matches_reference_byte_for_byte() {
+        let mut checked = 0;
+        for sc in fixtures::scenarios() {
+            for v in &sc.pstats {
+                let (opts, mode, color) = options(v);
+                let got = run(&sc, opts, mode, color);
+                let file = v["out"].as_str().unwrap();
+                let want = fixtures::read(file);
+                assert_eq!(got, want, "{}: output differs from the reference's", file);
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} fixtures checked");
+    }
+
+    #[test]
+    fn sort_key_names() {
+        for k in SortKey::ALL {
+            assert_eq!(k.as_str().parse::<SortKey>(), Ok(k));
+            let v = <SortKey as clap::ValueEnum>::from_str(k.as_str(), false).unwrap();
+            assert_eq!(v, k);
+        }
+        assert!(
+            "bogus"
+                .parse::<SortKey>()
+                .unwrap_err()
+                .contains("nsamples-cumul")
+        );
+        assert_eq!(SortKey::default(), SortKey::Nsamples);
+    }
+
+    #[test]
+    fn python_repr() {
+        assert_eq!(py_repr("a.py"), "'a.py'");
+        assert_eq!(py_repr("it's"), "\"it's\"");
+        assert_eq!(py_repr("say \"it's\""), "'say \"it\\'s\"'");
+        assert_eq!(py_repr("t\tb\\x\u{1}\u{85}λ"), "'t\\tb\\\\x\\x01\\x85λ'");
+    }
+
+    #[test]
+    fn marshal_of_big_counts() {
+        let mut m = Marshal::default();
+        m.int(1 << 40);
+        // 2^40 = digit 2^10 at position 2 (15-bit digits): 0, 0, 1024.
+        assert_eq!(m.buf, [b'l', 3, 0, 0, 0, 0, 0, 0, 0, 0, 4]);
+    }
+
+    /// A directory below the sid root, removed on drop.
+    struct RootTmp {
+        root: PathBuf,
+        dir: PathBuf,
+    }
+
+    impl RootTmp {
+        fn new(root: &Path, tag: &str) -> Self {
+            let dir = root.join(format!("tmp/tachyon-pstats-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            RootTmp {
+                root: root.to_path_buf(),
+                dir,
+            }
+        }
+
+        fn inside(&self, name: &str) -> String {
+            format!(
+                "/{}",
+                self.dir
+                    .join(name)
+                    .strip_prefix(&self.root)
+                    .unwrap()
+                    .display()
+            )
+        }
+    }
+
+    impl Drop for RootTmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn sid_root() -> PathBuf {
+        std::env::var_os("TACHYON_SID_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/sid"))
+    }
+
+    fn python(root: Option<&Path>, exe: &str, script: &str, args: &[String]) -> String {
+        let mut cmd = match root {
+            Some(r) => {
+                let mut c = Command::new("chroot");
+                c.arg(r).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let out = cmd
+            .arg("-I")
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{exe} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Loads a pstats file with `pstats.Stats`; prints the class chosen
+    /// (`SampledStats` when the marker is there), then every number in a
+    /// fixed order. With a second file (the reference's), also checks the
+    /// raw dicts are equal, key order included; the reference's marker is
+    /// dropped first unless a third argument is given.
+    const LOAD: &str = r#"
+import marshal, pstats, sys
+st = pstats.Stats(sys.argv[1])
+print(type(st).__name__)
+print(st.total_calls, st.prim_calls, repr(st.total_tt))
+for k in sorted(st.stats):
+    cc, nc, tt, ct, callers = st.stats[k]
+    print(k, cc, nc, repr(tt), repr(ct), sorted(callers.items()))
+if len(sys.argv) > 2:
+    ours = marshal.load(open(sys.argv[1], "rb"))
+    ref = marshal.load(open(sys.argv[2], "rb"))
+    if len(sys.argv) < 4:
+        del ref[("__sampled__",)]
+    assert ours == ref, (ours, ref)
+    assert list(ours) == list(ref), "key order differs"
+    print("identical to the reference")
+"#;
+
+    fn write_file(sc: &fixtures::Scenario, path: &Path, marker: bool) {
+        let mut c =
+            PstatsCollector::new(Output::File(path.to_path_buf()), PstatsOptions::default())
+                .with_sampled_marker(marker);
+        for s in &sc.samples {
+            c.collect(s, &sc.frames);
+        }
+        let stats = RunStats {
+            interval_us: sc.interval_us,
+            ..Default::default()
+        };
+        c.finish(&sc.frames, &stats).unwrap();
+    }
+
+    #[test]
+    fn marshal_file_loads_in_pstats_of_every_python() {
+        let root = sid_root();
+        assert!(
+            root.join("usr/bin/python3.15").exists(),
+            "MISSING INTERPRETER: {}/usr/bin/python3.15 (run scripts/provision-sid.sh)",
+            root.display()
+        );
+        let py311 = Path::new("/usr/bin/python3.11").exists();
+        if !py311 {
+            eprintln!(
+                "!!! /usr/bin/python3.11 MISSING: pstats files not checked with Python 3.11 !!!"
+            );
+        }
+        let tmp = RootTmp::new(&root, "load");
+        let sid = |minor: u8, args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| tmp.inside(a)).collect();
+            python(
+                Some(&root),
+                &format!("/usr/bin/python3.{minor}"),
+                LOAD,
+                &args,
+            )
+        };
+        let mut checked = 0;
+        for sc in fixtures::scenarios() {
+            let empty = sc
+                .samples
+                .iter()
+                .all(|s| s.threads.iter().all(|t| t.frames.is_empty()));
+            if empty {
+                continue; // pstats.Stats refuses an empty profile (the reference's too)
+            }
+            let reference = format!("{}.ref.prof", sc.name);
+            let portable = format!("{}.prof", sc.name);
+            let marked = format!("{}.marked.prof", sc.name);
+            std::fs::copy(fixtures::dir().join(&portable), tmp.dir.join(&reference)).unwrap();
+            write_file(&sc, &tmp.dir.join(&portable), false);
+            write_file(&sc, &tmp.dir.join(&marked), true);
+
+            let want = sid(15, &[&reference]);
+            let (class, numbers) = want.split_once('\n').unwrap();
+            assert_eq!(class, "SampledStats", "{}", sc.name);
+            let same = format!("{numbers}identical to the reference\n");
+
+            // With the marker: the reference's file, entry for entry.
+            let got = sid(15, &[&marked, &reference, "keep-marker"]);
+            assert_eq!(got, format!("SampledStats\n{same}"), "{}", sc.name);
+
+            // Portable: the same entries and numbers, read as classic Stats
+            // by 3.15 and by every older pstats.
+            let got = sid(15, &[&portable, &reference]);
+            assert_eq!(got, format!("Stats\n{same}"), "{}", sc.name);
+            for minor in [13, 14] {
+                let got = sid(minor, &[&portable]);
+                assert_eq!(got, format!("Stats\n{numbers}"), "3.{minor}, {}", sc.name);
+            }
+            if py311 {
+                let path = tmp.dir.join(&portable).display().to_string();
+                let got = python(None, "/usr/bin/python3.11", LOAD, &[path]);
+                assert_eq!(got, format!("Stats\n{numbers}"), "3.11, {}", sc.name);
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, 4);
+    }
+
+    /// Why the marker is off by default: pstats before 3.15 cannot load it.
+    #[test]
+    fn marked_file_fails_in_older_pstats() {
+        let root = sid_root();
+        let tmp = RootTmp::new(&root, "old");
+        let sc = fixtures::scenarios().into_iter().next().unwrap();
+        write_file(&sc, &tmp.dir.join("m.prof"), true);
+        let out = Command::new("chroot")
+            .arg(&root)
+            .args([
+                "/usr/bin/python3.14",
+                "-I",
+                "-c",
+                "import pstats, sys; pstats.Stats(sys.argv[1])",
+            ])
+            .arg(tmp.inside("m.prof"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("TypeError"));
+    }
+}

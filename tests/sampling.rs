@@ -1,0 +1,430 @@
+//! `tachyon run` and `tachyon attach` end to end, on real interpreters: the
+//! seed's worked examples (report.py, pool.py) must lead to the same
+//! conclusions as the reference, and every way a run can end (exit code,
+//! Ctrl-C, SIGKILL, early exit, a missing script) must give a sensible
+//! result and a written profile.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Interp, sid_interpreters, sid_root, tachyon_bin};
+
+const REPORT: &str = include_str!("../fixtures/programs/report.py");
+const POOL: &str = include_str!("../fixtures/programs/pool.py");
+
+/// A directory inside the sid root (so the chrooted interpreter sees it),
+/// removed on drop.
+struct RootDir {
+    outside: PathBuf,
+    inside: PathBuf,
+}
+
+impl RootDir {
+    fn new(files: &[(&str, &str)]) -> RootDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "tachyon-sampling-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let outside = sid_root().join("tmp").join(&name);
+        std::fs::create_dir_all(&outside).unwrap();
+        for (n, c) in files {
+            std::fs::write(outside.join(n), c).unwrap();
+        }
+        RootDir {
+            outside,
+            inside: Path::new("/tmp").join(name),
+        }
+    }
+    fn inside(&self, f: &str) -> String {
+        self.inside.join(f).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for RootDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.outside);
+    }
+}
+
+fn release(minor: u8) -> Interp {
+    sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == minor && !i.debug)
+        .unwrap()
+}
+
+/// `tachyon <args> -- chroot ROOT python script`, in `cwd`.
+fn run_in_root(interp: &Interp, tachyon_args: &[&str], script: &str, cwd: &Path) -> Output {
+    Command::new(tachyon_bin())
+        .arg("run")
+        .args(tachyon_args)
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&interp.exe)
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot run tachyon")
+}
+
+#[derive(Debug)]
+struct Row {
+    direct: u64,
+    cumulative: u64,
+    tottime_s: f64,
+    key: String,
+}
+
+/// Rows of the pstats table printed on stdout.
+fn pstats_rows(stdout: &str) -> Vec<Row> {
+    let mut lines = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("nsamples"));
+    let Some(header) = lines.next() else {
+        return vec![];
+    };
+    let unit = if header.contains("tottime (ms)") {
+        1e-3
+    } else if header.contains("tottime (μs)") || header.contains("tottime (us)") {
+        1e-6
+    } else {
+        1.0
+    };
+    let mut rows = Vec::new();
+    for l in lines {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[0].contains('/') {
+            break;
+        }
+        let (d, c) = f[0].split_once('/').unwrap();
+        rows.push(Row {
+            direct: d.parse().unwrap(),
+            cumulative: c.parse().unwrap(),
+            tottime_s: f[2].parse::<f64>().unwrap() * unit,
+            key: f[5..].join(" "),
+        });
+    }
+    rows
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn captured(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Captured "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'Captured N samples' line in:\n{stdout}"))
+}
+
+fn error_rate(stdout: &str) -> f64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Error rate: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no 'Error rate' line in:\n{stdout}"))
+}
+
+#[test]
+fn report_py_finds_the_hotspot_in_wall_and_cpu_mode_on_every_version() {
+    for minor in [13, 14, 15] {
+        let it = release(minor);
+        let dir = RootDir::new(&[("report.py", REPORT)]);
+        let out = run_in_root(&it, &[], &dir.inside("report.py"), &dir.outside);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: {}\n{}",
+            it.name,
+            stdout,
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains("top: ('/api/item/0', 600)"),
+            "program output must pass through:\n{stdout}"
+        );
+        let rows = pstats_rows(&stdout);
+        assert!(!rows.is_empty(), "{}: no table:\n{stdout}", it.name);
+        assert_eq!(
+            rows[0].key, "report.py:36(fingerprint)",
+            "{}:\n{stdout}",
+            it.name
+        );
+        let fetch = rows
+            .iter()
+            .find(|r| r.key == "report.py:41(fetch_upstream)")
+            .unwrap_or_else(|| panic!("{}: no fetch_upstream row:\n{stdout}", it.name));
+        assert!(
+            (0.85..1.3).contains(&fetch.tottime_s),
+            "{}: fetch_upstream {} s, expected about 1.0 s",
+            it.name,
+            fetch.tottime_s
+        );
+        // The whole program runs under <module>: its cumulative count
+        // covers every row's direct samples.
+        let module = rows
+            .iter()
+            .find(|r| r.key.starts_with("report.py:") && r.key.ends_with("(<module>)"))
+            .unwrap_or_else(|| panic!("{}: no <module> row:\n{stdout}", it.name));
+        assert!(
+            module.cumulative >= rows[0].direct + fetch.direct,
+            "{}:\n{stdout}",
+            it.name
+        );
+        assert!(captured(&stdout) > 1500, "{}:\n{stdout}", it.name);
+        assert!(error_rate(&stdout) < 1.0, "{}:\n{stdout}", it.name);
+
+        // In CPU mode the sleep disappears and the hot loop still leads.
+        let out = run_in_root(
+            &it,
+            &["--mode", "cpu"],
+            &dir.inside("report.py"),
+            &dir.outside,
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", it.name, text(&out.stderr));
+        let rows = pstats_rows(&stdout);
+        assert_eq!(
+            rows[0].key, "report.py:36(fingerprint)",
+            "{} cpu:\n{stdout}",
+            it.name
+        );
+        let sleeping: u64 = rows
+            .iter()
+            .filter(|r| r.key.contains("fetch_upstream"))
+            .map(|r| r.direct)
+            .sum();
+        assert!(
+            sleeping < 20,
+            "{} cpu: fetch_upstream has {sleeping} samples:\n{stdout}",
+            it.name
+        );
+    }
+}
+
+#[test]
+fn pool_py_shows_the_workers_only_with_all_threads() {
+    for minor in [13, 14, 15] {
+        let it = release(minor);
+        let dir = RootDir::new(&[("pool.py", POOL)]);
+        let out = run_in_root(
+            &it,
+            &["-l", "4", "--no-summary"],
+            &dir.inside("pool.py"),
+            &dir.outside,
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", it.name, text(&out.stderr));
+        let rows = pstats_rows(&stdout);
+        assert!(
+            rows[0].key.contains("Condition.wait"),
+            "{} main only:\n{stdout}",
+            it.name
+        );
+        assert!(
+            !stdout.contains("(checksum)"),
+            "{} main only shows checksum:\n{stdout}",
+            it.name
+        );
+
+        let out = run_in_root(
+            &it,
+            &["-a", "-l", "4", "--no-summary"],
+            &dir.inside("pool.py"),
+            &dir.outside,
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", it.name, text(&out.stderr));
+        let rows = pstats_rows(&stdout);
+        assert_eq!(
+            rows[0].key, "pool.py:8(checksum)",
+            "{} -a:\n{stdout}",
+            it.name
+        );
+        // Two workers: thread-seconds of checksum exceed the run's length.
+        let total: f64 = rows
+            .iter()
+            .filter(|r| r.key.contains("checksum"))
+            .map(|r| r.tottime_s)
+            .sum();
+        let duration: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Captured "))
+            .and_then(|l| l.split(" in ").nth(1))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap();
+        assert!(
+            total > duration * 1.2,
+            "{}: checksum {total} s in a {duration} s run",
+            it.name
+        );
+    }
+}
+
+#[test]
+fn exit_codes_pass_through_and_the_profile_is_written() {
+    let it = release(15);
+    let dir = RootDir::new(&[(
+        "exit3.py",
+        "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.3:\n    pass\nraise SystemExit(3)\n",
+    )]);
+    let out_file = dir.outside.join("out.txt");
+    let out = run_in_root(
+        &it,
+        &["--collapsed", "-o", out_file.to_str().unwrap()],
+        &dir.inside("exit3.py"),
+        &dir.outside,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let collapsed = std::fs::read_to_string(&out_file).expect("collapsed file written");
+    let line = collapsed.lines().next().expect("a stack");
+    assert!(line.starts_with("tid:"), "{line}");
+    assert!(collapsed.contains("exit3.py:<module>:3"), "{collapsed}");
+}
+
+#[test]
+fn a_missing_script_is_a_clear_error() {
+    let out = Command::new(tachyon_bin())
+        .args(["run", "/nonexistent/script.py"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("script not found: /nonexistent/script.py"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// `attach` to a target, then do `during` to it or to tachyon.
+fn attach_and(args: &[&str], during: impl FnOnce(&mut common::Target, u32)) -> (Output, bool) {
+    let it = release(15);
+    let mut t = common::spawn(
+        &it,
+        "import time\nprint('READY', flush=True)\nwhile True:\n    time.sleep(0.001)\n",
+        &[],
+        &[],
+    );
+    t.wait_for("READY", Duration::from_secs(20));
+    let child = Command::new(tachyon_bin())
+        .arg("attach")
+        .args(args)
+        .arg(t.pid().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tpid = child.id();
+    std::thread::sleep(Duration::from_millis(700));
+    during(&mut t, tpid);
+    let out = child.wait_with_output().unwrap();
+    let alive = t.child.try_wait().unwrap().is_none();
+    (out, alive)
+}
+
+#[test]
+fn attach_for_a_duration_leaves_the_target_running() {
+    let (out, alive) = attach_and(&["-d", "1.5", "--collapsed", "-o", "/dev/null"], |_, _| {});
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let n = captured(&stdout);
+    assert!(
+        (1000..=1600).contains(&n),
+        "{n} samples in 1.5 s at 1 kHz:\n{stdout}"
+    );
+    assert!(alive, "attach must not end the target");
+}
+
+#[test]
+fn ctrl_c_and_a_killed_target_still_write_the_profile() {
+    let (out, _) = attach_and(&[], |_, tachyon| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(tachyon as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+    });
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("Interrupted by user."), "{stdout}");
+    assert!(stdout.contains("Profile Stats:"), "{stdout}");
+    assert!(captured(&stdout) > 300, "{stdout}");
+
+    let (out, _) = attach_and(&[], |t, _| {
+        t.child.kill().unwrap();
+    });
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("Profile Stats:"), "{stdout}");
+    assert!(captured(&stdout) > 300, "{stdout}");
+}
+
+#[test]
+fn run_samples_from_the_first_line() {
+    // A program whose whole life is a 100 ms loop on its second line: a
+    // profiler that starts late sees little of it.
+    let script =
+        "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.1: pass\n";
+    let it = release(15);
+    let dir = RootDir::new(&[("short.py", script)]);
+    // The race-free path: `--python` is a wrapper that execs the chrooted
+    // interpreter; tachyon holds the process from exec to exec.
+    let wrapper = dir.outside.join("py.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec chroot {} {} \"$@\"\n",
+            sid_root().display(),
+            it.exe.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // The script path must exist where tachyon checks it and where python
+    // reads it: the same path inside and outside the root.
+    let host_copy = dir.inside.clone();
+    std::fs::create_dir_all(&host_copy).unwrap();
+    std::fs::write(host_copy.join("short.py"), script).unwrap();
+    let out_file = dir.outside.join("short.txt");
+    let out = Command::new(tachyon_bin())
+        .args([
+            "run",
+            "--collapsed",
+            "-o",
+            out_file.to_str().unwrap(),
+            "--python",
+        ])
+        .arg(&wrapper)
+        .arg(dir.inside("short.py"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&host_copy);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let collapsed = std::fs::read_to_string(&out_file).unwrap();
+    let on_line_3: u64 = collapsed
+        .lines()
+        .filter(|l| l.contains("short.py:<module>:3"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        on_line_3 >= 60,
+        "only {on_line_3} samples of a 100 ms loop at 1 kHz:\n{collapsed}"
+    );
+}
