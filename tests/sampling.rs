@@ -141,7 +141,7 @@ fn report_py_finds_the_hotspot_in_wall_and_cpu_mode_on_every_version() {
     for minor in [13, 14, 15] {
         let it = release(minor);
         let dir = RootDir::new(&[("report.py", REPORT)]);
-        let out = run_in_root(&it, &[], &dir.inside("report.py"), &dir.outside);
+        let out = run_in_root(&it, &["-l", "100"], &dir.inside("report.py"), &dir.outside);
         let stdout = text(&out.stdout);
         assert!(
             out.status.success(),
