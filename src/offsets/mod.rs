@@ -373,7 +373,7 @@ impl Offsets {
             if minor >= 15 {
                 let exc_state = tf("thread_state.exc_state", 8)?;
                 let exc_value = v.get("err_stackitem.exc_value")?;
-                let handled = exc_state + exc_value;
+                let handled = exc_state.saturating_add(exc_value);
                 v.check(
                     "thread_state.exc_state + err_stackitem.exc_value",
                     handled,
@@ -435,11 +435,19 @@ impl Offsets {
         let code_linetable = cf("code_object.linetable", 8)?;
         let code_firstlineno = cf("code_object.firstlineno", 4)?;
         let code_adaptive = v.get("code_object.co_code_adaptive")?;
-        // The bytecode starts at the end of the header: the offset may equal
-        // the size, but not exceed it.
-        if code_adaptive > code_size || code_adaptive % 2 != 0 {
+        // The bytecode (the struct's last, flexible member) starts at the
+        // end of the header: after every field read above, at most at the
+        // size.
+        let header_end = (code_filename + 8)
+            .max(code_qualname + 8)
+            .max(code_linetable + 8)
+            .max(code_firstlineno + 4);
+        if code_adaptive > code_size
+            || code_adaptive < header_end
+            || !code_adaptive.is_multiple_of(2)
+        {
             return Err(v.err(format!(
-                "code_object.co_code_adaptive = {code_adaptive} does not fit a code object of {code_size} bytes"
+                "code_object.co_code_adaptive = {code_adaptive} does not fit a code object of {code_size} bytes after its header fields"
             )));
         }
 
@@ -450,9 +458,10 @@ impl Offsets {
         let bytes_size = v.size("bytes_object", 16, MAX_SMALL_OBJECT)?;
         let bytes_ob_size = v.field("bytes_object.ob_size", 8, bytes_size)?;
         let bytes_ob_sval = v.get("bytes_object.ob_sval")?;
-        if bytes_ob_sval >= bytes_size {
+        // The data follows the size, inside the struct (it ends with ob_sval[1]).
+        if bytes_ob_sval >= bytes_size || bytes_ob_sval < bytes_ob_size + 8 {
             return Err(v.err(format!(
-                "bytes_object.ob_sval = {bytes_ob_sval} outside its struct"
+                "bytes_object.ob_sval = {bytes_ob_sval} is not between bytes_object.ob_size + 8 and its struct's end ({bytes_size})"
             )));
         }
         let uni_size = v.size("unicode_object", 16, MAX_SMALL_OBJECT)?;
@@ -464,14 +473,23 @@ impl Offsets {
         // 64-bit build.
         let unicode_compact_size = raw
             .get("unicode_object.compactunicodeobject_size")
-            .unwrap_or(unicode_ascii_size + 16);
-        if unicode_ascii_size < unicode_state + 4
+            .unwrap_or(unicode_ascii_size.saturating_add(16));
+        // Both are sizeofs of structs holding pointers: 8-aligned. The
+        // characters follow them, inside the unicode object.
+        if unicode_ascii_size < (unicode_state + 4).max(unicode_length + 8)
             || unicode_ascii_size > uni_size
-            || unicode_compact_size < unicode_ascii_size
-            || unicode_compact_size > uni_size
+            || !unicode_ascii_size.is_multiple_of(8)
         {
             return Err(v.err(format!(
-                "unicode header sizes {unicode_ascii_size}/{unicode_compact_size} do not fit a unicode object of {uni_size} bytes"
+                "unicode_object.asciiobject_size = {unicode_ascii_size} does not fit after the state and length fields of a unicode object of {uni_size} bytes"
+            )));
+        }
+        if unicode_compact_size < unicode_ascii_size
+            || unicode_compact_size > uni_size
+            || !unicode_compact_size.is_multiple_of(8)
+        {
+            return Err(v.err(format!(
+                "unicode_object.compactunicodeobject_size = {unicode_compact_size} does not fit between unicode_object.asciiobject_size ({unicode_ascii_size}) and the unicode object's {uni_size} bytes"
             )));
         }
 

@@ -5,10 +5,12 @@
 //! Every mapping whose file name contains `python` (the executable of a
 //! static build, or `libpython*.so` of a shared one) is a candidate, in map
 //! order. A candidate counts only if the first 8 bytes at its `.PyRuntime`
-//! address read `xdebugpy`: a second, never-initialised libpython loaded by
-//! ctypes sits in the map too and must not fool us. Files are opened through
-//! `/proc/PID/root`, so containers and chroots work, and through
-//! `/proc/PID/map_files` when the file was deleted after it was mapped.
+//! address read `xdebugpy`. That cookie is static data, so a second,
+//! never-initialised libpython loaded by ctypes shows it too: a table whose
+//! runtime has no interpreter yet is used only when no candidate has one.
+//! Files are opened through `/proc/PID/root`, so containers and chroots
+//! work, and through `/proc/PID/map_files` when the file was deleted after
+//! it was mapped.
 
 use goblin::elf::Elf;
 use goblin::elf::program_header::PT_LOAD;
@@ -101,6 +103,10 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
     let maps = proc.maps()?;
     let cands = candidates(&maps);
     if cands.is_empty() {
+        // Say it exited, not "not Python".
+        if has_exited(proc, &maps) {
+            return Err(Error::ProcessExited { pid });
+        }
         return Err(Error::NotPython {
             pid,
             why: "no python executable or libpython is mapped".into(),
@@ -108,6 +114,12 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
     }
     let mut too_old: Option<PyVersion> = None;
     let mut last_err: Option<Error> = None;
+    // The cookie is part of `_PyRuntime`'s static initialiser, so every
+    // mapped copy of libpython shows it, initialised or not. The first
+    // table whose `interpreters_head` is set wins; a copy that never ran
+    // (ctypes loading libpython a second time) is only kept as a fallback
+    // for a process that has not initialised any runtime yet.
+    let mut uninitialised: Option<Runtime> = None;
     for m in &cands {
         let file = match proc.open_mapped_file(m) {
             Ok(f) => f,
@@ -127,7 +139,14 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             match proc.read(addr, &mut cookie) {
                 Ok(()) if &cookie == COOKIE => {
                     let none = facts.none.map(|n| n.wrapping_add(bias));
-                    return load_table(proc, addr, m, none);
+                    let rt = load_table(proc, addr, m, none)?;
+                    let head =
+                        proc.read_u64(addr.wrapping_add(rt.offsets.runtime_interpreters_head))?;
+                    if head != 0 {
+                        return Ok(rt);
+                    }
+                    uninitialised.get_or_insert(rt);
+                    break;
                 }
                 Ok(()) => {}
                 Err(e) if e.is_fatal() => return Err(e),
@@ -141,11 +160,19 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             }
         }
     }
+    if let Some(rt) = uninitialised {
+        return Ok(rt);
+    }
     if let Some(v) = too_old {
         return Err(Error::UnsupportedVersion {
             pid,
             found: v.to_string(),
         });
+    }
+    // Failing to open or read the binary may just mean the process exited
+    // meanwhile.
+    if has_exited(proc, &proc.maps().unwrap_or_default()) {
+        return Err(Error::ProcessExited { pid });
     }
     let names: Vec<&str> = cands.iter().filter_map(|m| m.path.as_deref()).collect();
     Err(Error::NotPython {
@@ -158,6 +185,28 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             ),
         },
     })
+}
+
+/// A process that is exiting (its address space already torn down) or
+/// exited but not reaped (a zombie) still has a /proc entry, with an empty
+/// map. Only kernel threads have an empty map for life.
+fn has_exited(proc: &LinuxProcess, maps: &[MapEntry]) -> bool {
+    !proc.is_alive() || (maps.is_empty() && !is_kernel_thread(proc.pid()))
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags field of
+/// `/proc/PID/stat`).
+fn is_kernel_thread(pid: i32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name: state, ppid, pgrp, session,
+            // tty_nr, tpgid, flags.
+            let after = &s[s.rfind(')')? + 1..];
+            after.split_whitespace().nth(6)?.parse::<u64>().ok()
+        })
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
 fn load_table(

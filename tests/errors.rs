@@ -1,0 +1,404 @@
+//! The errors a user meets, through the real binary: `tachyon dump PID`
+//! must exit with status 1 and print exactly one line on stderr that says
+//! what is wrong (and, where there is something to do, what to do). Plus
+//! the cases that must *not* be errors: a shared-libpython interpreter, and
+//! one whose ctypes loaded a second, never-initialised copy of libpython.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    machine_old_interpreters, machine_supported_interpreters, sid_interpreters, spawn, tachyon_bin,
+};
+
+/// A process group started by the test (a wrapper and its children), killed
+/// as a whole on drop.
+struct Group {
+    child: Child,
+    /// Files to remove on drop.
+    cleanup: Vec<PathBuf>,
+}
+
+impl Group {
+    fn start(cmd: &mut Command) -> Group {
+        cmd.process_group(0)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        Group {
+            child: cmd.spawn().expect("cannot start a test process"),
+            cleanup: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Read stdout until a line starting with `prefix`.
+    fn wait_for(&mut self, prefix: &str) {
+        use std::io::{BufRead, BufReader};
+        let out = self.child.stdout.take().expect("stdout was not piped");
+        let mut lines = BufReader::new(out).lines();
+        // The child is killed on drop, which ends this read if it hangs.
+        let found = lines.any(|l| l.is_ok_and(|l| l.starts_with(prefix)));
+        assert!(found, "the test process never printed {prefix:?}");
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // A plain kill(2) of the process group this test started.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for p in &self.cleanup {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Run `tachyon dump ARGS` (killed after 60 s).
+fn tachyon(args: &[String], setup: impl FnOnce(&mut Command)) -> Output {
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.arg("dump").args(args);
+    setup(&mut cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run tachyon");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tachyon dump {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn dump(pid: i32) -> Output {
+    tachyon(&[pid.to_string()], |_| {})
+}
+
+/// Assert the run failed the way every error must: status 1, nothing on
+/// stdout, one line on stderr that contains each of `needles`. Returns the
+/// line.
+fn assert_error(out: &Output, needles: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "exit status; stderr: {stderr}; stdout: {stdout}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "stdout should be empty on error: {stdout}"
+    );
+    assert!(
+        stderr.ends_with('\n') && stderr.matches('\n').count() == 1,
+        "stderr must be exactly one line: {stderr:?}"
+    );
+    assert!(stderr.starts_with("tachyon: error: "), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "stderr lacks {n:?}: {stderr}");
+    }
+    stderr.trim_end().to_string()
+}
+
+fn assert_dumped(out: &Output, pid: i32, needles: &[&str]) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "dump of {pid} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with(&format!("Stack dump for PID {pid}")),
+        "{stdout}"
+    );
+    for n in needles {
+        assert!(stdout.contains(n), "dump lacks {n:?}:\n{stdout}");
+    }
+    stdout
+}
+
+fn pid_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn no_such_process() {
+    // A PID that just existed and was reaped: free unless reused at once.
+    let pid = (0..20)
+        .find_map(|_| {
+            let mut c = Command::new("true").spawn().unwrap();
+            let pid = c.id() as i32;
+            c.wait().unwrap();
+            (!pid_exists(pid)).then_some(pid)
+        })
+        .expect("every reaped PID was reused at once");
+    let line = assert_error(&dump(pid), &[&format!("no such process: {pid}")]);
+    println!("{line}");
+    assert_error(&dump(0), &["no such process: 0"]);
+}
+
+#[test]
+fn a_non_python_process() {
+    let g = Group::start(Command::new("sleep").arg("100").stdout(Stdio::null()));
+    let pid = g.pid();
+    let line = assert_error(
+        &dump(pid),
+        &[&format!("process {pid} is not a Python process")],
+    );
+    println!("{line}");
+}
+
+const SLEEPER: &str = "import platform, time\n\
+def outer_fn():\n    inner_fn()\n\
+def inner_fn():\n    print('READY', platform.python_version(), flush=True)\n    time.sleep(600)\n\
+outer_fn()\n";
+
+#[test]
+fn old_pythons_are_refused_by_version() {
+    let old = machine_old_interpreters();
+    for interp in &old {
+        let mut t = spawn(interp, SLEEPER, &[], &[]);
+        let version = t.wait_for("READY ", Duration::from_secs(30))[6..]
+            .trim()
+            .to_string();
+        assert!(
+            version.starts_with(&format!("3.{}.", interp.minor)),
+            "{}: {version}",
+            interp.name
+        );
+        let pid = t.pid();
+        let line = assert_error(
+            &dump(pid),
+            &[
+                &format!("unsupported Python version {version} in process {pid}"),
+                "3.13, 3.14 and 3.15",
+            ],
+        );
+        println!("{}: {line}", interp.name);
+    }
+}
+
+#[test]
+fn pyenv_shared_libpython_dumps() {
+    for interp in machine_supported_interpreters() {
+        let mut t = spawn(&interp, SLEEPER, &[], &[]);
+        t.wait_for("READY ", Duration::from_secs(30));
+        let out = dump(t.pid());
+        let s = assert_dumped(
+            &out,
+            t.pid(),
+            &["in outer_fn", "in inner_fn", "time.sleep(600)", "target.py"],
+        );
+        println!("{}:\n{s}", interp.name);
+    }
+}
+
+/// The libpython file of a shared build, found in the target's own map.
+fn mapped_libpythons(pid: i32) -> Vec<(u64, String)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = *f.get(5)?;
+            let base = path.rsplit('/').next()?;
+            (f[2] == "00000000" && base.starts_with("libpython")).then(|| {
+                let start = u64::from_str_radix(f[0].split('-').next().unwrap(), 16).unwrap();
+                (start, path.to_string())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_libpython_loaded_by_ctypes_does_not_fool_it() {
+    for interp in machine_supported_interpreters() {
+        // Find the interpreter's libpython from a first run.
+        let mut probe = spawn(&interp, SLEEPER, &[], &[]);
+        probe.wait_for("READY ", Duration::from_secs(30));
+        let libs = mapped_libpythons(probe.pid());
+        drop(probe);
+        let Some((_, lib)) = libs.first() else {
+            eprintln!(
+                "\n!!!!!!!! {}: no shared libpython; the ctypes check did NOT run !!!!!!!!\n",
+                interp.name
+            );
+            continue;
+        };
+        // A copy under another name: dlopen maps it again, with its own
+        // (statically initialised, never started) _PyRuntime.
+        let copy = std::env::temp_dir().join(format!("libpython-copy-{}.so", std::process::id()));
+        std::fs::copy(lib, &copy).unwrap();
+        let script = format!(
+            "import ctypes\nctypes.CDLL({:?}, mode=ctypes.RTLD_LOCAL)\n{SLEEPER}",
+            copy.to_str().unwrap()
+        );
+        let mut t = spawn(&interp, &script, &[], &[]);
+        t.wait_for("READY ", Duration::from_secs(30));
+        let _ = std::fs::remove_file(&copy);
+        let libs = mapped_libpythons(t.pid());
+        assert_eq!(
+            libs.len(),
+            2,
+            "{}: expected two libpython copies mapped: {libs:?}",
+            interp.name
+        );
+        println!("{}: mapped {libs:?}", interp.name);
+        let out = dump(t.pid());
+        assert_dumped(&out, t.pid(), &["in outer_fn", "in inner_fn"]);
+    }
+}
+
+#[test]
+fn a_wrapper_pid_is_not_python_but_its_child_is() {
+    let interp = &sid_interpreters()[2]; // sid 3.14
+    let root = interp.root.clone().unwrap();
+    let mut g = Group::start(
+        Command::new("chroot")
+            .arg(&root)
+            .arg("/bin/bash")
+            .arg("-c")
+            // The trailing `; true` keeps bash from exec'ing python.
+            .arg(format!(
+                "{} -u -c 'import time; print(\"READY\"); time.sleep(600)'; true",
+                interp.exe.display()
+            ))
+            .stdout(Stdio::piped()),
+    );
+    g.wait_for("READY");
+    let bash = g.pid();
+    let line = assert_error(
+        &dump(bash),
+        &[
+            &format!("process {bash} is not a Python process"),
+            "give the PID of the python child",
+        ],
+    );
+    println!("{line}");
+    // Positive control: the python child itself dumps.
+    let child = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()?
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse::<i32>()
+                        .ok()
+                })
+                == Some(bash)
+        })
+        .expect("the python child of the wrapper");
+    assert_dumped(&dump(child), child, &["in <module>"]);
+}
+
+#[test]
+fn an_exited_unreaped_target_is_reported_as_exited() {
+    let interp = &sid_interpreters()[0];
+    let mut t = spawn(interp, "print('READY', flush=True)\n", &[], &[]);
+    t.wait_for("READY", Duration::from_secs(30));
+    let pid = t.pid();
+    // Not reaped until `t` drops: a zombie, whose /proc entry remains.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        if stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z')
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "target did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let line = assert_error(&dump(pid), &[&format!("process {pid} has exited")]);
+    println!("{line}");
+}
+
+const EXITS_SOON: &str = "import os, sys\n\
+def rec(n):\n    return sum(range(int(sys.argv[1]))) if n == 0 else rec(n - 1)\n\
+print('READY', flush=True)\nrec(200)\nos._exit(0)\n";
+
+/// Targets that exit while tachyon reads them: each run must either dump a
+/// stack or fail with the one-line "has exited" (never a panic, a torn
+/// stack, or a misleading "not a Python process").
+#[test]
+fn targets_exiting_mid_way() {
+    let (mut dumped, mut exited) = (0, 0);
+    for interp in sid_interpreters() {
+        for i in 0..12 {
+            // Work from microseconds to a few tens of milliseconds.
+            let work = ["1000", "100000", "300000", "1000000"][i % 4];
+            let mut t = spawn(&interp, EXITS_SOON, &[], &[work]);
+            t.wait_for("READY", Duration::from_secs(30));
+            let pid = t.pid();
+            let out = dump(pid);
+            if out.status.code() == Some(0) {
+                // Caught anywhere from the print to the last frame of rec().
+                assert_dumped(&out, pid, &["target.py", "in <module>"]);
+                dumped += 1;
+            } else {
+                assert_error(&out, &[&format!("process {pid} has exited")]);
+                exited += 1;
+            }
+        }
+    }
+    println!("{dumped} dumped while running, {exited} reported as exited");
+    assert!(
+        exited > 0,
+        "no run caught an exit: the test did not test it"
+    );
+}
+
+#[test]
+fn permission_denied_says_what_to_do() {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("\n!!!!!!!! not root or no setpriv: the permission check did NOT run !!!!!!!!\n");
+        return;
+    }
+    let interp = &sid_interpreters()[4]; // sid 3.15
+    let mut t = spawn(interp, SLEEPER, &[], &[]);
+    t.wait_for("READY ", Duration::from_secs(30));
+    let pid = t.pid();
+    let out = tachyon(&[pid.to_string()], |cmd| {
+        // Re-exec tachyon as nobody, which drops every capability.
+        let prog = cmd.get_program().to_owned();
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+        *cmd = Command::new("/usr/bin/setpriv");
+        cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(prog)
+            .args(args);
+    });
+    let line = assert_error(&out, &[&format!("permission denied reading process {pid}")]);
+    assert!(
+        ["sudo", "CAP_SYS_PTRACE", "ptrace_scope"]
+            .iter()
+            .any(|w| line.contains(w)),
+        "the message does not say what to do: {line}"
+    );
+    println!("{line}");
+}

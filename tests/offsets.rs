@@ -1,0 +1,719 @@
+//! The `_Py_DebugOffsets` validator against the real tables.
+//!
+//! `fixtures/offsets/<version>[d].bin` are the raw tables of the test
+//! interpreters (`d`: debug build), read out of live processes by the
+//! library itself. Regenerate them with `scripts/regen-offsets-fixtures.sh`
+//! (it runs the ignored test `regenerate_fixtures` below); the live test
+//! here fails whenever a fixture no longer matches its interpreter.
+//!
+//! The mutation tests start from each real table and corrupt one field at a
+//! time. The rule they enforce: a corrupt value is either refused with
+//! `InvalidOffsets` naming the field, or it changes nothing tachyon uses
+//! (the normalised `Offsets` come out identical).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Interp, Target, machine_supported_interpreters, sid_interpreters, spawn};
+use tachyon::Error;
+use tachyon::offsets::{COOKIE, Offsets, RawTable, layout};
+use tachyon::process::linux::LinuxProcess;
+
+const PID: i32 = 4242;
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/offsets")
+}
+
+/// Every fixture: (file stem, bytes).
+fn fixtures() -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(fixture_dir())
+        .expect("fixtures/offsets is missing (scripts/regen-offsets-fixtures.sh)")
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "bin").then(|| {
+                let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+                (stem, std::fs::read(&p).unwrap())
+            })
+        })
+        .collect();
+    v.sort();
+    assert!(
+        v.len() >= 6,
+        "expected the six sid tables in {}",
+        fixture_dir().display()
+    );
+    v
+}
+
+/// Start `interp`; returns the target and the version it reports
+/// (`platform.python_version()`) and whether it is a debug build.
+fn start(interp: &Interp) -> (Target, String, bool) {
+    let mut t = spawn(
+        interp,
+        "import platform, sys, time\n\
+         print('READY', platform.python_version(), int(hasattr(sys, 'gettotalrefcount')), flush=True)\n\
+         time.sleep(600)\n",
+        &[],
+        &[],
+    );
+    let line = t.wait_for("READY ", Duration::from_secs(30));
+    let mut w = line.split_whitespace().skip(1);
+    let version = w.next().unwrap().to_string();
+    let debug = w.next() == Some("1");
+    (t, version, debug)
+}
+
+fn fixture_name(version: &str, debug: bool) -> String {
+    format!("{version}{}", if debug { "d" } else { "" })
+}
+
+/// The table of a live target, read by the library.
+fn live_table(pid: i32) -> (tachyon::runtime::Runtime, Vec<u8>) {
+    let proc = LinuxProcess::open(pid).unwrap();
+    let rt = tachyon::runtime::locate(&proc).unwrap_or_else(|e| panic!("locate {pid}: {e}"));
+    let bytes = tachyon::runtime::table_bytes(&proc, &rt).unwrap();
+    (rt, bytes)
+}
+
+fn interpreters() -> Vec<Interp> {
+    let mut v = sid_interpreters();
+    v.extend(machine_supported_interpreters());
+    v
+}
+
+/// Writes the fixtures: `scripts/regen-offsets-fixtures.sh`.
+#[test]
+#[ignore = "writes fixtures/offsets; run by scripts/regen-offsets-fixtures.sh"]
+fn regenerate_fixtures() {
+    std::fs::create_dir_all(fixture_dir()).unwrap();
+    for interp in interpreters() {
+        let (t, version, debug) = start(&interp);
+        let (rt, bytes) = live_table(t.pid());
+        assert_eq!(rt.raw.version.to_string(), version, "{}", interp.name);
+        let path = fixture_dir().join(format!("{}.bin", fixture_name(&version, debug)));
+        std::fs::write(&path, &bytes).unwrap();
+        println!(
+            "{}: wrote {} ({} bytes)",
+            interp.name,
+            path.display(),
+            bytes.len()
+        );
+    }
+}
+
+fn decode(bytes: &[u8]) -> tachyon::Result<RawTable> {
+    RawTable::decode(PID, bytes)
+}
+
+fn offsets(raw: &RawTable) -> tachyon::Result<Offsets> {
+    Offsets::from_raw(PID, raw)
+}
+
+#[test]
+fn fixtures_decode_and_validate() {
+    let fx = fixtures();
+    for (name, bytes) in &fx {
+        let version = name.trim_end_matches('d');
+        let raw = decode(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            raw.version.to_string(),
+            version,
+            "{name}: version in the table"
+        );
+        assert!(!raw.free_threaded, "{name}");
+        assert_eq!(
+            Some(bytes.len()),
+            layout::table_size(raw.version.minor),
+            "{name}: size"
+        );
+        let o = offsets(&raw).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(o.version, raw.version);
+        // Cross-checks against facts of every 64-bit GIL build: the object
+        // header is refcount + type, a bytes object's data follows its size
+        // and hash, and 3.13's tables lack the fields 3.14 added.
+        assert_eq!(o.ob_type, 8, "{name}");
+        assert_eq!(o.bytes_ob_sval, o.bytes_ob_size + 16, "{name}");
+        assert_eq!(
+            o.interp_code_object_generation.is_some(),
+            raw.version.minor >= 14,
+            "{name}"
+        );
+        assert_eq!(
+            o.tstate_base_frame.is_some(),
+            raw.version.minor >= 15,
+            "{name}"
+        );
+        println!("{name}: {} fields, valid", raw.fields().len());
+    }
+    for minor in 13..=15 {
+        for debug in ["", "d"] {
+            assert!(
+                fx.iter().any(|(n, _)| n.starts_with(&format!("3.{minor}."))
+                    && n.ends_with(debug)
+                    && (debug == "d") == n.ends_with('d')),
+                "no fixture for a 3.{minor}{debug} build"
+            );
+        }
+    }
+}
+
+#[test]
+fn fixtures_match_live_interpreters() {
+    let fx = fixtures();
+    for interp in interpreters() {
+        let (t, version, debug) = start(&interp);
+        let name = fixture_name(&version, debug);
+        let (rt, live) = live_table(t.pid());
+        assert_eq!(
+            rt.raw.version.to_string(),
+            version,
+            "{}: version",
+            interp.name
+        );
+        let stored = fx
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{}: no fixture {name}.bin (regenerate)", interp.name));
+        assert!(
+            stored.1 == live,
+            "{}: fixtures/offsets/{name}.bin differs from the live table (regenerate)",
+            interp.name
+        );
+        println!("{}: live table equals {name}.bin", interp.name);
+    }
+}
+
+fn set_word(bytes: &mut [u8], index: usize, value: u64) {
+    bytes[index * 8..index * 8 + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+fn version_hex(major: u64, minor: u64, micro: u64, level: u64, serial: u64) -> u64 {
+    (major << 24) | (minor << 16) | (micro << 8) | (level << 4) | serial
+}
+
+#[test]
+fn header_corruption_is_refused_by_kind() {
+    for (name, bytes) in fixtures() {
+        let real = decode(&bytes).unwrap().version;
+
+        let mut b = bytes.clone();
+        b[..8].copy_from_slice(b"xdebugpz");
+        match decode(&b) {
+            Err(e @ Error::NotPython { .. }) => {
+                assert!(e.to_string().contains("cookie"), "{name}: {e}")
+            }
+            other => panic!("{name}: wrong cookie gave {other:?}"),
+        }
+        assert!(matches!(decode(&bytes[..16]), Err(Error::NotPython { .. })));
+
+        let unsupported = [
+            (version_hex(3, 16, 0, 0xF, 0), "3.16.0"),
+            (version_hex(3, 15, 0, 0xB, 1), "3.15.0b1"),
+            (version_hex(3, 14, 0, 0xA, 7), "3.14.0a7"),
+            (version_hex(3, 12, 4, 0xF, 0), "3.12.4"),
+            (
+                version_hex(4, real.minor as u64, 0, 0xF, 0),
+                &*format!("4.{}.0", real.minor),
+            ),
+        ];
+        for (hex, want) in unsupported {
+            let mut b = bytes.clone();
+            set_word(&mut b, 1, hex);
+            match decode(&b) {
+                Err(e @ Error::UnsupportedVersion { .. }) => {
+                    let Error::UnsupportedVersion { found, .. } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(found, want, "{name}");
+                    assert!(
+                        e.to_string().contains(&format!("version {want} ")),
+                        "{name}: {e}"
+                    );
+                }
+                other => panic!("{name}: version {want} gave {other:?}"),
+            }
+        }
+
+        // A release candidate of the same minor is read like the final.
+        let mut b = bytes.clone();
+        set_word(&mut b, 1, version_hex(3, real.minor as u64, 0, 0xC, 2));
+        let rc = decode(&b).unwrap_or_else(|e| panic!("{name}: rc refused: {e}"));
+        assert_eq!(rc.version.to_string(), format!("3.{}.0rc2", real.minor));
+        offsets(&rc).unwrap_or_else(|e| panic!("{name}: rc refused: {e}"));
+
+        let mut b = bytes.clone();
+        set_word(&mut b, 2, 1);
+        match decode(&b) {
+            Err(e @ Error::FreeThreaded { .. }) => {
+                assert!(
+                    e.to_string().contains(&format!("Python {real}")),
+                    "{name}: {e}"
+                )
+            }
+            other => panic!("{name}: free_threaded=1 gave {other:?}"),
+        }
+
+        match decode(&bytes[..bytes.len() - 8]) {
+            Err(e @ Error::InvalidOffsets { .. }) => {
+                assert!(e.to_string().contains("table is"), "{name}: {e}")
+            }
+            other => panic!("{name}: a short table gave {other:?}"),
+        }
+        assert!(COOKIE == &bytes[..8]);
+    }
+}
+
+/// How the validator must treat a field tachyon reads.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// A struct size: zero and huge are refused.
+    Size,
+    /// An offset of a `width`-byte field inside the struct whose size is
+    /// `size`: misaligned and out-of-struct values are refused.
+    Field { width: u64, size: &'static str },
+    /// `co_code_adaptive`: the bytecode, after every header field, at most
+    /// at the end of the struct.
+    Bytecode,
+    /// `ob_sval`: the data of a bytes object, after its size, inside the struct.
+    BytesData,
+    /// A unicode header size (where the characters start): 8-aligned, not
+    /// beyond the unicode object.
+    UnicodeHeader,
+}
+
+use Kind::*;
+
+/// The fields tachyon reads (src/offsets/mod.rs builds `Offsets` from
+/// exactly these), with the C type facts that bound them.
+const SPEC: &[(&str, Kind)] = &[
+    ("runtime_state.size", Size),
+    (
+        "runtime_state.interpreters_head",
+        Field {
+            width: 8,
+            size: "runtime_state.size",
+        },
+    ),
+    ("interpreter_state.size", Size),
+    (
+        "interpreter_state.id",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.next",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.threads_head",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.threads_main",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.gc",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.gil_runtime_state_locked",
+        Field {
+            width: 4,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.gil_runtime_state_holder",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    (
+        "interpreter_state.code_object_generation",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    ("gc.size", Size),
+    (
+        "gc.collecting",
+        Field {
+            width: 4,
+            size: "gc.size",
+        },
+    ),
+    (
+        "gc.frame",
+        Field {
+            width: 8,
+            size: "gc.size",
+        },
+    ),
+    ("thread_state.size", Size),
+    (
+        "thread_state.next",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.interp",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.current_frame",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.base_frame",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.thread_id",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.native_thread_id",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.datastack_chunk",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.status",
+        Field {
+            width: 4,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.holds_gil",
+        Field {
+            width: 4,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.gil_requested",
+        Field {
+            width: 4,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.current_exception",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.exc_state",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "err_stackitem.exc_value",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    ("interpreter_frame.size", Size),
+    (
+        "interpreter_frame.previous",
+        Field {
+            width: 8,
+            size: "interpreter_frame.size",
+        },
+    ),
+    (
+        "interpreter_frame.executable",
+        Field {
+            width: 8,
+            size: "interpreter_frame.size",
+        },
+    ),
+    (
+        "interpreter_frame.instr_ptr",
+        Field {
+            width: 8,
+            size: "interpreter_frame.size",
+        },
+    ),
+    (
+        "interpreter_frame.owner",
+        Field {
+            width: 1,
+            size: "interpreter_frame.size",
+        },
+    ),
+    ("code_object.size", Size),
+    (
+        "code_object.filename",
+        Field {
+            width: 8,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "code_object.qualname",
+        Field {
+            width: 8,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "code_object.linetable",
+        Field {
+            width: 8,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "code_object.firstlineno",
+        Field {
+            width: 4,
+            size: "code_object.size",
+        },
+    ),
+    ("code_object.co_code_adaptive", Bytecode),
+    ("pyobject.size", Size),
+    (
+        "pyobject.ob_type",
+        Field {
+            width: 8,
+            size: "pyobject.size",
+        },
+    ),
+    ("type_object.size", Size),
+    (
+        "type_object.tp_name",
+        Field {
+            width: 8,
+            size: "type_object.size",
+        },
+    ),
+    ("bytes_object.size", Size),
+    (
+        "bytes_object.ob_size",
+        Field {
+            width: 8,
+            size: "bytes_object.size",
+        },
+    ),
+    ("bytes_object.ob_sval", BytesData),
+    ("unicode_object.size", Size),
+    (
+        "unicode_object.state",
+        Field {
+            width: 4,
+            size: "unicode_object.size",
+        },
+    ),
+    (
+        "unicode_object.length",
+        Field {
+            width: 8,
+            size: "unicode_object.size",
+        },
+    ),
+    ("unicode_object.asciiobject_size", UnicodeHeader),
+    ("unicode_object.compactunicodeobject_size", UnicodeHeader),
+];
+
+/// Corrupt values for one field whose real value is `v`.
+fn corruptions(raw: &RawTable, kind: Kind, v: u64) -> Vec<(&'static str, u64)> {
+    let mut m = vec![("u64::MAX", u64::MAX), ("2^40", 1 << 40)];
+    match kind {
+        Size => m.extend([("zero", 0), ("one", 1)]),
+        Field { width, size } => {
+            let s = raw.get(size).unwrap();
+            m.extend([
+                ("at the struct's end", s),
+                ("wraps around", u64::MAX - width + 1),
+            ]);
+            if width > 1 {
+                m.extend([
+                    ("misaligned by 1", v + 1),
+                    ("misaligned by half", v + width / 2),
+                ]);
+                m.push(("straddles the struct's end", s - width / 2));
+            }
+        }
+        Bytecode => {
+            let s = raw.get("code_object.size").unwrap();
+            m.extend([
+                ("past the struct", s + 2),
+                ("odd", v + 1),
+                ("zero", 0),
+                (
+                    "inside the header",
+                    raw.get("code_object.filename").unwrap(),
+                ),
+            ]);
+        }
+        BytesData => {
+            let s = raw.get("bytes_object.size").unwrap();
+            m.extend([
+                ("at the struct's end", s),
+                ("zero", 0),
+                ("on ob_size", raw.get("bytes_object.ob_size").unwrap()),
+            ]);
+        }
+        UnicodeHeader => {
+            let s = raw.get("unicode_object.size").unwrap();
+            m.extend([
+                ("past the struct", s + 8),
+                ("misaligned", v + 1),
+                ("zero", 0),
+            ]);
+        }
+    }
+    m
+}
+
+#[test]
+fn every_corrupt_field_is_refused_by_name_or_unused() {
+    let mut problems = Vec::new();
+    let mut refused = 0;
+    let mut harmless = 0;
+    for (name, bytes) in fixtures() {
+        let raw = decode(&bytes).unwrap();
+        let good = format!("{:?}", offsets(&raw).unwrap());
+        let spec_for = |f: &str| SPEC.iter().find(|(n, _)| *n == f).map(|(_, k)| *k);
+        for &(field, v) in raw.fields() {
+            if ["version", "free_threaded"].contains(&field) {
+                continue;
+            }
+            let muts = match spec_for(field) {
+                Some(kind) => corruptions(&raw, kind, v),
+                // Fields tachyon does not read: anything goes, nothing changes.
+                None => vec![
+                    ("u64::MAX", u64::MAX),
+                    ("misaligned", v ^ 0x5a5a_0001),
+                    ("zero", 0),
+                ],
+            };
+            for (what, value) in muts {
+                let mut bad = raw.clone();
+                assert!(bad.set(field, value));
+                match offsets(&bad) {
+                    Err(Error::InvalidOffsets {
+                        what: msg, version, ..
+                    }) => {
+                        assert_eq!(version, raw.version.to_string());
+                        if msg.contains(field) {
+                            refused += 1;
+                        } else {
+                            problems.push(format!("{name}: {field} {what} ({value}): refused, but the message does not name it: {msg}"));
+                        }
+                    }
+                    Err(e) => problems.push(format!(
+                        "{name}: {field} {what} ({value}): wrong error kind: {e}"
+                    )),
+                    Ok(o) if format!("{o:?}") == good => {
+                        if spec_for(field).is_some() && !field.starts_with("runtime_state.size") {
+                            problems.push(format!("{name}: {field} {what} ({value}): accepted and ignored, but tachyon reads this field"));
+                        } else {
+                            harmless += 1;
+                        }
+                    }
+                    Ok(_) => problems.push(format!(
+                        "{name}: {field} {what} ({value}): ACCEPTED, and the unwinder would use it"
+                    )),
+                }
+            }
+        }
+        // The spec must name real fields of this version's layout (typos
+        // would silently skip checks).
+        for (f, _) in SPEC {
+            let optional = [
+                "interpreter_state.threads_main",
+                "interpreter_state.code_object_generation",
+                "gc.frame",
+                "thread_state.base_frame",
+                "thread_state.holds_gil",
+                "thread_state.gil_requested",
+                "thread_state.current_exception",
+                "thread_state.exc_state",
+                "err_stackitem.exc_value",
+                "unicode_object.compactunicodeobject_size",
+            ];
+            assert!(
+                raw.get(f).is_some() || optional.contains(f),
+                "{name}: {f} not in the layout"
+            );
+        }
+    }
+    println!("{refused} corruptions refused by name, {harmless} harmless (field unused)");
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// A table decoded with another minor version's layout must not validate:
+/// every field would be read from the wrong slot.
+#[test]
+fn a_table_relabelled_as_another_minor_is_refused() {
+    for (name, bytes) in fixtures() {
+        let real = decode(&bytes).unwrap().version;
+        for minor in [13u64, 14, 15] {
+            if minor == real.minor as u64 {
+                continue;
+            }
+            let mut b = bytes.clone();
+            b.resize(layout::table_size(minor as u8).unwrap().max(b.len()), 0);
+            set_word(&mut b, 1, version_hex(3, minor, 1, 0xF, 0));
+            match decode(&b).and_then(|r| offsets(&r)) {
+                Err(Error::InvalidOffsets { .. }) => {}
+                other => panic!("{name} read as 3.{minor}: {other:?}"),
+            }
+        }
+    }
+}
