@@ -19,6 +19,9 @@ use crate::model::Sample;
 use crate::process::ProcessMemory;
 use crate::unwind::Unwinder;
 
+/// How close to a due sample the loop stops sleeping and spins.
+const SPIN: Duration = Duration::from_micros(40);
+
 /// How to sample.
 #[derive(Debug, Clone)]
 pub struct SampleConfig {
@@ -92,6 +95,10 @@ pub fn run<M: ProcessMemory>(
     alive: &dyn Fn() -> bool,
 ) -> (RunStats, StopReason) {
     let interval = cfg.interval;
+    // Precise sleeps: the default 50 µs timer slack would make us either
+    // late or spinning.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_timerslack(1);
     let start = Instant::now();
     let mut next = start;
     let mut sample = Sample::default();
@@ -112,9 +119,12 @@ pub fn run<M: ProcessMemory>(
             break StopReason::Duration;
         }
         if now < next {
+            // Sleep to just short of the due time, spin the rest: with the
+            // timer slack at its minimum a sleep overshoots by tens of
+            // microseconds, so the spin stays short and cheap.
             let gap = next - now;
-            if gap > Duration::from_micros(200) {
-                std::thread::sleep(gap.mul_f64(0.9));
+            if gap > SPIN {
+                std::thread::sleep(gap - SPIN);
             } else {
                 std::hint::spin_loop();
             }

@@ -33,7 +33,17 @@ pub struct Chunks {
 impl Chunks {
     /// Copy the chain of chunks starting at `first`. A chunk that cannot be
     /// read ends the chain: frames in it are then read one by one.
-    pub fn load(&mut self, mem: &dyn ProcessMemory, first: u64) -> Result<()> {
+    ///
+    /// `current` is the thread's current frame. When it lies in the first
+    /// chunk, only the chunk up to the end of that frame is copied: every
+    /// live frame of the chunk lies below it, and the rest is dead space.
+    pub fn load(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        first: u64,
+        current: u64,
+        frame_size: u64,
+    ) -> Result<()> {
         self.used = 0;
         let mut addr = first;
         while addr != 0 && self.used < MAX_CHUNKS {
@@ -41,7 +51,12 @@ impl Chunks {
                 self.bufs.push((0, Vec::new()));
             }
             let (slot_addr, buf) = &mut self.bufs[self.used];
-            buf.resize(CHUNK_GUESS, 0);
+            let live_end = (self.used == 0)
+                .then(|| current.checked_sub(addr))
+                .flatten()
+                .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
+                .map(|off| (off + frame_size) as usize);
+            buf.resize(live_end.unwrap_or(CHUNK_GUESS), 0);
             if let Err(e) = mem.read(addr, buf) {
                 if e.is_fatal() {
                     return Err(e);
@@ -57,7 +72,9 @@ impl Chunks {
             if !(CHUNK_HEADER..=MAX_CHUNK).contains(&size) {
                 break;
             }
-            if size as usize != buf.len() {
+            if (size as usize) < buf.len() {
+                buf.truncate(size as usize);
+            } else if live_end.is_none() && size as usize > buf.len() {
                 buf.resize(size as usize, 0);
                 if mem.read(addr, buf).is_err() {
                     break;

@@ -62,12 +62,75 @@ pub struct Unwinder<M: ProcessMemory> {
     tstate_buf: Vec<u8>,
     used_codes: Vec<u64>,
     generations: HashMap<u64, u64>,
+    /// The parts of `PyInterpreterState` a sample needs, as merged
+    /// (offset, length) ranges: a few dozen bytes instead of the 8 KiB prefix.
+    interp_ranges: Vec<(u64, usize)>,
+    /// Addresses the last sample found: the first interpreter and the
+    /// thread it sampled. The next sample reads them speculatively in the
+    /// same system call as the interpreter-list head (see `sample_once`).
+    last_interp: u64,
+    last_tstate: u64,
+}
+
+/// Merge the (offset, width) fields into sorted, non-overlapping ranges,
+/// joining neighbours closer than a cache line.
+fn merge_ranges(mut fields: Vec<(u64, usize)>) -> Vec<(u64, usize)> {
+    fields.sort_unstable();
+    let mut out: Vec<(u64, usize)> = Vec::new();
+    for (off, len) in fields {
+        if let Some(last) = out.last_mut() {
+            let end = last.0 + last.1 as u64;
+            if off <= end + 64 {
+                last.1 = (end.max(off + len as u64) - last.0) as usize;
+                continue;
+            }
+        }
+        out.push((off, len));
+    }
+    out
+}
+
+/// Requests that fill `ranges` of `buf` (a local copy of a struct at
+/// `base`), pushed onto `reqs`.
+fn push_ranges<'a>(
+    reqs: &mut Vec<ReadReq<'a>>,
+    mut buf: &'a mut [u8],
+    base: u64,
+    ranges: &[(u64, usize)],
+) {
+    let mut at = 0usize;
+    for &(off, len) in ranges {
+        let off = off as usize;
+        let (_, rest) = std::mem::take(&mut buf).split_at_mut(off - at);
+        let (piece, rest) = rest.split_at_mut(len);
+        reqs.push(ReadReq {
+            addr: base + off as u64,
+            buf: piece,
+        });
+        buf = rest;
+        at = off + len;
+    }
 }
 
 impl<M: ProcessMemory> Unwinder<M> {
     pub fn new(mem: M, pid: i32, runtime: Runtime, opts: UnwindOptions) -> Self {
         let mut table = FrameTable::new();
         let markers = Markers::new(&mut table);
+        let o = &runtime.offsets;
+        let mut fields = vec![
+            (o.interp_id, 8),
+            (o.interp_next, 8),
+            (o.interp_threads_head, 8),
+            (o.interp_threads_main, 8),
+            (o.interp_gil_locked, 4),
+            (o.interp_gil_holder, 8),
+            (o.interp_gc_collecting, 4),
+        ];
+        fields.extend(o.interp_code_object_generation.map(|g| (g, 8)));
+        fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
+        let interp_ranges = merge_ranges(fields);
+        let interp_buf = vec![0u8; o.interp_read_size as usize];
+        let tstate_buf = vec![0u8; o.tstate_size as usize];
         Unwinder {
             mem,
             pid,
@@ -77,10 +140,13 @@ impl<M: ProcessMemory> Unwinder<M> {
             code: CodeCache::new(),
             markers,
             chunks: Chunks::default(),
-            interp_buf: Vec::new(),
-            tstate_buf: Vec::new(),
+            interp_buf,
+            tstate_buf,
             used_codes: Vec::new(),
             generations: HashMap::new(),
+            interp_ranges,
+            last_interp: 0,
+            last_tstate: 0,
         }
     }
 
@@ -127,15 +193,64 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut n_threads = 0usize;
         self.used_codes.clear();
         let o = self.runtime.offsets.clone();
-        let mut interp_addr = self
-            .mem
-            .read_u64(self.runtime.address + o.runtime_interpreters_head)?;
+        let head_addr = self.runtime.address + o.runtime_interpreters_head;
+
+        // One system call for what the last sample found: the list head,
+        // the first interpreter's fields and (main-thread mode) its main
+        // thread state. Each guess is used only if the freshly read pointer
+        // to it is unchanged; otherwise that part is read again.
+        let mut head = [0u8; 8];
+        let guess_interp = self.last_interp;
+        let guess_tstate = if self.opts.all_threads {
+            0
+        } else {
+            self.last_tstate
+        };
+        let speculated = {
+            let mut reqs = vec![ReadReq {
+                addr: head_addr,
+                buf: &mut head,
+            }];
+            if guess_interp != 0 {
+                push_ranges(
+                    &mut reqs,
+                    &mut self.interp_buf,
+                    guess_interp,
+                    &self.interp_ranges,
+                );
+            }
+            if guess_tstate != 0 {
+                reqs.push(ReadReq {
+                    addr: guess_tstate,
+                    buf: &mut self.tstate_buf,
+                });
+            }
+            let n = reqs.len();
+            match self.mem.read_many(&mut reqs) {
+                Ok(()) => n > 1,
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(_) => {
+                    drop(reqs);
+                    self.mem.read(head_addr, &mut head)?;
+                    false
+                }
+            }
+        };
+        let mut interp_addr = u64::from_le_bytes(head);
         let mut first = true;
         let mut n_interps = 0;
         while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
             n_interps += 1;
-            self.interp_buf.resize(o.interp_read_size as usize, 0);
-            self.mem.read(interp_addr, &mut self.interp_buf)?;
+            if !(first && speculated && interp_addr == guess_interp) {
+                let mut reqs = Vec::with_capacity(self.interp_ranges.len());
+                push_ranges(
+                    &mut reqs,
+                    &mut self.interp_buf,
+                    interp_addr,
+                    &self.interp_ranges,
+                );
+                self.mem.read_many(&mut reqs)?;
+            }
             let interp = InterpFacts::decode(&o, &self.interp_buf)
                 .ok_or_else(|| Error::corrupt("short interpreter state"))?;
             if let Some(g) = interp.code_generation
@@ -149,7 +264,6 @@ impl<M: ProcessMemory> Unwinder<M> {
             if !self.opts.all_threads && !first {
                 break;
             }
-            let mut tstates: Vec<u64> = Vec::new();
             if self.opts.all_threads {
                 self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
             } else {
@@ -158,12 +272,19 @@ impl<M: ProcessMemory> Unwinder<M> {
                 } else {
                     // No thread runs __main__ (embedding, shutdown): the
                     // oldest thread, last in the list, is the main one.
+                    let mut tstates: Vec<u64> = Vec::new();
                     self.list_threads(&o, interp.threads_head, &mut tstates)?;
                     tstates.last().copied().unwrap_or(0)
                 };
+                let prefetched =
+                    speculated && interp_addr == guess_interp && main == guess_tstate && main != 0;
                 if main != 0 {
-                    self.sample_thread(&o, &interp, main, out, &mut n_threads)?;
+                    self.sample_thread(&o, &interp, main, prefetched, out, &mut n_threads)?;
                 }
+                self.last_tstate = main;
+            }
+            if first {
+                self.last_interp = interp_addr;
             }
             first = false;
             interp_addr = interp.next;
@@ -199,7 +320,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             if count > MAX_THREADS {
                 return Err(Error::corrupt("thread list too long or cyclic"));
             }
-            t = self.sample_thread(o, interp, t, out, n)?;
+            t = self.sample_thread(o, interp, t, false, out, n)?;
         }
         Ok(())
     }
@@ -210,11 +331,13 @@ impl<M: ProcessMemory> Unwinder<M> {
         o: &Offsets,
         interp: &InterpFacts,
         tstate: u64,
+        prefetched: bool,
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<u64> {
-        self.tstate_buf.resize(o.tstate_size as usize, 0);
-        self.mem.read(tstate, &mut self.tstate_buf)?;
+        if !prefetched {
+            self.mem.read(tstate, &mut self.tstate_buf)?;
+        }
         let t = ThreadFacts::decode(o, &self.tstate_buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
         let os_state = if self.opts.cpu_status {
@@ -234,7 +357,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         slot.frames.clear();
 
         if t.current_frame != 0 {
-            self.chunks.load(&self.mem, t.datastack_chunk)?;
+            self.chunks
+                .load(&self.mem, t.datastack_chunk, t.current_frame, o.frame_size)?;
         }
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let mut walk = Walk {
