@@ -10,7 +10,7 @@ use super::code::CodeCache;
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable};
 use crate::offsets::Offsets;
-use crate::process::{LocalBytes, ProcessMemory};
+use crate::process::{LocalBytes, ProcessMemory, ReadReq};
 
 /// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
 const CHUNK_HEADER: u64 = 24;
@@ -22,12 +22,22 @@ const MAX_CHUNKS: usize = 4096;
 /// leaves room for raised limits while bounding a corrupt (cyclic) chain.
 pub const MAX_DEPTH: usize = 16 * 1024;
 
-/// Local copies of one thread's data-stack chunks. Buffers are reused
-/// across samples, so steady-state sampling does not allocate.
+/// Most frames outside the data stack remembered per thread for the next
+/// sample's prefetch.
+pub const MAX_PREFETCH: usize = 16;
+
+/// Local copies of one thread's data-stack chunks, and of frames that live
+/// elsewhere but were seen last time (entry frames on the C stack,
+/// generator frames), read in the same system call as the first chunk.
+/// Buffers are reused across samples, so steady-state sampling does not
+/// allocate.
 #[derive(Default)]
 pub struct Chunks {
     bufs: Vec<(u64, Vec<u8>)>,
     used: usize,
+    /// Prefetched single frames: (address, offset into `extra_buf`).
+    extra: Vec<(u64, usize)>,
+    extra_buf: Vec<u8>,
 }
 
 impl Chunks {
@@ -43,8 +53,10 @@ impl Chunks {
         first: u64,
         current: u64,
         frame_size: u64,
+        prefetch: &[u64],
     ) -> Result<()> {
         self.used = 0;
+        self.extra.clear();
         let mut addr = first;
         while addr != 0 && self.used < MAX_CHUNKS {
             if self.bufs.len() <= self.used {
@@ -57,7 +69,34 @@ impl Chunks {
                 .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
                 .map(|off| (off + frame_size) as usize);
             buf.resize(live_end.unwrap_or(CHUNK_GUESS), 0);
-            if let Err(e) = mem.read(addr, buf) {
+            let mut read = if self.used == 0 && !prefetch.is_empty() {
+                // The first chunk and last sample's outside frames together.
+                let fs = frame_size as usize;
+                self.extra_buf.resize(prefetch.len() * fs, 0);
+                let mut reqs = Vec::with_capacity(prefetch.len() + 1);
+                reqs.push(ReadReq {
+                    addr,
+                    buf: &mut buf[..],
+                });
+                for (&a, piece) in prefetch.iter().zip(self.extra_buf.chunks_mut(fs)) {
+                    reqs.push(ReadReq {
+                        addr: a,
+                        buf: piece,
+                    });
+                }
+                let r = mem.read_many(&mut reqs);
+                if r.is_ok() {
+                    self.extra
+                        .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
+                }
+                r
+            } else {
+                Err(Error::corrupt("not read yet"))
+            };
+            if matches!(read, Err(ref e) if !e.is_fatal()) {
+                read = mem.read(addr, buf);
+            }
+            if let Err(e) = read {
                 if e.is_fatal() {
                     return Err(e);
                 }
@@ -85,6 +124,12 @@ impl Chunks {
             self.used += 1;
         }
         Ok(())
+    }
+
+    /// A prefetched frame of `len` bytes at `addr`.
+    pub fn prefetched(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let &(_, off) = self.extra.iter().find(|(a, _)| *a == addr)?;
+        self.extra_buf.get(off..off + len as usize)
     }
 
     /// The `len` bytes at remote `addr`, if they lie inside a copied chunk.
@@ -149,6 +194,12 @@ pub struct Walk<'a> {
     pub gc_frame: u64,
     /// Code objects used by this walk (for 3.13 cache re-validation).
     pub used_codes: &'a mut Vec<u64>,
+    /// The thread state's address and local copy: 3.15's base frame lives
+    /// inside it.
+    pub tstate: (u64, &'a [u8]),
+    /// Frames outside the data stack and the thread state that this walk
+    /// visited: the next sample prefetches them.
+    pub outside: &'a mut Vec<u64>,
 }
 
 impl Walk<'_> {
@@ -174,7 +225,14 @@ impl Walk<'_> {
                     "frame chain deeper than {MAX_DEPTH} frames (a cycle in torn memory?)"
                 )));
             }
-            let fb: &[u8] = match self.chunks.find(addr, fsize) {
+            let in_tstate = addr
+                .checked_sub(self.tstate.0)
+                .and_then(|off| self.tstate.1.get(off as usize..(off + fsize) as usize));
+            let local_copy = self.chunks.find(addr, fsize).or(in_tstate);
+            if local_copy.is_none() && self.outside.len() < MAX_PREFETCH {
+                self.outside.push(addr);
+            }
+            let fb: &[u8] = match local_copy.or_else(|| self.chunks.prefetched(addr, fsize)) {
                 Some(b) => b,
                 None => {
                     let buf = &mut local[..fsize as usize];

@@ -70,6 +70,9 @@ pub struct Unwinder<M: ProcessMemory> {
     /// same system call as the interpreter-list head (see `sample_once`).
     last_interp: u64,
     last_tstate: u64,
+    /// Per thread state: frames outside its data stack seen last sample.
+    prefetch: HashMap<u64, Vec<u64>>,
+    outside: Vec<u64>,
 }
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
@@ -147,6 +150,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             interp_ranges,
             last_interp: 0,
             last_tstate: 0,
+            prefetch: HashMap::new(),
+            outside: Vec::new(),
         }
     }
 
@@ -356,10 +361,20 @@ impl<M: ProcessMemory> Unwinder<M> {
         slot.status = status;
         slot.frames.clear();
 
-        if t.current_frame != 0 {
-            self.chunks
-                .load(&self.mem, t.datastack_chunk, t.current_frame, o.frame_size)?;
+        if self.prefetch.len() > 4 * MAX_THREADS {
+            self.prefetch.clear();
         }
+        let prefetch = self.prefetch.entry(tstate).or_default();
+        if t.current_frame != 0 {
+            self.chunks.load(
+                &self.mem,
+                t.datastack_chunk,
+                t.current_frame,
+                o.frame_size,
+                prefetch,
+            )?;
+        }
+        self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let mut walk = Walk {
             mem: &self.mem,
@@ -371,8 +386,16 @@ impl<M: ProcessMemory> Unwinder<M> {
             native: self.opts.native,
             gc_frame,
             used_codes: &mut self.used_codes,
+            tstate: (tstate, &self.tstate_buf),
+            outside: &mut self.outside,
         };
-        walk.run(t.current_frame, t.base_frame, &mut slot.frames)?;
+        let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
+        // Next time, fetch the frames that lay outside the data stack in
+        // the same system call as the chunk.
+        if let Some(p) = self.prefetch.get_mut(&tstate) {
+            std::mem::swap(p, &mut self.outside);
+        }
+        walked?;
         // Versions without gc.frame (or a collection whose frame is not
         // set): the collection runs on the thread holding the GIL.
         if self.opts.gc
