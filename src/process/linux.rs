@@ -43,6 +43,17 @@ impl LinuxProcess {
         }
     }
 
+    /// Open a process and read it through `/proc/PID/mem` only, as when
+    /// `process_vm_readv` is unavailable (seccomp in containers). Lets the
+    /// fallback path be tested on a machine where the fast path works.
+    pub fn open_via_proc_mem(pid: i32) -> Result<Self> {
+        let p = Self::open(pid)?;
+        let f = File::open(format!("/proc/{pid}/mem"))
+            .map_err(|e| p.classify_io(e, "open the memory"))?;
+        let _ = p.mem_fallback.set(Some(f));
+        Ok(p)
+    }
+
     pub fn pid(&self) -> i32 {
         self.pid
     }
