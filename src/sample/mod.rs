@@ -111,6 +111,9 @@ pub fn run<M: ProcessMemory>(
         ..RunStats::default()
     };
     let mut rt = RealtimeStats::new(cfg.realtime_stats);
+    // Why samples fail, one line each, for whoever wonders about the
+    // error rate.
+    let log_errors = std::env::var_os("TACHYON_LOG_FAILED_SAMPLES").is_some();
     let reason = loop {
         if signals::interrupted() {
             break StopReason::Interrupted;
@@ -149,7 +152,10 @@ pub fn run<M: ProcessMemory>(
                 eprintln!("tachyon: sampling stopped: {e}");
                 break StopReason::Fatal;
             }
-            Err(_) => {
+            Err(e) => {
+                if log_errors {
+                    eprintln!("tachyon: failed sample: {e}");
+                }
                 if !alive() {
                     stats.attempts -= 1;
                     break StopReason::TargetExited;

@@ -266,12 +266,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             {
                 self.code.clear();
             }
-            if !self.opts.all_threads && !first {
-                break;
-            }
             if self.opts.all_threads {
                 self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
-            } else {
+            } else if interp.id == 0 {
+                // The main interpreter (id 0) is the oldest, so it is last
+                // in the list when subinterpreters exist.
                 let main = if interp.threads_main != 0 {
                     interp.threads_main
                 } else {
@@ -281,15 +280,25 @@ impl<M: ProcessMemory> Unwinder<M> {
                     self.list_threads(&o, interp.threads_head, &mut tstates)?;
                     tstates.last().copied().unwrap_or(0)
                 };
-                let prefetched =
-                    speculated && interp_addr == guess_interp && main == guess_tstate && main != 0;
+                let prefetched = speculated
+                    && first
+                    && interp_addr == guess_interp
+                    && main == guess_tstate
+                    && main != 0;
                 if main != 0 {
                     self.sample_thread(&o, &interp, main, prefetched, out, &mut n_threads)?;
                 }
-                self.last_tstate = main;
+                // Guess the thread state next time only when its interpreter
+                // is the list head, read in the same call.
+                self.last_tstate = if first { main } else { 0 };
+                if first {
+                    self.last_interp = interp_addr;
+                }
+                break;
             }
             if first {
                 self.last_interp = interp_addr;
+                self.last_tstate = 0;
             }
             first = false;
             interp_addr = interp.next;
