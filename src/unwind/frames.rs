@@ -38,6 +38,10 @@ pub struct Chunks {
     /// Prefetched single frames: (address, offset into `extra_buf`).
     extra: Vec<(u64, usize)>,
     extra_buf: Vec<u8>,
+    /// A prepared load: the first chunk's address (0: none) and whether
+    /// only its live part is read.
+    pending: u64,
+    pending_live: bool,
 }
 
 impl Chunks {
@@ -47,6 +51,8 @@ impl Chunks {
     /// `current` is the thread's current frame. When it lies in the first
     /// chunk, only the chunk up to the end of that frame is copied: every
     /// live frame of the chunk lies below it, and the rest is dead space.
+    /// `prefetch` are frames outside the data stack to read in the same
+    /// system call.
     pub fn load(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -55,65 +61,112 @@ impl Chunks {
         frame_size: u64,
         prefetch: &[u64],
     ) -> Result<()> {
+        self.prepare(first, current, frame_size, prefetch);
+        let mut reqs = Vec::with_capacity(prefetch.len() + 1);
+        self.requests(&mut reqs);
+        let r = mem.read_many(&mut reqs);
+        drop(reqs);
+        match r {
+            Err(e) if e.is_fatal() => Err(e),
+            r => self.complete(mem, r.is_ok()),
+        }
+    }
+
+    /// Size the buffers for a load (see [`Chunks::load`]); the reads are
+    /// then [`Chunks::requests`], batched by the caller with other
+    /// threads' if it likes, and [`Chunks::complete`].
+    pub fn prepare(&mut self, first: u64, current: u64, frame_size: u64, prefetch: &[u64]) {
         self.used = 0;
         self.extra.clear();
+        self.pending = first;
+        self.pending_live = false;
+        if first == 0 {
+            return;
+        }
+        if self.bufs.is_empty() {
+            self.bufs.push((0, Vec::new()));
+        }
+        let live_end = current
+            .checked_sub(first)
+            .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
+            .map(|off| (off + frame_size) as usize);
+        self.pending_live = live_end.is_some();
+        let (slot_addr, buf) = &mut self.bufs[0];
+        *slot_addr = first;
+        buf.resize(live_end.unwrap_or(CHUNK_GUESS), 0);
+        let fs = frame_size as usize;
+        self.extra_buf.resize(prefetch.len() * fs, 0);
+        self.extra
+            .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
+    }
+
+    /// The reads a prepared load needs: the first chunk and the prefetched
+    /// frames.
+    pub fn requests<'a>(&'a mut self, reqs: &mut Vec<ReadReq<'a>>) {
+        if self.pending == 0 {
+            return;
+        }
+        let addr = self.pending;
+        reqs.push(ReadReq {
+            addr,
+            buf: &mut self.bufs[0].1[..],
+        });
+        let fs = if self.extra.is_empty() {
+            1
+        } else {
+            self.extra_buf.len() / self.extra.len()
+        };
+        for (&(a, _), piece) in self.extra.iter().zip(self.extra_buf.chunks_mut(fs)) {
+            reqs.push(ReadReq {
+                addr: a,
+                buf: piece,
+            });
+        }
+    }
+
+    /// Finish a prepared load after its requests were read (`read_ok`) or
+    /// not: check the first chunk, read it again alone if needed, and copy
+    /// the older chunks.
+    pub fn complete(&mut self, mem: &dyn ProcessMemory, read_ok: bool) -> Result<()> {
+        let first = std::mem::take(&mut self.pending);
+        if first == 0 {
+            return Ok(());
+        }
+        if !read_ok {
+            self.extra.clear();
+        }
         let mut addr = first;
+        let mut fresh = read_ok;
         while addr != 0 && self.used < MAX_CHUNKS {
             if self.bufs.len() <= self.used {
                 self.bufs.push((0, Vec::new()));
             }
+            let live = self.used == 0 && self.pending_live;
             let (slot_addr, buf) = &mut self.bufs[self.used];
-            let live_end = (self.used == 0)
-                .then(|| current.checked_sub(addr))
-                .flatten()
-                .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
-                .map(|off| (off + frame_size) as usize);
-            buf.resize(live_end.unwrap_or(CHUNK_GUESS), 0);
-            let mut read = if self.used == 0 && !prefetch.is_empty() {
-                // The first chunk and last sample's outside frames together.
-                let fs = frame_size as usize;
-                self.extra_buf.resize(prefetch.len() * fs, 0);
-                let mut reqs = Vec::with_capacity(prefetch.len() + 1);
-                reqs.push(ReadReq {
-                    addr,
-                    buf: &mut buf[..],
-                });
-                for (&a, piece) in prefetch.iter().zip(self.extra_buf.chunks_mut(fs)) {
-                    reqs.push(ReadReq {
-                        addr: a,
-                        buf: piece,
-                    });
+            if !fresh {
+                if !live {
+                    buf.resize(CHUNK_GUESS, 0);
                 }
-                let r = mem.read_many(&mut reqs);
-                if r.is_ok() {
-                    self.extra
-                        .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
-                }
-                r
-            } else {
-                Err(Error::corrupt("not read yet"))
-            };
-            if matches!(read, Err(ref e) if !e.is_fatal()) {
-                read = mem.read(addr, buf);
-            }
-            if let Err(e) = read {
-                if e.is_fatal() {
-                    return Err(e);
-                }
-                // Maybe the chunk is smaller than our guess and ends at a
-                // mapping boundary: read the header for the real size.
-                buf.truncate(CHUNK_HEADER as usize);
-                if mem.read(addr, buf).is_err() {
-                    break;
+                if let Err(e) = mem.read(addr, buf) {
+                    if e.is_fatal() {
+                        return Err(e);
+                    }
+                    // Maybe the chunk is smaller than our guess and ends at
+                    // a mapping boundary: read the header for the real size.
+                    buf.truncate(CHUNK_HEADER as usize);
+                    if mem.read(addr, buf).is_err() {
+                        break;
+                    }
                 }
             }
+            fresh = false;
             let size = buf.u64_at(8).unwrap_or(0);
             if !(CHUNK_HEADER..=MAX_CHUNK).contains(&size) {
                 break;
             }
             if (size as usize) < buf.len() {
                 buf.truncate(size as usize);
-            } else if live_end.is_none() && size as usize > buf.len() {
+            } else if !live && size as usize > buf.len() {
                 buf.resize(size as usize, 0);
                 if mem.read(addr, buf).is_err() {
                     break;

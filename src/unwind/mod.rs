@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
 use crate::offsets::Offsets;
-use crate::process::{ProcessMemory, ReadReq};
+use crate::process::{LocalBytes, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
@@ -57,9 +57,7 @@ pub struct Unwinder<M: ProcessMemory> {
     table: FrameTable,
     code: CodeCache,
     markers: Markers,
-    chunks: Chunks,
     interp_buf: Vec<u8>,
-    tstate_buf: Vec<u8>,
     used_codes: Vec<u64>,
     generations: HashMap<u64, u64>,
     /// The parts of `PyInterpreterState` a sample needs, as merged
@@ -73,6 +71,21 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Per thread state: frames outside its data stack seen last sample.
     prefetch: HashMap<u64, Vec<u64>>,
     outside: Vec<u64>,
+    /// All-threads mode: per-thread copies, reused across samples.
+    slots: Vec<ThreadSlot>,
+    /// All-threads mode: each interpreter's thread states, in list order,
+    /// as the last sample found them; the next sample reads them all in one
+    /// system call.
+    thread_guess: HashMap<u64, Vec<u64>>,
+    order: Vec<usize>,
+}
+
+/// One thread's state copy and chunk copies (all-threads mode).
+#[derive(Default)]
+struct ThreadSlot {
+    tstate: u64,
+    buf: Vec<u8>,
+    chunks: Chunks,
 }
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
@@ -133,7 +146,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
         let interp_ranges = merge_ranges(fields);
         let interp_buf = vec![0u8; o.interp_read_size as usize];
-        let tstate_buf = vec![0u8; o.tstate_size as usize];
+        // Slot 0 serves main-thread mode (and the speculative read).
+        let slots = vec![ThreadSlot {
+            tstate: 0,
+            buf: vec![0u8; o.tstate_size as usize],
+            chunks: Chunks::default(),
+        }];
         Unwinder {
             mem,
             pid,
@@ -142,9 +160,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             table,
             code: CodeCache::new(),
             markers,
-            chunks: Chunks::default(),
             interp_buf,
-            tstate_buf,
             used_codes: Vec::new(),
             generations: HashMap::new(),
             interp_ranges,
@@ -152,6 +168,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             last_tstate: 0,
             prefetch: HashMap::new(),
             outside: Vec::new(),
+            slots,
+            thread_guess: HashMap::new(),
+            order: Vec::new(),
         }
     }
 
@@ -227,7 +246,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             if guess_tstate != 0 {
                 reqs.push(ReadReq {
                     addr: guess_tstate,
-                    buf: &mut self.tstate_buf,
+                    buf: &mut self.slots[0].buf,
                 });
             }
             let n = reqs.len();
@@ -319,48 +338,160 @@ impl<M: ProcessMemory> Unwinder<M> {
         Ok(())
     }
 
+    /// Sample every thread of one interpreter in three system calls
+    /// whatever their number, in the steady state: the thread states the
+    /// last sample found, all at once; then every thread's current chunk
+    /// and prefetched frames, all at once; the walks run in local memory.
+    /// A thread the guess missed costs one read of its own.
     fn walk_interp_threads(
         &mut self,
         o: &Offsets,
         interp: &InterpFacts,
-        _interp_addr: u64,
+        interp_addr: u64,
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
+        let tsize = o.tstate_size as usize;
+        let guess = self.thread_guess.remove(&interp_addr).unwrap_or_default();
+        while self.slots.len() < guess.len() {
+            self.slots.push(ThreadSlot::default());
+        }
+        let guessed_ok = !guess.is_empty() && {
+            let mut reqs = Vec::with_capacity(guess.len());
+            for (slot, &t) in self.slots.iter_mut().zip(&guess) {
+                slot.tstate = t;
+                slot.buf.resize(tsize, 0);
+                reqs.push(ReadReq {
+                    addr: t,
+                    buf: &mut slot.buf[..],
+                });
+            }
+            match self.mem.read_many(&mut reqs) {
+                Ok(()) => true,
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(_) => false,
+            }
+        };
+
+        // Follow the live list; take each state from the batch when it was
+        // guessed, else read it now.
+        self.order.clear();
+        let mut extra = guess.len();
         let mut t = interp.threads_head;
-        let mut count = 0;
         while t != 0 {
-            count += 1;
-            if count > MAX_THREADS {
+            if self.order.len() >= MAX_THREADS {
                 return Err(Error::corrupt("thread list too long or cyclic"));
             }
-            t = self.sample_thread(o, interp, t, false, out, n)?;
+            let k = self.order.len();
+            let hit = if !guessed_ok {
+                None
+            } else if guess.get(k) == Some(&t) {
+                // The usual case: the list did not change.
+                Some(k)
+            } else {
+                guess
+                    .iter()
+                    .position(|&g| g == t)
+                    .filter(|i| !self.order.contains(i))
+            };
+            let idx = match hit {
+                Some(i) => i,
+                None => {
+                    if self.slots.len() <= extra {
+                        self.slots.push(ThreadSlot::default());
+                    }
+                    let slot = &mut self.slots[extra];
+                    slot.tstate = t;
+                    slot.buf.resize(tsize, 0);
+                    self.mem.read(t, &mut slot.buf)?;
+                    extra += 1;
+                    extra - 1
+                }
+            };
+            self.order.push(idx);
+            t = self.slots[idx]
+                .buf
+                .u64_at(o.tstate_next)
+                .ok_or_else(|| Error::corrupt("short thread state"))?;
+        }
+        let new_guess: Vec<u64> = self.order.iter().map(|&i| self.slots[i].tstate).collect();
+        if self.thread_guess.len() > MAX_INTERPRETERS {
+            self.thread_guess.clear();
+        }
+        self.thread_guess.insert(interp_addr, new_guess);
+
+        // Every thread's current chunk and outside frames, in one call.
+        if self.prefetch.len() > 4 * MAX_THREADS {
+            self.prefetch.clear();
+        }
+        let mut facts = Vec::with_capacity(self.order.len());
+        for &i in &self.order {
+            let slot = &mut self.slots[i];
+            let f = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
+                .ok_or_else(|| Error::corrupt("short thread state"))?;
+            let pre = self.prefetch.entry(slot.tstate).or_default();
+            let first = if f.current_frame != 0 {
+                f.datastack_chunk
+            } else {
+                0
+            };
+            slot.chunks
+                .prepare(first, f.current_frame, o.frame_size, pre);
+            facts.push(f);
+        }
+        let batch_ok = {
+            let mut reqs = Vec::new();
+            let mut selected: Vec<&mut ThreadSlot> = Vec::with_capacity(self.order.len());
+            let mut in_order = vec![false; self.slots.len()];
+            for &i in &self.order {
+                in_order[i] = true;
+            }
+            for (i, slot) in self.slots.iter_mut().enumerate() {
+                if in_order[i] {
+                    selected.push(slot);
+                }
+            }
+            for slot in selected {
+                slot.chunks.requests(&mut reqs);
+            }
+            match self.mem.read_many(&mut reqs) {
+                Ok(()) => true,
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(_) => false,
+            }
+        };
+
+        for (k, f) in facts.into_iter().enumerate() {
+            let idx = self.order[k];
+            let slot = &mut self.slots[idx];
+            // After a failed batch each thread reads alone, so one bad
+            // address costs only its own thread's prefetch.
+            slot.chunks.complete(&self.mem, batch_ok)?;
+            let tstate = slot.tstate;
+            self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
         Ok(())
     }
 
-    /// Sample one thread; returns the next thread state in its list.
-    fn sample_thread(
+    /// Status and stack of a thread whose state and chunks are in
+    /// `self.slots[idx]`.
+    #[allow(clippy::too_many_arguments)]
+    fn sample_prepared_thread(
         &mut self,
         o: &Offsets,
         interp: &InterpFacts,
+        idx: usize,
         tstate: u64,
-        prefetched: bool,
+        t: &ThreadFacts,
         out: &mut Sample,
         n: &mut usize,
-    ) -> Result<u64> {
-        if !prefetched {
-            self.mem.read(tstate, &mut self.tstate_buf)?;
-        }
-        let t = ThreadFacts::decode(o, &self.tstate_buf, self.runtime.none_addr)
-            .ok_or_else(|| Error::corrupt("short thread state"))?;
+    ) -> Result<()> {
         let os_state = if self.opts.cpu_status {
             self.mem.os_thread_state(t.native_id)
         } else {
             None
         };
         let status = t.status(tstate == interp.threads_main, os_state);
-
         if *n == out.threads.len() {
             out.threads.push(ThreadSample::default());
         }
@@ -369,44 +500,27 @@ impl<M: ProcessMemory> Unwinder<M> {
         slot.interpreter_id = interp.id;
         slot.status = status;
         slot.frames.clear();
-
-        if self.prefetch.len() > 4 * MAX_THREADS {
-            self.prefetch.clear();
-        }
-        let prefetch = self.prefetch.entry(tstate).or_default();
-        if t.current_frame != 0 {
-            self.chunks.load(
-                &self.mem,
-                t.datastack_chunk,
-                t.current_frame,
-                o.frame_size,
-                prefetch,
-            )?;
-        }
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
+        let ts = &self.slots[idx];
         let mut walk = Walk {
             mem: &self.mem,
             offs: o,
             code: &mut self.code,
             table: &mut self.table,
-            chunks: &self.chunks,
+            chunks: &ts.chunks,
             markers: self.markers,
             native: self.opts.native,
             gc_frame,
             used_codes: &mut self.used_codes,
-            tstate: (tstate, &self.tstate_buf),
+            tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
-        // Next time, fetch the frames that lay outside the data stack in
-        // the same system call as the chunk.
         if let Some(p) = self.prefetch.get_mut(&tstate) {
             std::mem::swap(p, &mut self.outside);
         }
         walked?;
-        // Versions without gc.frame (or a collection whose frame is not
-        // set): the collection runs on the thread holding the GIL.
         if self.opts.gc
             && interp.gc_collecting
             && gc_frame == 0
@@ -416,7 +530,39 @@ impl<M: ProcessMemory> Unwinder<M> {
             slot.frames.insert(0, self.markers.gc);
         }
         *n += 1;
-        Ok(t.next)
+        Ok(())
+    }
+
+    /// Sample one thread (main-thread mode) through slot 0; its state is
+    /// already there when `prefetched`.
+    fn sample_thread(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        tstate: u64,
+        prefetched: bool,
+        out: &mut Sample,
+        n: &mut usize,
+    ) -> Result<()> {
+        let slot = &mut self.slots[0];
+        slot.tstate = tstate;
+        if !prefetched {
+            self.mem.read(tstate, &mut slot.buf)?;
+        }
+        let t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
+            .ok_or_else(|| Error::corrupt("short thread state"))?;
+        if self.prefetch.len() > 4 * MAX_THREADS {
+            self.prefetch.clear();
+        }
+        let prefetch = self.prefetch.entry(tstate).or_default();
+        let first = if t.current_frame != 0 {
+            t.datastack_chunk
+        } else {
+            0
+        };
+        slot.chunks
+            .load(&self.mem, first, t.current_frame, o.frame_size, prefetch)?;
+        self.sample_prepared_thread(o, interp, 0, tstate, &t, out, n)
     }
 
     /// 3.13 only: re-read the fingerprint of every code object the last
