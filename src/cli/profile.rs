@@ -172,7 +172,7 @@ impl SampleArgs {
         } else {
             let output = match &self.output {
                 None => Output::Stdout,
-                Some(_) => out("pstats", "profile"),
+                Some(_) => out("pstats", "pstats"),
             };
             Box::new(PstatsCollector::new(
                 output,
