@@ -20,7 +20,7 @@ use tachyon::unwind::UnwindOptions;
     about = "A sampling profiler for CPython 3.13, 3.14 and 3.15 that reads stacks from outside the process",
     long_about = None
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

@@ -84,6 +84,21 @@ pub struct SampleArgs {
     no_summary: bool,
 }
 
+/// Exit as clap does for a usage error of subcommand `sub`: the message,
+/// the subcommand's usage line, exit code 2.
+fn usage_error(sub: &str, msg: &str) -> ! {
+    use clap::CommandFactory;
+    let mut cmd = super::Cli::command();
+    cmd.build();
+    let mut sub_cmd = cmd
+        .find_subcommand(sub)
+        .cloned()
+        .unwrap_or_else(super::Cli::command);
+    sub_cmd
+        .error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit()
+}
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s
         .parse()
@@ -138,11 +153,14 @@ fn command_form(target: &[OsString]) -> bool {
 }
 
 impl SampleArgs {
-    fn check(&self) -> Result<()> {
+    /// Combinations clap cannot express; reported as usage errors.
+    fn check(&self, sub: &str) {
         if !self.is_pstats() && (self.sort.is_some() || self.limit.is_some() || self.no_summary) {
-            bail!("--sort, --limit and --no-summary only apply to the pstats output");
+            usage_error(
+                sub,
+                "--sort, --limit and --no-summary only apply to the pstats output",
+            );
         }
-        Ok(())
     }
 
     fn is_pstats(&self) -> bool {
@@ -214,7 +232,7 @@ fn profile(unwinder: &mut Unwinder<LinuxProcess>, args: &SampleArgs) -> Result<S
 }
 
 pub fn attach(a: AttachArgs) -> Result<ExitCode> {
-    a.sample.check()?;
+    a.sample.check("attach");
     signals::install();
     let mut unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
     profile(&mut unwinder, &a.sample)?;
@@ -222,15 +240,21 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    a.sample.check()?;
+    a.sample.check("run");
     let launched = if command_form(&a.target) {
         if a.module {
-            bail!("-m runs a module with python; with `-- COMMAND` give the whole command instead");
+            usage_error(
+                "run",
+                "-m runs a module with python; with `-- COMMAND` give the whole command instead",
+            );
         }
         launch::launch_command(&a.target, Duration::from_secs(30))?
     } else {
         let Some((first, rest)) = a.target.split_first() else {
-            bail!("nothing to run: give a script, -m MODULE, or -- COMMAND");
+            usage_error(
+                "run",
+                "nothing to run: give a script, -m MODULE, or -- COMMAND",
+            );
         };
         let mut argv = vec![a.python.clone()];
         if a.module {
