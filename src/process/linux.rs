@@ -179,7 +179,7 @@ impl LinuxProcess {
     fn read_via_file(&self, f: &File, addr: u64, buf: &mut [u8]) -> Result<()> {
         let mut done = 0;
         while done < buf.len() {
-            match f.read_at(&mut buf[done..], addr + done as u64) {
+            match f.read_at(&mut buf[done..], addr.wrapping_add(done as u64)) {
                 Ok(0) => {
                     return Err(Error::Read {
                         addr,

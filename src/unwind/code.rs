@@ -44,7 +44,14 @@ pub struct CodeCache {
     code_type: Option<u64>,
     pub hits: u64,
     pub misses: u64,
+    /// Code-object loads left in this sample (see [`CodeCache::new_sample`]).
+    budget: u32,
 }
+
+/// Most code objects loaded in one sample. A real first sample of a big
+/// program loads a few hundred; a torn chain of garbage pointers could ask
+/// for thousands, each a few reads.
+const LOADS_PER_SAMPLE: u32 = 4096;
 
 /// The span of a code object that holds the fingerprint fields, as
 /// (start, length): one small read re-validates a cached code object.
@@ -89,6 +96,11 @@ impl CodeCache {
         self.codes.clear();
     }
 
+    /// Reset the per-sample load budget.
+    pub fn new_sample(&mut self) {
+        self.budget = LOADS_PER_SAMPLE;
+    }
+
     /// Drop everything if the interpreter's code-object generation moved.
     pub fn check_generation(&mut self, generation: u64) {
         if self.generation != Some(generation) {
@@ -129,6 +141,10 @@ impl CodeCache {
                 return Ok(id);
             }
         } else {
+            if self.budget == 0 {
+                return Err(Error::corrupt("too many code objects in one sample"));
+            }
+            self.budget -= 1;
             self.misses += 1;
             let info = self.load(mem, offs, table, code)?;
             self.codes.insert(code, info);

@@ -16,8 +16,14 @@ use crate::process::{LocalBytes, ProcessMemory, ReadReq};
 const CHUNK_HEADER: u64 = 24;
 /// The interpreter's chunk size; most chunks are exactly this.
 const CHUNK_GUESS: usize = 16 * 1024;
-const MAX_CHUNK: u64 = 16 * 1024 * 1024;
-const MAX_CHUNKS: usize = 4096;
+/// Largest chunk we believe: CPython's chunks are 16 KiB unless one frame
+/// needs more, and no real frame needs a megabyte. A corrupt size must not
+/// turn one sample into a 16 MiB copy.
+const MAX_CHUNK: u64 = 1024 * 1024;
+const MAX_CHUNKS: usize = 1024;
+/// Most bytes of data stack copied per thread and sample: a corrupt chain
+/// of chunk pointers must not make one sample copy gigabytes.
+const MAX_STACK_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest stack we walk. CPython's default recursion limit is 1000; this
 /// leaves room for raised limits while bounding a corrupt (cyclic) chain.
 pub const MAX_DEPTH: usize = 16 * 1024;
@@ -137,7 +143,8 @@ impl Chunks {
         }
         let mut addr = first;
         let mut fresh = read_ok;
-        while addr != 0 && self.used < MAX_CHUNKS {
+        let mut copied = 0usize;
+        while addr != 0 && self.used < MAX_CHUNKS && copied < MAX_STACK_BYTES {
             if self.bufs.len() <= self.used {
                 self.bufs.push((0, Vec::new()));
             }
@@ -173,6 +180,7 @@ impl Chunks {
                 }
             }
             *slot_addr = addr;
+            copied += buf.len();
             addr = buf.u64_at(0).unwrap_or(0);
             self.used += 1;
         }
@@ -278,9 +286,11 @@ impl Walk<'_> {
                     "frame chain deeper than {MAX_DEPTH} frames (a cycle in torn memory?)"
                 )));
             }
-            let in_tstate = addr
-                .checked_sub(self.tstate.0)
-                .and_then(|off| self.tstate.1.get(off as usize..(off + fsize) as usize));
+            let in_tstate = addr.checked_sub(self.tstate.0).and_then(|off| {
+                self.tstate
+                    .1
+                    .get(off as usize..off.checked_add(fsize)? as usize)
+            });
             let local_copy = self.chunks.find(addr, fsize).or(in_tstate);
             if local_copy.is_none() && self.outside.len() < MAX_PREFETCH {
                 self.outside.push(addr);

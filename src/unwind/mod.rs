@@ -120,7 +120,7 @@ fn push_ranges<'a>(
         let (_, rest) = std::mem::take(&mut buf).split_at_mut(off - at);
         let (piece, rest) = rest.split_at_mut(len);
         reqs.push(ReadReq {
-            addr: base + off as u64,
+            addr: base.wrapping_add(off as u64),
             buf: piece,
         });
         buf = rest;
@@ -216,6 +216,7 @@ impl<M: ProcessMemory> Unwinder<M> {
     fn sample_once(&mut self, out: &mut Sample) -> Result<()> {
         let mut n_threads = 0usize;
         self.used_codes.clear();
+        self.code.new_sample();
         let o = self.runtime.offsets.clone();
         let head_addr = self.runtime.address + o.runtime_interpreters_head;
 
@@ -333,7 +334,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 return Err(Error::corrupt("thread list too long or cyclic"));
             }
             into.push(t);
-            t = self.mem.read_u64(t + o.tstate_next)?;
+            t = self.mem.read_u64(t.wrapping_add(o.tstate_next))?;
         }
         Ok(())
     }
@@ -578,7 +579,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             .iter()
             .zip(bufs.chunks_mut(len))
             .map(|(&c, buf)| ReadReq {
-                addr: c + start,
+                addr: c.wrapping_add(start),
                 buf,
             })
             .collect();

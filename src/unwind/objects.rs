@@ -64,7 +64,7 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
     let len = (chars * kind) as usize;
     if buf.len() < start + len {
         let mut data = vec![0u8; len];
-        mem.read(addr + data_off, &mut data)?;
+        mem.read(addr.wrapping_add(data_off), &mut data)?;
         buf.truncate(start);
         buf.extend_from_slice(&data);
     }
@@ -116,7 +116,7 @@ pub fn read_bytes(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<
         return Ok(Some(buf));
     }
     let mut data = vec![0u8; len];
-    mem.read(addr + hdr as u64, &mut data)?;
+    mem.read(addr.wrapping_add(hdr as u64), &mut data)?;
     Ok(Some(data))
 }
 
