@@ -386,21 +386,7 @@ fn run_samples_from_the_first_line() {
         "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.5: pass\n";
     let it = release(15);
     let dir = RootDir::new(&[("short.py", script)]);
-    let wrapper = dir.outside.join("py.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec chroot {} {} \"$@\"\n",
-            sid_root().display(),
-            it.exe.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let wrapper = chroot_python(&dir, &it);
     // The script path must exist where tachyon checks it and where python
     // reads it: the same path inside and outside the root.
     let host_copy = dir.inside.clone();
@@ -436,4 +422,105 @@ fn run_samples_from_the_first_line() {
     }
     let _ = std::fs::remove_dir_all(&host_copy);
     assert!(ok, "{report}");
+}
+
+/// A wrapper script (`--python`) that execs the chrooted interpreter.
+fn chroot_python(dir: &RootDir, it: &Interp) -> PathBuf {
+    let wrapper = dir.outside.join("py.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec chroot {} {} \"$@\"\n",
+            sid_root().display(),
+            it.exe.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    wrapper
+}
+
+#[test]
+fn run_dash_m_profiles_a_module_with_its_arguments() {
+    for minor in [13, 14, 15] {
+        let it = release(minor);
+        let dir = RootDir::new(&[]);
+        let py = chroot_python(&dir, &it);
+        let out_file = dir.outside.join("m.txt");
+        // timeit runs its statement in a loop it reports on: the profile
+        // must show the module's own code, the output must pass through.
+        let out = Command::new(tachyon_bin())
+            .args(["run", "--collapsed", "-o"])
+            .arg(&out_file)
+            .arg("--python")
+            .arg(&py)
+            .args(["-m", "timeit", "-n", "200000", "-r", "3", "sum(range(50))"])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", it.name, text(&out.stderr));
+        assert!(stdout.contains("200000 loops"), "{}: {stdout}", it.name);
+        let collapsed = std::fs::read_to_string(&out_file).unwrap();
+        assert!(
+            collapsed.contains("timeit.py:Timer.timeit:"),
+            "{}: {collapsed}",
+            it.name
+        );
+        assert!(
+            collapsed.contains("<timeit-src>:inner:"),
+            "{}: {collapsed}",
+            it.name
+        );
+    }
+}
+
+#[test]
+fn sigterm_stops_sampling_and_writes_the_profile() {
+    let it = release(15);
+    let dir = RootDir::new(&[(
+        "forever.py",
+        "import time\nprint('READY', flush=True)\nwhile True:\n    time.sleep(0.001)\n",
+    )]);
+    let out_file = dir.outside.join("t.txt");
+    let child = Command::new(tachyon_bin())
+        .args(["run", "--collapsed", "-o"])
+        .arg(&out_file)
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("forever.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tachyon = child.id() as i32;
+    // Let it sample a while, then ask it to stop as a service manager would.
+    std::thread::sleep(Duration::from_millis(800));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(tachyon),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("Interrupted by user."), "{stdout}");
+    assert!(captured(&stdout) > 300, "{stdout}");
+    let collapsed = std::fs::read_to_string(&out_file).unwrap();
+    assert!(collapsed.contains("forever.py:<module>:4"), "{collapsed}");
+    // The program was ended with sampling, as the reference does: no
+    // python process of this test is left.
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &dir.inside("forever.py")])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "left running: {}",
+        text(&left.stdout)
+    );
 }
