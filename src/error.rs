@@ -45,23 +45,25 @@ pub enum Error {
 
     /// A read of target memory failed. Usually transient (the target moved on
     /// while we read); the sampler counts it as a failed sample.
-    #[error("cannot read {len} bytes at {addr:#x}: {source}")]
+    // The cause is part of the message (and deliberately not a `source`,
+    // so error chains do not print it twice).
+    #[error("cannot read {len} bytes at {addr:#x}: {cause}")]
     Read {
         addr: u64,
         len: usize,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// Target memory was read but does not make sense (torn or corrupt).
     #[error("inconsistent target memory: {0}")]
     Corrupt(String),
 
-    #[error("{context}: {source}")]
+    /// A local file or system operation failed; the cause is part of the
+    /// message.
+    #[error("{context}: {cause}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -70,10 +72,10 @@ impl Error {
         Error::Corrupt(msg.into())
     }
 
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub fn io(context: impl Into<String>, cause: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
-            source,
+            cause,
         }
     }
 

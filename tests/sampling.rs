@@ -524,3 +524,26 @@ fn sigterm_stops_sampling_and_writes_the_profile() {
         text(&left.stdout)
     );
 }
+
+#[test]
+fn an_unwritable_output_fails_before_the_program_runs() {
+    let it = release(15);
+    let dir = RootDir::new(&[("hello.py", "print('program ran')\n")]);
+    let out = run_in_root(
+        &it,
+        &["--collapsed", "-o", "/nonexistent/dir/out.txt"],
+        &dir.inside("hello.py"),
+        &dir.outside,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot write the output to /nonexistent/dir/out.txt"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        !text(&out.stdout).contains("program ran"),
+        "the program must not run"
+    );
+}

@@ -163,6 +163,37 @@ impl SampleArgs {
         }
     }
 
+    /// Fail before sampling, not after, when the output cannot be
+    /// written: a profile must not be collected only to be lost.
+    fn check_output(&self) -> Result<()> {
+        // Try it: permission bits say nothing to root, nor about read-only
+        // or special filesystems. Whatever the probe creates is removed.
+        let probe = |p: &std::path::Path| -> std::io::Result<()> {
+            let existed = p.exists();
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(p)?;
+            if !existed {
+                std::fs::remove_file(p)?;
+            }
+            Ok(())
+        };
+        let target = match &self.output {
+            None if self.is_pstats() => return Ok(()),
+            None => PathBuf::from(format!(".tachyon-probe-{}", std::process::id())),
+            Some(p) if p.is_dir() => p.join(format!(".tachyon-probe-{}", std::process::id())),
+            Some(p) => p.clone(),
+        };
+        probe(&target).with_context(|| {
+            let shown = match &self.output {
+                Some(p) => p.display().to_string(),
+                None => "the current directory".into(),
+            };
+            format!("cannot write the output to {shown}")
+        })
+    }
+
     fn is_pstats(&self) -> bool {
         !self.collapsed
     }
@@ -233,6 +264,7 @@ fn profile(unwinder: &mut Unwinder<LinuxProcess>, args: &SampleArgs) -> Result<S
 
 pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check("attach");
+    a.sample.check_output()?;
     signals::install();
     let mut unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
     profile(&mut unwinder, &a.sample)?;
@@ -241,6 +273,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     a.sample.check("run");
+    a.sample.check_output()?;
     let launched = if command_form(&a.target) {
         if a.module {
             usage_error(

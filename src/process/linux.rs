@@ -155,7 +155,7 @@ impl LinuxProcess {
             e => Error::Read {
                 addr,
                 len,
-                source: io::Error::from_raw_os_error(e as i32),
+                cause: io::Error::from_raw_os_error(e as i32),
             },
         }
     }
@@ -184,7 +184,7 @@ impl LinuxProcess {
                     return Err(Error::Read {
                         addr,
                         len: buf.len(),
-                        source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                        cause: io::Error::from(io::ErrorKind::UnexpectedEof),
                     });
                 }
                 Ok(n) => done += n,
@@ -241,7 +241,7 @@ impl ProcessMemory for LinuxProcess {
             Ok(_) => Err(Error::Read {
                 addr,
                 len,
-                source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                cause: io::Error::from(io::ErrorKind::UnexpectedEof),
             }),
             Err(e) if self.try_fallback(e) => {
                 let f = self.mem_file().expect("fallback file was just opened");
