@@ -547,3 +547,43 @@ fn an_unwritable_output_fails_before_the_program_runs() {
         "the program must not run"
     );
 }
+
+#[test]
+fn attach_blocking_samples_and_always_resumes_the_target() {
+    let it = release(15);
+    let mut t = common::spawn(
+        &it,
+        "import threading\ndef spin():\n    while True: pass\nfor _ in range(3):\n    threading.Thread(target=spin, daemon=True).start()\nprint('READY', flush=True)\nspin()\n",
+        &[],
+        &[],
+    );
+    t.wait_for("READY", Duration::from_secs(20));
+    let out = Command::new(tachyon_bin())
+        .args([
+            "attach",
+            "--blocking",
+            "-a",
+            "-d",
+            "1",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+        ])
+        .arg(t.pid().to_string())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(captured(&stdout) > 500, "{stdout}");
+    assert!(error_rate(&stdout) < 1.0, "{stdout}");
+    // Every thread runs again: none is left in a ptrace stop.
+    std::thread::sleep(Duration::from_millis(100));
+    for task in std::fs::read_dir(format!("/proc/{}/task", t.pid())).unwrap() {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+        let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+        assert!(
+            !matches!(state, 't' | 'T'),
+            "a thread is left stopped: {stat}"
+        );
+    }
+}

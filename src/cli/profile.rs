@@ -12,6 +12,7 @@ use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Mode, Output};
 use tachyon::process::linux::LinuxProcess;
+use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, launch, signals};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -55,6 +56,10 @@ pub struct SampleArgs {
     /// Print the achieved sampling rate once a second while sampling
     #[arg(long)]
     realtime_stats: bool,
+    /// Stop the target's threads during each sample, for consistent stacks
+    /// (slows the target down; use rates of 1 kHz or less)
+    #[arg(long)]
+    blocking: bool,
     /// Show <native> where C code called back into Python
     #[arg(long)]
     native: bool,
@@ -251,7 +256,22 @@ fn profile(unwinder: &mut Unwinder<LinuxProcess>, args: &SampleArgs) -> Result<S
     let (mut collector, _mode) = args.collector(pid)?;
     let cfg = args.config();
     let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
-    let (stats, reason) = sample::run(unwinder, collector.as_mut(), &cfg, &alive);
+    let stopper = LinuxProcess::open(pid)?;
+    let pause = || -> tachyon::Result<Box<dyn std::any::Any>> {
+        Ok(Box::new(StoppedThreads::stop(&stopper)?))
+    };
+    if args.blocking && args.rate < Duration::from_micros(100) {
+        eprintln!(
+            "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
+        );
+    }
+    let (stats, reason) = sample::run(
+        unwinder,
+        collector.as_mut(),
+        &cfg,
+        &alive,
+        args.blocking.then_some(&pause as sample::Pause<'_>),
+    );
     if reason == StopReason::Interrupted {
         println!("Interrupted by user.");
     }

@@ -91,11 +91,16 @@ pub fn parse_rate(s: &str) -> Result<Duration, String> {
 /// Run the loop until one of the stop conditions; returns the statistics
 /// and why it stopped. `alive` tells whether the target still exists (asked
 /// only after a failed sample).
+/// Something that stops the target for the duration of one sample
+/// (`--blocking`): it returns a guard that resumes the target when dropped.
+pub type Pause<'a> = &'a dyn Fn() -> crate::Result<Box<dyn std::any::Any>>;
+
 pub fn run<M: ProcessMemory>(
     unwinder: &mut Unwinder<M>,
     collector: &mut dyn Collector,
     cfg: &SampleConfig,
     alive: &dyn Fn() -> bool,
+    pause: Option<Pause<'_>>,
 ) -> (RunStats, StopReason) {
     let interval = cfg.interval;
     // Precise sleeps: the default 50 µs timer slack would make us either
@@ -137,7 +142,11 @@ pub fn run<M: ProcessMemory>(
             continue;
         }
         stats.attempts += 1;
-        match unwinder.sample(&mut sample) {
+        let taken = match pause {
+            Some(p) => p().and_then(|_guard| unwinder.sample(&mut sample)),
+            None => unwinder.sample(&mut sample),
+        };
+        match taken {
             Ok(()) => {
                 sample.timestamp_us = now.duration_since(start).as_micros() as u64;
                 filter_by_mode(&mut sample, cfg.mode);
