@@ -160,6 +160,12 @@ fn command_form(target: &[OsString]) -> bool {
 impl SampleArgs {
     /// Combinations clap cannot express; reported as usage errors.
     fn check(&self, sub: &str) {
+        if self.blocking && self.mode == ModeArg::Cpu {
+            usage_error(
+                sub,
+                "--blocking cannot be combined with --mode cpu: a thread stopped for the sample is on no CPU",
+            );
+        }
         if !self.is_pstats() && (self.sort.is_some() || self.limit.is_some() || self.no_summary) {
             usage_error(
                 sub,
