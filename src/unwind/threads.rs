@@ -108,7 +108,9 @@ impl ThreadFacts {
         }
         match os_state {
             Some('R') => s |= status::ON_CPU,
-            Some('S' | 'D' | 'T' | 't' | 'Z' | 'I' | 'X') => {}
+            Some('S' | 'D' | 'T' | 'Z' | 'I' | 'X') => {}
+            // 't': stopped by a tracer, typically us (`--blocking`): whether
+            // it was running a moment ago is unknown, not "idle".
             _ => s |= status::UNKNOWN,
         }
         s
