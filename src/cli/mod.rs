@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use tachyon::dump::{SourceReader, format_dump};
-use tachyon::model::Sample;
+use tachyon::model::{Sample, status};
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::unwind::UnwindOptions;
 
@@ -71,9 +71,18 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     };
     let mut unwinder = tachyon::attach(a.pid, opts)?;
     let mut sample = Sample::default();
+    // Threads stopped for the snapshot read as stopped: take their CPU
+    // state the instant before.
+    let mut before: Vec<(u64, Option<char>)> = Vec::new();
     {
         let _stopped = if a.blocking {
-            Some(StoppedThreads::stop(unwinder.memory())?)
+            let proc = unwinder.memory();
+            before = proc
+                .thread_ids()?
+                .into_iter()
+                .map(|tid| (tid as u64, proc.thread_state(tid as u64)))
+                .collect();
+            Some(StoppedThreads::stop(proc)?)
         } else {
             None
         };
@@ -95,6 +104,16 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
                 "could not read a consistent stack of process {}",
                 a.pid
             ));
+        }
+    }
+    for t in &mut sample.threads {
+        if let Some(&(_, Some(state))) = before.iter().find(|(tid, _)| *tid == t.tid) {
+            t.status &= !(status::UNKNOWN | status::ON_CPU);
+            match state {
+                'R' => t.status |= status::ON_CPU,
+                'S' | 'D' | 'T' | 'Z' | 'I' | 'X' => {}
+                _ => t.status |= status::UNKNOWN,
+            }
         }
     }
     let mut src = SourceReader::new(a.pid);
