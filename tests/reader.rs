@@ -141,3 +141,60 @@ fn a_code_object_reallocated_at_the_same_address_gets_its_own_name() {
         );
     }
 }
+
+/// A libpython whose `.PyRuntime` section header is renamed (the data stays
+/// where it was): only the `_PyRuntime` dynamic symbol can find the runtime.
+#[test]
+fn the_runtime_is_found_through_the_dynamic_symbol_without_the_section() {
+    let Some(it) = common::machine_supported_interpreters()
+        .into_iter()
+        .find(|i| i.name == "pyenv-3.13")
+    else {
+        return; // announced loudly by machine_supported_interpreters
+    };
+    let lib_dir = it.exe.parent().unwrap().parent().unwrap().join("lib");
+    let lib = lib_dir.join("libpython3.13.so.1.0");
+    let tmp = std::env::temp_dir().join(format!("tachyon-nosection-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let renamed = tmp.join("libpython3.13.so.1.0");
+    let st = std::process::Command::new("objcopy")
+        .arg("--rename-section")
+        .arg(".PyRuntime=.NoRuntime")
+        .arg(&lib)
+        .arg(&renamed)
+        .status()
+        .expect("objcopy (binutils) is needed for this test");
+    assert!(st.success());
+    let mut child = std::process::Command::new(&it.exe)
+        .args(["-c", "import time\ndef parked():\n    print('READY', flush=True); time.sleep(1000)\nparked()\n"])
+        .env("LD_LIBRARY_PATH", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child, std::path::PathBuf);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let pid = child.id() as i32;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _guard = Kill(&mut child, tmp.clone());
+    assert_eq!(line.trim(), "READY");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(
+        maps.contains(renamed.to_str().unwrap()),
+        "the renamed libpython is not the one loaded"
+    );
+    let mut u = tachyon::attach(pid, UnwindOptions::default()).unwrap();
+    assert_eq!(u.runtime().binary, renamed.to_str().unwrap());
+    let s = main_stack(&mut u);
+    assert_eq!(s[0].1, "parked", "{s:?}");
+}

@@ -112,7 +112,7 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             why: "no python executable or libpython is mapped".into(),
         });
     }
-    let mut too_old: Option<PyVersion> = None;
+    let mut found_version: Option<PyVersion> = None;
     let mut last_err: Option<Error> = None;
     // The cookie is part of `_PyRuntime`'s static initialiser, so every
     // mapped copy of libpython shows it, initialised or not. The first
@@ -156,18 +156,37 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
         if let Some(v) = facts.py_version {
             let mut b = [0u8; 4];
             if proc.read(v.wrapping_add(bias), &mut b).is_ok() {
-                too_old = Some(PyVersion::from_hex(u32::from_le_bytes(b) as u64));
+                found_version = Some(PyVersion::from_hex(u32::from_le_bytes(b) as u64));
             }
         }
     }
     if let Some(rt) = uninitialised {
         return Ok(rt);
     }
-    if let Some(v) = too_old {
-        return Err(Error::UnsupportedVersion {
-            pid,
-            found: v.to_string(),
-        });
+    match found_version {
+        // Older than the debug offsets table: name the version.
+        Some(v) if v.major == 3 && v.minor < 13 => {
+            return Err(Error::UnsupportedVersion {
+                pid,
+                found: v.to_string(),
+            });
+        }
+        // New enough to have the table, yet we found none: say so rather
+        // than call a supported version unsupported.
+        Some(v) => {
+            return Err(Error::NotPython {
+                pid,
+                why: format!(
+                    "it runs Python {v}, but its runtime (_PyRuntime) could not be located in {}",
+                    cands
+                        .iter()
+                        .filter_map(|m| m.path.as_deref())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        None => {}
     }
     // Failing to open or read the binary may just mean the process exited
     // meanwhile.
