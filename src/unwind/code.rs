@@ -46,6 +46,9 @@ pub struct CodeCache {
     pub misses: u64,
     /// Code-object loads left in this sample (see [`CodeCache::new_sample`]).
     budget: u32,
+    /// Code objects read from the target during this sample: fresh, so
+    /// they need no re-validation.
+    pub loaded: Vec<u64>,
 }
 
 /// Most code objects loaded in one sample. A real first sample of a big
@@ -99,6 +102,7 @@ impl CodeCache {
     /// Reset the per-sample load budget.
     pub fn new_sample(&mut self) {
         self.budget = LOADS_PER_SAMPLE;
+        self.loaded.clear();
     }
 
     /// Drop everything if the interpreter's code-object generation moved.
@@ -148,6 +152,7 @@ impl CodeCache {
             self.misses += 1;
             let info = self.load(mem, offs, table, code)?;
             self.codes.insert(code, info);
+            self.loaded.push(code);
         }
         let info = self.codes.get_mut(&code).expect("inserted above");
         let loc = match (addrq, &info.linetable) {

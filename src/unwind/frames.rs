@@ -106,6 +106,50 @@ impl Chunks {
             .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
     }
 
+    /// Like [`Chunks::prepare`], before the thread state is known: guess
+    /// that the first chunk is `first` again and its live part fits in
+    /// `len` bytes. [`Chunks::accept_guess`] then checks the guess against
+    /// the fresh thread state.
+    pub fn prepare_guess(&mut self, first: u64, len: usize, frame_size: u64, prefetch: &[u64]) {
+        self.prepare(first, 0, frame_size, prefetch);
+        if first != 0 {
+            self.bufs[0]
+                .1
+                .resize(len.clamp(CHUNK_HEADER as usize, MAX_CHUNK as usize), 0);
+            self.pending_live = true;
+        }
+    }
+
+    /// After a guessed load was read: is the guess right for a thread whose
+    /// first chunk is `first` and current frame `current`? If so, keep only
+    /// the live part; if not, the caller loads afresh.
+    pub fn accept_guess(&mut self, first: u64, current: u64, frame_size: u64) -> bool {
+        if self.pending == 0 || self.pending != first {
+            return false;
+        }
+        let read = self.bufs[0].1.len() as u64;
+        match current
+            .checked_sub(first)
+            .filter(|off| *off >= CHUNK_HEADER)
+            .and_then(|off| off.checked_add(frame_size))
+        {
+            Some(live_end) if live_end <= read => {
+                self.bufs[0].1.truncate(live_end as usize);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Length of the live part of the first chunk of the last load.
+    pub fn live_len(&self) -> usize {
+        if self.used > 0 {
+            self.bufs[0].1.len()
+        } else {
+            0
+        }
+    }
+
     /// The reads a prepared load needs: the first chunk and the prefetched
     /// frames.
     pub fn requests<'a>(&'a mut self, reqs: &mut Vec<ReadReq<'a>>) {

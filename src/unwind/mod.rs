@@ -68,6 +68,16 @@ pub struct Unwinder<M: ProcessMemory> {
     /// same system call as the interpreter-list head (see `sample_once`).
     last_interp: u64,
     last_tstate: u64,
+    /// Main-thread mode: the first data-stack chunk of the last sample and
+    /// a high-water mark of its live length, read speculatively too.
+    last_chunk: u64,
+    chunk_hw: usize,
+    /// 3.13 code-cache guard: the code objects the last sample used, whose
+    /// fingerprints the next sample reads in its first batch (`fp_buf`);
+    /// those found unchanged are `fp_ok` and need no check after the walk.
+    fp_prev: Vec<u64>,
+    fp_buf: Vec<u8>,
+    fp_ok: Vec<u64>,
     /// Per thread state: frames outside its data stack seen last sample.
     prefetch: HashMap<u64, Vec<u64>>,
     outside: Vec<u64>,
@@ -87,6 +97,10 @@ struct ThreadSlot {
     buf: Vec<u8>,
     chunks: Chunks,
 }
+
+/// Extra bytes read beyond the recent high-water mark of the live stack,
+/// so a slightly deeper stack still fits the speculative read.
+const CHUNK_SLACK: usize = 1024;
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
 /// joining neighbours closer than a cache line.
@@ -166,6 +180,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             interp_ranges,
             last_interp: 0,
             last_tstate: 0,
+            last_chunk: 0,
+            chunk_hw: 0,
+            fp_prev: Vec::new(),
+            fp_buf: Vec::new(),
+            fp_ok: Vec::new(),
             prefetch: HashMap::new(),
             outside: Vec::new(),
             slots,
@@ -245,17 +264,53 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
             }
             if guess_tstate != 0 {
+                let slot = &mut self.slots[0];
                 reqs.push(ReadReq {
                     addr: guess_tstate,
-                    buf: &mut self.slots[0].buf,
+                    buf: &mut slot.buf,
                 });
+                // The chunk and outside frames too: in a steady state the
+                // whole sample is this one call.
+                let pre = self.prefetch.get(&guess_tstate).map_or(&[][..], |v| &v[..]);
+                slot.chunks.prepare_guess(
+                    self.last_chunk,
+                    self.chunk_hw + CHUNK_SLACK,
+                    o.frame_size,
+                    pre,
+                );
+                slot.chunks.requests(&mut reqs);
+            }
+            // 3.13: the fingerprints of last sample's code objects.
+            let (fp_start, fp_len) = code::fingerprint_span(&o);
+            self.fp_ok.clear();
+            let check_fp = o.interp_code_object_generation.is_none() && !self.fp_prev.is_empty();
+            if check_fp {
+                self.fp_buf.resize(fp_len * self.fp_prev.len(), 0);
+                for (&c, buf) in self.fp_prev.iter().zip(self.fp_buf.chunks_mut(fp_len)) {
+                    reqs.push(ReadReq {
+                        addr: c.wrapping_add(fp_start),
+                        buf,
+                    });
+                }
             }
             let n = reqs.len();
-            match self.mem.read_many(&mut reqs) {
+            let r = self.mem.read_many(&mut reqs);
+            drop(reqs);
+            if r.is_ok() && check_fp {
+                for (i, &c) in self.fp_prev.iter().enumerate() {
+                    let now =
+                        code::fingerprint(&o, &self.fp_buf[i * fp_len..(i + 1) * fp_len], fp_start);
+                    if now.is_some() && now.as_ref() == self.code.fingerprint_of(c) {
+                        self.fp_ok.push(c);
+                    } else {
+                        self.code.evict(c);
+                    }
+                }
+            }
+            match r {
                 Ok(()) => n > 1,
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(_) => {
-                    drop(reqs);
                     self.mem.read(head_addr, &mut head)?;
                     false
                 }
@@ -561,8 +616,22 @@ impl<M: ProcessMemory> Unwinder<M> {
         } else {
             0
         };
-        slot.chunks
-            .load(&self.mem, first, t.current_frame, o.frame_size, prefetch)?;
+        if prefetched
+            && first != 0
+            && slot
+                .chunks
+                .accept_guess(first, t.current_frame, o.frame_size)
+        {
+            slot.chunks.complete(&self.mem, true)?;
+        } else {
+            slot.chunks
+                .load(&self.mem, first, t.current_frame, o.frame_size, prefetch)?;
+        }
+        // Remember where the stack was, and how high it reached lately
+        // (decaying, so one deep moment does not inflate reads for ever).
+        self.last_chunk = first;
+        let live = slot.chunks.live_len();
+        self.chunk_hw = live.max(self.chunk_hw - self.chunk_hw / 64);
         self.sample_prepared_thread(o, interp, 0, tstate, &t, out, n)
     }
 
@@ -573,9 +642,24 @@ impl<M: ProcessMemory> Unwinder<M> {
         let (start, len) = code::fingerprint_span(o);
         self.used_codes.sort_unstable();
         self.used_codes.dedup();
-        let mut bufs = vec![0u8; len * self.used_codes.len()];
-        let mut reqs: Vec<ReadReq<'_>> = self
+        // Checked in this sample's first read, or read fresh during the
+        // walk: only the rest needs a read now (usually none).
+        self.fp_ok.sort_unstable();
+        self.code.loaded.sort_unstable();
+        let to_check: Vec<u64> = self
             .used_codes
+            .iter()
+            .copied()
+            .filter(|c| {
+                self.fp_ok.binary_search(c).is_err() && self.code.loaded.binary_search(c).is_err()
+            })
+            .collect();
+        self.fp_prev.clone_from(&self.used_codes);
+        if to_check.is_empty() {
+            return Ok(false);
+        }
+        let mut bufs = vec![0u8; len * to_check.len()];
+        let mut reqs: Vec<ReadReq<'_>> = to_check
             .iter()
             .zip(bufs.chunks_mut(len))
             .map(|(&c, buf)| ReadReq {
@@ -586,7 +670,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let read_ok = self.mem.read_many(&mut reqs).is_ok();
         drop(reqs);
         let mut changed = false;
-        for (i, &c) in self.used_codes.iter().enumerate() {
+        for (i, &c) in to_check.iter().enumerate() {
             let now = if read_ok {
                 code::fingerprint(o, &bufs[i * len..(i + 1) * len], start)
             } else {
