@@ -587,3 +587,51 @@ fn attach_blocking_samples_and_always_resumes_the_target() {
         );
     }
 }
+
+#[test]
+fn a_command_running_several_pythons_is_followed_from_one_to_the_next() {
+    // A shell that runs one interpreter, then another of another version:
+    // both land in one profile, as a wrapper that probes an interpreter
+    // before starting the real program would need.
+    let dir = RootDir::new(&[
+        (
+            "a.py",
+            "import time\ndef first():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.3: pass\nfirst()\n",
+        ),
+        (
+            "b.py",
+            "import time\ndef second():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.3: pass\nsecond()\n",
+        ),
+    ]);
+    let out_file = dir.outside.join("two.txt");
+    let script = format!(
+        "python3.15 {}; python3.14 {}; exit 7",
+        dir.inside("a.py"),
+        dir.inside("b.py")
+    );
+    let out = Command::new(tachyon_bin())
+        .args(["run", "--collapsed", "-o"])
+        .arg(&out_file)
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .args(["/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("following Python process"),
+        "{}",
+        text(&out.stderr)
+    );
+    let collapsed = std::fs::read_to_string(&out_file).unwrap();
+    let count = |needle: &str| -> u64 {
+        collapsed
+            .lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert!(count("a.py:first:4") > 150, "{collapsed}");
+    assert!(count("b.py:second:4") > 150, "{collapsed}");
+}

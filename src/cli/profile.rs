@@ -256,34 +256,74 @@ impl SampleArgs {
     }
 }
 
-/// Sample until done; print the statistics; write the output.
-fn profile(unwinder: &mut Unwinder<LinuxProcess>, args: &SampleArgs) -> Result<StopReason> {
-    let pid = unwinder.pid();
-    let (mut collector, _mode) = args.collector(pid)?;
-    let cfg = args.config();
-    let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
-    let stopper = LinuxProcess::open(pid)?;
-    let pause = || -> tachyon::Result<Box<dyn std::any::Any>> {
-        Ok(Box::new(StoppedThreads::stop(&stopper)?))
-    };
+/// Where a profile goes on when its process exits: the next Python
+/// process of the command, if any.
+type Next<'a> = &'a dyn Fn(&[i32]) -> Option<(i32, tachyon::runtime::Runtime)>;
+
+/// Sample until done; print the statistics; write the output. With `next`,
+/// when the process exits the profile goes on into the next one it names
+/// (same collector, same frame table), until there is none.
+fn profile(
+    first: Unwinder<LinuxProcess>,
+    args: &SampleArgs,
+    next: Option<Next<'_>>,
+) -> Result<StopReason> {
+    let (mut collector, _mode) = args.collector(first.pid())?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         eprintln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
         );
     }
-    let (stats, reason) = sample::run(
-        unwinder,
-        collector.as_mut(),
-        &cfg,
-        &alive,
-        args.blocking.then_some(&pause as sample::Pause<'_>),
-    );
+    let started = std::time::Instant::now();
+    let mut unwinder = first;
+    let mut seen = vec![unwinder.pid()];
+    let mut total = tachyon::collect::RunStats::default();
+    let reason = loop {
+        let pid = unwinder.pid();
+        let mut cfg = args.config();
+        if let Some(d) = cfg.duration {
+            cfg.duration = Some(d.saturating_sub(started.elapsed()));
+        }
+        let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
+        let stopper = LinuxProcess::open(pid)?;
+        let pause = || -> tachyon::Result<Box<dyn std::any::Any>> {
+            Ok(Box::new(StoppedThreads::stop(&stopper)?))
+        };
+        let (stats, reason) = sample::run(
+            &mut unwinder,
+            collector.as_mut(),
+            &cfg,
+            &alive,
+            args.blocking.then_some(&pause as sample::Pause<'_>),
+        );
+        total.interval_us = stats.interval_us;
+        total.mode = stats.mode;
+        total.attempts += stats.attempts;
+        total.failures += stats.failures;
+        total.duration_s += stats.duration_s;
+        total.interrupted = stats.interrupted;
+        let following = match (reason, next) {
+            (StopReason::TargetExited, Some(next)) => next(&seen),
+            _ => None,
+        };
+        let Some((pid, rt)) = following else {
+            break reason;
+        };
+        eprintln!(
+            "tachyon: process {} exited; following Python process {pid}",
+            seen[seen.len() - 1]
+        );
+        seen.push(pid);
+        let opts = unwinder.opts;
+        let table = unwinder.into_frames();
+        unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
+    };
     if reason == StopReason::Interrupted {
         println!("Interrupted by user.");
     }
-    sample::print_summary(&stats);
+    sample::print_summary(&total);
     collector
-        .finish(unwinder.frames(), &stats)
+        .finish(unwinder.frames(), &total)
         .context("cannot write the profile")?;
     Ok(reason)
 }
@@ -292,15 +332,16 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check("attach");
     a.sample.check_output()?;
     signals::install();
-    let mut unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
-    profile(&mut unwinder, &a.sample)?;
+    let unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
+    profile(unwinder, &a.sample, None)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     a.sample.check("run");
     a.sample.check_output()?;
-    let launched = if command_form(&a.target) {
+    let command = command_form(&a.target);
+    let launched = if command {
         if a.module {
             usage_error(
                 "run",
@@ -328,13 +369,18 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     signals::install();
     let mut child = launched.child;
     let proc = LinuxProcess::open(launched.python_pid)?;
-    let mut unwinder = Unwinder::new(
+    let unwinder = Unwinder::new(
         proc,
         launched.python_pid,
         launched.runtime,
         a.sample.unwind_options(),
     );
-    let reason = profile(&mut unwinder, &a.sample);
+    // A command (a wrapper, a script running several programs) may start
+    // more interpreters after the first: the profile follows them in turn.
+    let root = child.id() as i32;
+    let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
+    let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
+    let reason = profile(unwinder, &a.sample, command.then_some(&next as Next<'_>));
     // The program outlived sampling (duration over, Ctrl-C): end it, as the
     // reference does, politely first.
     if child.try_wait().ok().flatten().is_none() && !matches!(reason, Ok(StopReason::TargetExited))

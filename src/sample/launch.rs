@@ -183,6 +183,34 @@ pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> 
     }
 }
 
+/// Wait for a Python process among `root`'s descendants that is not in
+/// `seen`, while `keep_waiting` says so; used to follow a command's next
+/// interpreter when the one being profiled exits (a wrapper that probes an
+/// interpreter first, a script that runs several programs).
+pub fn next_python(
+    root: i32,
+    seen: &[i32],
+    keep_waiting: &dyn Fn() -> bool,
+) -> Option<(i32, Runtime)> {
+    loop {
+        for pid in descendants_and_self(root) {
+            if seen.contains(&pid) {
+                continue;
+            }
+            let Ok(proc) = LinuxProcess::open(pid) else {
+                continue;
+            };
+            if let Ok(rt) = runtime::locate(&proc) {
+                return Some((pid, rt));
+            }
+        }
+        if !keep_waiting() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
 /// `root` and every process below it, parents before children.
 pub fn descendants_and_self(root: i32) -> Vec<i32> {
     let mut parent_of: Vec<(i32, i32)> = Vec::new();

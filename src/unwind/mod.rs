@@ -144,7 +144,19 @@ fn push_ranges<'a>(
 
 impl<M: ProcessMemory> Unwinder<M> {
     pub fn new(mem: M, pid: i32, runtime: Runtime, opts: UnwindOptions) -> Self {
-        let mut table = FrameTable::new();
+        Self::with_frames(mem, pid, runtime, opts, FrameTable::new())
+    }
+
+    /// An unwinder that interns into an existing frame table, so a profile
+    /// can go on into another process (frame ids stay meaningful to the
+    /// collector that holds them).
+    pub fn with_frames(
+        mem: M,
+        pid: i32,
+        runtime: Runtime,
+        opts: UnwindOptions,
+        mut table: FrameTable,
+    ) -> Self {
         let markers = Markers::new(&mut table);
         let o = &runtime.offsets;
         let mut fields = vec![
@@ -207,6 +219,11 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     pub fn frames_mut(&mut self) -> &mut FrameTable {
         &mut self.table
+    }
+
+    /// Give up the frame table (see [`Unwinder::with_frames`]).
+    pub fn into_frames(self) -> FrameTable {
+        self.table
     }
 
     pub fn memory(&self) -> &M {
