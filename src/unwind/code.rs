@@ -56,6 +56,9 @@ pub struct CodeCache {
 /// for thousands, each a few reads.
 const LOADS_PER_SAMPLE: u32 = 4096;
 
+/// Most code objects kept: far more than a program runs at once.
+const MAX_CACHED_CODES: usize = 200_000;
+
 /// The span of a code object that holds the fingerprint fields, as
 /// (start, length): one small read re-validates a cached code object.
 pub fn fingerprint_span(offs: &Offsets) -> (u64, usize) {
@@ -151,6 +154,11 @@ impl CodeCache {
             self.budget -= 1;
             self.misses += 1;
             let info = self.load(mem, offs, table, code)?;
+            if self.codes.len() >= MAX_CACHED_CODES {
+                // Dead code objects are never told to us on 3.13: start
+                // afresh now and then rather than grow without bound.
+                self.codes.clear();
+            }
             self.codes.insert(code, info);
             self.loaded.push(code);
         }
