@@ -18,6 +18,10 @@ pub enum Error {
     #[error("permission denied reading process {pid}: {hint}")]
     PermissionDenied { pid: i32, hint: String },
 
+    /// `run -- COMMAND` ended without ever starting Python.
+    #[error("the command {how} without starting a Python process to profile")]
+    NoPythonStarted { how: String },
+
     #[error(
         "process {pid} is not a Python process tachyon can read: {why} (for wrappers such as `uv run` or shell scripts, give the PID of the python child)"
     )]

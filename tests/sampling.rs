@@ -393,32 +393,45 @@ fn run_samples_from_the_first_line() {
     std::fs::create_dir_all(&host_copy).unwrap();
     std::fs::write(host_copy.join("short.py"), script).unwrap();
     let out_file = dir.outside.join("short.txt");
+    // Both launch paths hold the program from its start: `--python` (the
+    // interpreter under ptrace from exec) and `-- COMMAND` (the command
+    // seized before its first instruction, followed through exec).
+    type Form<'a> = (&'a str, &'a dyn Fn(&mut Command));
+    let forms: [Form<'_>; 2] = [
+        ("--python", &|c: &mut Command| {
+            c.arg("--python").arg(&wrapper).arg(dir.inside("short.py"));
+        }),
+        ("-- COMMAND", &|c: &mut Command| {
+            c.arg("--").arg(&wrapper).arg(dir.inside("short.py"));
+        }),
+    ];
     let mut report = String::new();
-    let mut ok = false;
-    for _attempt in 0..3 {
-        let out = Command::new(tachyon_bin())
-            .args(["run", "-r", "200", "--collapsed", "-o"])
-            .arg(&out_file)
-            .arg("--python")
-            .arg(&wrapper)
-            .arg(dir.inside("short.py"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let collapsed = std::fs::read_to_string(&out_file).unwrap();
-        let on_line_3: u64 = collapsed
-            .lines()
-            .filter(|l| l.contains("short.py:<module>:3"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum();
-        if on_line_3 >= 50 {
-            ok = true;
-            break;
+    let mut ok = true;
+    for (name, form) in forms {
+        let mut this_ok = false;
+        for _attempt in 0..3 {
+            let mut cmd = Command::new(tachyon_bin());
+            cmd.args(["run", "-r", "200", "--collapsed", "-o"])
+                .arg(&out_file);
+            form(&mut cmd);
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+            let collapsed = std::fs::read_to_string(&out_file).unwrap();
+            let on_line_3: u64 = collapsed
+                .lines()
+                .filter(|l| l.contains("short.py:<module>:3"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            if on_line_3 >= 50 {
+                this_ok = true;
+                break;
+            }
+            report += &format!(
+                "{name}: only {on_line_3} samples of a 500 ms loop at 200 Hz:\n{}{collapsed}\n",
+                text(&out.stdout)
+            );
         }
-        report += &format!(
-            "only {on_line_3} samples of a 500 ms loop at 200 Hz:\n{}{collapsed}\n",
-            text(&out.stdout)
-        );
+        ok &= this_ok;
     }
     let _ = std::fs::remove_dir_all(&host_copy);
     assert!(ok, "{report}");
@@ -634,4 +647,23 @@ fn a_command_running_several_pythons_is_followed_from_one_to_the_next() {
     };
     assert!(count("a.py:first:4") > 150, "{collapsed}");
     assert!(count("b.py:second:4") > 150, "{collapsed}");
+}
+
+#[test]
+fn a_command_that_starts_no_python_is_a_clear_error() {
+    let out = Command::new(tachyon_bin())
+        .args(["run", "--", "sh", "-c", "echo no python here; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("no python here"),
+        "the command runs"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("the command exited with code 3 without starting a Python process"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

@@ -8,10 +8,13 @@
 //! has mapped `libpython`. Then the interpreter is released: sampling starts
 //! before its first instruction of Python.
 //!
-//! For `run -- COMMAND` (wrappers such as `uv run` or a shell script) the
-//! command runs freely and its descendants are polled every half
-//! millisecond for the first Python process; that is fast next to an
-//! interpreter's start-up, but not a guarantee.
+//! For `run -- COMMAND` (wrappers such as `uv run`, shell scripts) the
+//! command starts stopped and is seized with ptrace before its first
+//! instruction, with fork, clone and exec followed, so every process it
+//! starts is held at its exec until tachyon knows whether it is Python. The
+//! first one that is gets sampled from its first instruction; then every
+//! traced process is released. Where ptrace is refused (some containers),
+//! the descendants are polled every half millisecond instead.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -20,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::signal::kill;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -138,11 +142,256 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
 /// Start `argv` (any command) and wait for the first Python process among
 /// it and its descendants.
 pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> {
-    let (program, args) = argv.split_first().expect("argv is never empty");
-    let mut child = Command::new(program)
-        .args(args)
+    let (program, _) = argv.split_first().expect("argv is never empty");
+    // The command starts as tachyon itself in helper mode, which stops
+    // itself and, once continued, execs the command: so it can be seized
+    // before the command's first instruction. (Stopping in a pre_exec hook
+    // instead would deadlock: spawn() waits for the exec.)
+    let me = std::env::current_exe()
+        .map_err(|e| Error::io("cannot find tachyon's own executable", e))?;
+    let mut child = Command::new(me)
+        .arg(HELPER_FLAG)
+        .args(argv)
         .spawn()
         .map_err(|e| spawn_error(program, e))?;
+    let root = Pid::from_raw(child.id() as i32);
+    match waitpid(root, Some(WaitPidFlag::WUNTRACED)) {
+        Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {}
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::io(
+                format!(
+                    "{} did not start as expected ({other:?})",
+                    program.to_string_lossy()
+                ),
+                std::io::Error::other("unexpected wait status"),
+            ));
+        }
+    }
+    use nix::sys::ptrace::Options;
+    let opts = Options::PTRACE_O_TRACEEXEC
+        | Options::PTRACE_O_TRACEFORK
+        | Options::PTRACE_O_TRACEVFORK
+        | Options::PTRACE_O_TRACECLONE
+        | Options::PTRACE_O_TRACESYSGOOD;
+    if ptrace::seize(root, opts).is_err() {
+        // No ptrace here: let it run and watch from outside.
+        let _ = kill(root, Signal::SIGCONT);
+        return poll_for_python(child, timeout);
+    }
+    let _ = kill(root, Signal::SIGCONT);
+    match follow_until_python(root) {
+        Ok((pid, runtime)) => Ok(Launched {
+            child,
+            python_pid: pid.as_raw(),
+            runtime,
+        }),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+/// The hidden first argument of helper mode (see [`launch_command`]).
+const HELPER_FLAG: &str = "--tachyon-internal-exec-stopped";
+
+/// Helper mode: when this process was started as `tachyon
+/// --tachyon-internal-exec-stopped COMMAND...`, stop until continued, then
+/// become COMMAND. Returns an exit code only if the exec failed; `None` when
+/// not in helper mode.
+pub fn exec_stopped_helper() -> Option<std::process::ExitCode> {
+    let mut args = std::env::args_os();
+    let _me = args.next();
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(HELPER_FLAG)) {
+        return None;
+    }
+    let program = args.next()?;
+    let rest: Vec<OsString> = args.collect();
+    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+    let err = Command::new(&program).args(&rest).exec();
+    eprintln!("tachyon: cannot start {}: {err}", program.to_string_lossy());
+    Some(std::process::ExitCode::from(127))
+}
+
+/// Drive the seized command until one of its processes turns out to be
+/// Python, then release every traced process. Runs in the thread that
+/// seized the command (ptrace requests must come from the tracer).
+fn follow_until_python(root: Pid) -> Result<(Pid, Runtime)> {
+    use nix::sys::ptrace::Event;
+    let mut tracees: Vec<Pid> = vec![root];
+    // Processes that exec'd something python-like whose runtime is not
+    // mapped yet (a shared build): stepped from system call to system call.
+    let mut stepping: Vec<Pid> = Vec::new();
+    let resume = |pid: Pid, sig: Option<Signal>, stepping: &[Pid]| {
+        let _ = if stepping.contains(&pid) {
+            ptrace::syscall(pid, sig)
+        } else {
+            ptrace::cont(pid, sig)
+        };
+    };
+    let found = loop {
+        let status = match waitpid(None, Some(WaitPidFlag::__WALL)) {
+            Ok(s) => s,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(Error::io("following the command", e.into())),
+        };
+        match status {
+            WaitStatus::PtraceEvent(pid, _, ev) if ev == Event::PTRACE_EVENT_EXEC as i32 => {
+                stepping.retain(|&p| p != pid);
+                match probe(pid) {
+                    Probe::Python(rt) => break (pid, *rt),
+                    Probe::Maybe => {
+                        stepping.push(pid);
+                        resume(pid, None, &stepping);
+                    }
+                    Probe::Refused(e) => {
+                        release(&tracees, None);
+                        return Err(e);
+                    }
+                    Probe::No => resume(pid, None, &stepping),
+                }
+            }
+            WaitStatus::PtraceEvent(pid, _, ev)
+                if ev == Event::PTRACE_EVENT_FORK as i32
+                    || ev == Event::PTRACE_EVENT_VFORK as i32
+                    || ev == Event::PTRACE_EVENT_CLONE as i32 =>
+            {
+                if let Ok(new) = ptrace::getevent(pid) {
+                    tracees.push(Pid::from_raw(new as i32));
+                }
+                resume(pid, None, &stepping);
+            }
+            // A group stop, or the first stop of a newly traced process.
+            WaitStatus::PtraceEvent(pid, _, _) => {
+                if !tracees.contains(&pid) {
+                    tracees.push(pid);
+                }
+                resume(pid, None, &stepping);
+            }
+            WaitStatus::PtraceSyscall(pid) => match probe(pid) {
+                Probe::Python(rt) => break (pid, *rt),
+                Probe::Refused(e) => {
+                    release(&tracees, None);
+                    return Err(e);
+                }
+                _ => resume(pid, None, &stepping),
+            },
+            // A signal for the process: deliver it.
+            WaitStatus::Stopped(pid, sig) => {
+                if !tracees.contains(&pid) {
+                    tracees.push(pid);
+                }
+                resume(pid, Some(sig), &stepping);
+            }
+            WaitStatus::Exited(pid, code) => {
+                tracees.retain(|&p| p != pid);
+                stepping.retain(|&p| p != pid);
+                if pid == root {
+                    release(&tracees, None);
+                    return Err(Error::NoPythonStarted {
+                        how: format!("exited with code {code}"),
+                    });
+                }
+            }
+            WaitStatus::Signaled(pid, sig, _) => {
+                tracees.retain(|&p| p != pid);
+                stepping.retain(|&p| p != pid);
+                if pid == root {
+                    release(&tracees, None);
+                    return Err(Error::NoPythonStarted {
+                        how: format!("was killed by {sig}"),
+                    });
+                }
+            }
+            _ => {}
+        }
+    };
+    release(&tracees, Some(found.0));
+    Ok(found)
+}
+
+enum Probe {
+    Python(Box<Runtime>),
+    /// Looks like an interpreter whose runtime is not mapped yet.
+    Maybe,
+    No,
+    /// A Python tachyon cannot read (too old, free-threaded...).
+    Refused(Error),
+}
+
+fn probe(pid: Pid) -> Probe {
+    let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
+        return Probe::No;
+    };
+    match runtime::locate(&proc) {
+        Ok(rt) => Probe::Python(Box::new(rt)),
+        Err(e @ (Error::UnsupportedVersion { .. } | Error::FreeThreaded { .. })) => {
+            Probe::Refused(e)
+        }
+        Err(_) => {
+            let pythonish = proc.maps().is_ok_and(|m| {
+                m.iter()
+                    .any(|e| e.basename().is_some_and(|b| b.contains("python")))
+            });
+            if pythonish { Probe::Maybe } else { Probe::No }
+        }
+    }
+}
+
+/// Detach from every traced process. `stopped` is already in a ptrace
+/// stop; the others are interrupted first (possible because they were
+/// seized) and detached at their stop, their pending signal delivered.
+fn release(tracees: &[Pid], stopped: Option<Pid>) {
+    use nix::sys::ptrace::Event;
+    let mut left: Vec<Pid> = Vec::new();
+    for &t in tracees {
+        if Some(t) == stopped {
+            let _ = ptrace::detach(t, None);
+        } else if ptrace::interrupt(t).is_ok() {
+            left.push(t);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !left.is_empty() && Instant::now() < deadline {
+        let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            Ok(s) => s,
+            Err(_) => break,
+        };
+        let Some(pid) = status.pid() else { continue };
+        match status {
+            WaitStatus::Stopped(_, sig) => {
+                let _ = ptrace::detach(pid, Some(sig));
+            }
+            WaitStatus::PtraceEvent(_, _, ev)
+                if ev == Event::PTRACE_EVENT_FORK as i32
+                    || ev == Event::PTRACE_EVENT_VFORK as i32
+                    || ev == Event::PTRACE_EVENT_CLONE as i32 =>
+            {
+                // Caught at a fork before our interrupt: its new child is
+                // traced too, and will stop.
+                if let Ok(new) = ptrace::getevent(pid) {
+                    left.push(Pid::from_raw(new as i32));
+                }
+                let _ = ptrace::detach(pid, None);
+            }
+            WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => {
+                let _ = ptrace::detach(pid, None);
+            }
+            _ => {}
+        }
+        left.retain(|&p| p != pid);
+    }
+}
+
+/// The command already runs: poll its descendants for a Python process.
+fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Launched> {
     let root = child.id() as i32;
     let deadline = Instant::now() + timeout;
     let mut refused: Option<Error> = None;
@@ -166,17 +415,15 @@ pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> 
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(refused.unwrap_or(Error::NotPython {
-                pid: root,
-                why: format!("the command exited ({status}) without starting a Python process"),
+            return Err(refused.unwrap_or(Error::NoPythonStarted {
+                how: format!("exited ({status})"),
             }));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(refused.unwrap_or(Error::NotPython {
-                pid: root,
-                why: format!("no Python process appeared within {} s", timeout.as_secs()),
+            return Err(refused.unwrap_or(Error::NoPythonStarted {
+                how: format!("ran for {} s", timeout.as_secs()),
             }));
         }
         std::thread::sleep(Duration::from_micros(500));
