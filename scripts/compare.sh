@@ -12,11 +12,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-5}
 RATE=${2:-1000}
 ROOT=$(scripts/provision-sid.sh)
-TOOLS=/var/cache/tachyon/tools
-if [ ! -x "$TOOLS/py-spy/bin/py-spy" ]; then
-    echo "installing py-spy 0.4.3 from PyPI into $TOOLS" >&2
-    pip install -q --target "$TOOLS/py-spy" py-spy==0.4.3 >&2 || true
-fi
+TOOLS=$(scripts/provision-tools.sh)
 PYSPY="$TOOLS/py-spy/bin/py-spy"
 cargo build --release -q
 TACHYON=$PWD/target/release/tachyon

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/provision-sid.sh >/dev/null
+scripts/provision-tools.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo test --quiet "$@"

@@ -667,3 +667,65 @@ fn a_command_that_starts_no_python_is_a_clear_error() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn run_through_uv_profiles_the_app_after_uvs_interpreter_probe() {
+    // uv (from PyPI, installed by scripts/provision-tools.sh) runs a short
+    // interpreter probe before the app when its cache is cold: the profile
+    // must go on from the probe to the app.
+    let Some(py) = common::machine_supported_interpreters()
+        .into_iter()
+        .find(|i| i.name == "pyenv-3.13")
+    else {
+        return; // announced loudly by machine_supported_interpreters
+    };
+    let tools = std::env::var_os("TACHYON_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/tools"));
+    let uv = tools.join("uv/bin/uv");
+    assert!(
+        uv.exists(),
+        "MISSING TOOL: {} (run scripts/provision-tools.sh)",
+        uv.display()
+    );
+    let dir = std::env::temp_dir().join(format!("tachyon-uv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = Rm(dir.clone());
+    std::fs::write(
+        dir.join("app.py"),
+        "import time\ndef work():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.4: pass\nwork()\nprint('app done')\n",
+    )
+    .unwrap();
+    let out_file = dir.join("uv.txt");
+    let out = Command::new(tachyon_bin())
+        .args(["run", "--collapsed", "-o"])
+        .arg(&out_file)
+        .arg("--")
+        .arg(&uv)
+        .args(["run", "--no-project", "--offline", "--python"])
+        .arg(&py.exe)
+        .arg("app.py")
+        .current_dir(&dir)
+        .env("UV_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(text(&out.stdout).contains("app done"));
+    let collapsed = std::fs::read_to_string(&out_file).unwrap();
+    let work: u64 = collapsed
+        .lines()
+        .filter(|l| l.contains("app.py:work:4"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        work > 250,
+        "{work} samples of a 400 ms loop:\n{err}\n{collapsed}"
+    );
+}
