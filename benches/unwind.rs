@@ -10,7 +10,12 @@
 //! - `deep`: a 50-frame recursion parked in `time.sleep` (steady state: the
 //!   same stack again and again);
 //! - `fib`: recursive `fib` in a loop (call-heavy: frames pushed and popped
-//!   all the time, where the reference loses many samples).
+//!   all the time, where the reference loses many samples);
+//! - `threads`: 30 threads parked 20 frames deep plus the main thread
+//!   (only with all threads: a server's shape).
+//!
+//! Each workload is read main-thread-only (tachyon's and the reference's
+//! default) and with all threads.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -40,18 +45,32 @@ while True:
     fib(22)
 "#;
 
-const SECONDS: f64 = 3.0;
+const THREADS: &str = r#"
+import threading, time
+def work(n):
+    def deep(k):
+        if k: return deep(k - 1)
+        while True: time.sleep(0.01)
+    deep(n)
+for i in range(30):
+    threading.Thread(target=work, args=(20,), daemon=True).start()
+time.sleep(0.5)
+print("READY", flush=True)
+time.sleep(1000)
+"#;
+
+const SECONDS: f64 = 2.0;
 
 struct Result {
     calls_per_s: f64,
     error_pct: f64,
 }
 
-fn tachyon_loop(pid: i32) -> Result {
+fn tachyon_loop(pid: i32, all_threads: bool) -> Result {
     let mut u = tachyon::attach(
         pid,
         UnwindOptions {
-            all_threads: true,
+            all_threads,
             ..Default::default()
         },
     )
@@ -71,11 +90,12 @@ fn tachyon_loop(pid: i32) -> Result {
     }
 }
 
-fn reference_loop(root: &std::path::Path, pid: i32) -> Option<Result> {
+fn reference_loop(root: &std::path::Path, pid: i32, all_threads: bool) -> Option<Result> {
+    let all = if all_threads { "True" } else { "False" };
     let code = format!(
         r#"
 import time, _remote_debugging
-u = _remote_debugging.RemoteUnwinder({pid}, all_threads=True, cache_frames=True)
+u = _remote_debugging.RemoteUnwinder({pid}, all_threads={all}, cache_frames=True)
 n = err = 0
 t0 = time.perf_counter()
 while time.perf_counter() - t0 < {SECONDS}:
@@ -109,33 +129,40 @@ fn main() {
     let interps = common::sid_interpreters();
     let root = common::sid_root();
     println!(
-        "workload  python      tachyon samples/s  err%   | reference samples/s  err%  | speed ratio"
+        "workload  threads  python      tachyon samples/s  err%   | reference samples/s  err%  | speed ratio"
     );
-    for (name, script) in [("deep", DEEP), ("fib", FIB)] {
+    for (name, script, modes) in [
+        ("deep", DEEP, &[false, true][..]),
+        ("fib", FIB, &[false, true][..]),
+        ("threads", THREADS, &[true][..]),
+    ] {
         for it in interps.iter().filter(|i| !i.debug) {
             let mut t = common::spawn(it, script, &[], &[]);
             t.wait_for("READY", Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(200));
-            let ours = tachyon_loop(t.pid());
-            let theirs = if it.minor == 15 {
-                reference_loop(&root, t.pid())
-            } else {
-                None
-            };
-            match theirs {
-                Some(r) => println!(
-                    "{name:8}  {:10}  {:17.0}  {:5.2}  | {:19.0}  {:5.2} | {:.2}x",
-                    it.name,
-                    ours.calls_per_s,
-                    ours.error_pct,
-                    r.calls_per_s,
-                    r.error_pct,
-                    ours.calls_per_s / r.calls_per_s
-                ),
-                None => println!(
-                    "{name:8}  {:10}  {:17.0}  {:5.2}  | (the reference cannot read 3.{})",
-                    it.name, ours.calls_per_s, ours.error_pct, it.minor
-                ),
+            for &all in modes {
+                let which = if all { "all" } else { "main" };
+                let ours = tachyon_loop(t.pid(), all);
+                let theirs = if it.minor == 15 {
+                    reference_loop(&root, t.pid(), all)
+                } else {
+                    None
+                };
+                match theirs {
+                    Some(r) => println!(
+                        "{name:8}  {which:7}  {:10}  {:17.0}  {:5.2}  | {:19.0}  {:5.2} | {:.2}x",
+                        it.name,
+                        ours.calls_per_s,
+                        ours.error_pct,
+                        r.calls_per_s,
+                        r.error_pct,
+                        ours.calls_per_s / r.calls_per_s
+                    ),
+                    None => println!(
+                        "{name:8}  {which:7}  {:10}  {:17.0}  {:5.2}  | (the reference cannot read 3.{})",
+                        it.name, ours.calls_per_s, ours.error_pct, it.minor
+                    ),
+                }
             }
         }
     }
