@@ -2,6 +2,7 @@
 //! as the fallback, `/proc/PID/maps`, `/proc/PID/root` for the target's own
 //! files (containers, chroots), `/proc/PID/task` for its threads.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, IoSliceMut};
 use std::os::unix::fs::FileExt;
@@ -25,6 +26,10 @@ pub struct LinuxProcess {
     /// Set once `process_vm_readv` turned out to be unavailable (seccomp in a
     /// container, or a kernel without it): then every read goes to this file.
     mem_fallback: OnceLock<Option<File>>,
+    /// For a process in another PID namespace (a container): its thread ids
+    /// as it sees them (what CPython records) mapped to ours. `None` until
+    /// first needed; empty when the namespaces are the same.
+    ns_tids: RefCell<Option<Vec<(u64, u64)>>>,
 }
 
 impl LinuxProcess {
@@ -37,6 +42,7 @@ impl LinuxProcess {
             Ok(_) => Ok(LinuxProcess {
                 pid,
                 mem_fallback: OnceLock::new(),
+                ns_tids: RefCell::new(None),
             }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoSuchProcess { pid }),
             Err(e) => Err(Error::io(format!("cannot look at /proc/{pid}"), e)),
@@ -120,8 +126,50 @@ impl LinuxProcess {
     /// The kernel's scheduler state letter for one thread (`R` running,
     /// `S` sleeping, ...), or `None` when it cannot be read.
     pub fn thread_state(&self, tid: u64) -> Option<char> {
-        let s = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
+        let host = self.host_tid(tid)?;
+        let s = std::fs::read_to_string(format!("/proc/{}/task/{host}/stat", self.pid)).ok()?;
         stat_state(&s)
+    }
+
+    /// Our id for a thread id as the target sees it. They differ when the
+    /// target lives in its own PID namespace (a container); the kernel says
+    /// so in the `NSpid` line of each thread's status (ours first, the
+    /// innermost namespace's last).
+    pub fn host_tid(&self, tid: u64) -> Option<u64> {
+        let lookup = |map: &Vec<(u64, u64)>| map.iter().find(|(ns, _)| *ns == tid).map(|(_, h)| *h);
+        {
+            let cached = self.ns_tids.borrow();
+            match cached.as_ref() {
+                Some(map) if map.is_empty() => return Some(tid),
+                Some(map) => {
+                    if let Some(h) = lookup(map) {
+                        return Some(h);
+                    }
+                }
+                None => {}
+            }
+        }
+        // First use, or a thread we have not seen: (re)build the map.
+        let own_ns = nspid(&format!("/proc/{}/status", self.pid)).is_none_or(|v| v.len() < 2);
+        let map: Vec<(u64, u64)> = if own_ns {
+            Vec::new()
+        } else {
+            self.thread_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|h| {
+                    let ids = nspid(&format!("/proc/{}/task/{h}/status", self.pid))?;
+                    Some((*ids.last()?, h as u64))
+                })
+                .collect()
+        };
+        let found = if map.is_empty() {
+            Some(tid)
+        } else {
+            lookup(&map)
+        };
+        *self.ns_tids.borrow_mut() = Some(map);
+        found
     }
 
     fn classify_io(&self, e: io::Error, what: &str) -> Error {
@@ -288,6 +336,17 @@ impl ProcessMemory for LinuxProcess {
         }
         Ok(())
     }
+}
+
+/// The ids of the `NSpid:` line of a status file, outermost namespace first.
+fn nspid(path: &str) -> Option<Vec<u64>> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    Some(
+        line.split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect(),
+    )
 }
 
 /// The state letter of a `/proc/.../stat` line: the field after the last `)`
