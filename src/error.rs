@@ -62,6 +62,11 @@ pub enum Error {
     #[error("inconsistent target memory: {0}")]
     Corrupt(String),
 
+    /// A binary profile (`.bin`) that cannot be read: what is wrong with it
+    /// (the message says it is about a binary profile).
+    #[error("{0}")]
+    InvalidProfile(String),
+
     /// A local file or system operation failed; the cause is part of the
     /// message.
     #[error("{context}: {cause}")]

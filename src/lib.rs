@@ -7,6 +7,7 @@
 //! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
 //! traceback). [`model`] holds the types they share.
 
+pub mod binfmt;
 pub mod collect;
 pub mod dump;
 pub mod error;

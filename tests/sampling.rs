@@ -731,3 +731,59 @@ fn run_through_uv_profiles_the_app_after_uvs_interpreter_probe() {
         "{work} samples of a 400 ms loop:\n{err}\n{collapsed}"
     );
 }
+
+#[test]
+fn record_once_then_replay_as_table_collapsed_and_flame_graph() {
+    let it = release(14);
+    let dir = RootDir::new(&[("report.py", REPORT)]);
+    let bin = dir.outside.join("run.bin");
+    let out = run_in_root(
+        &it,
+        &["--binary", "-o", bin.to_str().unwrap()],
+        &dir.inside("report.py"),
+        &dir.outside,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("Binary profile written to"), "{stdout}");
+    let replay = |args: &[&str]| {
+        let out = Command::new(tachyon_bin())
+            .arg("replay")
+            .args(args)
+            .arg(&bin)
+            .current_dir(&dir.outside)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "replay {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    // The table: the same conclusion as sampling live.
+    let table = replay(&["-l", "5"]);
+    assert!(table.contains("Replaying "), "{table}");
+    assert_eq!(
+        pstats_rows(&table)[0].key,
+        "report.py:36(fingerprint)",
+        "{table}"
+    );
+    // Collapsed stacks.
+    let collapsed_file = dir.outside.join("c.txt");
+    replay(&["--collapsed", "-o", collapsed_file.to_str().unwrap()]);
+    let collapsed = std::fs::read_to_string(&collapsed_file).unwrap();
+    assert!(
+        collapsed.contains("report.py:fingerprint:36"),
+        "{collapsed}"
+    );
+    // A flame graph: one HTML file with the hot function in it.
+    let html_file = dir.outside.join("f.html");
+    let said = replay(&["--flamegraph", "-o", html_file.to_str().unwrap()]);
+    assert!(said.contains("Flamegraph saved to"), "{said}");
+    let html = std::fs::read_to_string(&html_file).unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("fingerprint"),
+        "not a flame graph"
+    );
+}

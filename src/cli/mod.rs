@@ -2,6 +2,7 @@
 //! `python -m profiling.sampling`, so its users feel at home.
 
 mod profile;
+mod replay;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,8 @@ enum Command {
     Attach(profile::AttachArgs),
     /// Print the current stack of a running Python process, like a traceback
     Dump(DumpArgs),
+    /// Replay a binary profile and convert it to another format
+    Replay(replay::ReplayArgs),
 }
 
 #[derive(Args)]
@@ -59,6 +62,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Run(a) => profile::run(a),
         Command::Attach(a) => profile::attach(a),
         Command::Dump(a) => dump(a),
+        Command::Replay(a) => replay::replay(a),
     }
 }
 

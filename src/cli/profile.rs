@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{ArgGroup, Args, ValueEnum};
 
+use tachyon::binfmt::{CaptureConfig, Compression};
+use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
+use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Mode, Output};
 use tachyon::process::linux::LinuxProcess;
@@ -41,7 +44,7 @@ impl From<ModeArg> for Mode {
 
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary"])))]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -75,6 +78,16 @@ pub struct SampleArgs {
     /// Write collapsed stacks (flamegraph.pl, inferno, speedscope)
     #[arg(long)]
     collapsed: bool,
+    /// Write an interactive flame graph (one self-contained HTML file)
+    #[arg(long)]
+    flamegraph: bool,
+    /// Record every sample in the binary format, for `tachyon replay` (and
+    /// the reference's replay) to turn into any output later
+    #[arg(long)]
+    binary: bool,
+    /// Binary output: compress with zstd (auto, the default) or not
+    #[arg(long, value_enum, value_name = "HOW", requires = "binary")]
+    compression: Option<CompressionArg>,
     /// Where to write the output (default: the table on stdout for pstats, <format>_<pid>.<ext> otherwise)
     #[arg(short = 'o', long, value_name = "PATH")]
     output: Option<PathBuf>,
@@ -102,6 +115,14 @@ fn usage_error(sub: &str, msg: &str) -> ! {
     sub_cmd
         .error(clap::error::ErrorKind::ArgumentConflict, msg)
         .exit()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompressionArg {
+    /// zstd (always available in tachyon)
+    Auto,
+    Zstd,
+    None,
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -206,7 +227,7 @@ impl SampleArgs {
     }
 
     fn is_pstats(&self) -> bool {
-        !self.collapsed
+        !(self.collapsed || self.flamegraph || self.binary)
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -218,7 +239,11 @@ impl SampleArgs {
         }
     }
 
-    fn collector(&self, pid: i32) -> Result<(Box<dyn Collector>, Mode)> {
+    fn collector(
+        &self,
+        pid: i32,
+        version: tachyon::offsets::PyVersion,
+    ) -> Result<(Box<dyn Collector>, Mode)> {
         let mode: Mode = self.mode.into();
         let out = |ext: &str, stem: &str| -> Output {
             match &self.output {
@@ -229,6 +254,27 @@ impl SampleArgs {
         };
         let c: Box<dyn Collector> = if self.collapsed {
             Box::new(CollapsedCollector::new(out("txt", "collapsed")))
+        } else if self.flamegraph {
+            Box::new(FlamegraphCollector::new(out("html", "flamegraph")))
+        } else if self.binary {
+            let compression = match self.compression {
+                Some(CompressionArg::None) => Compression::None,
+                _ => Compression::Zstd,
+            };
+            Box::new(BinaryCollector::new(
+                out("bin", "binary"),
+                BinaryOptions {
+                    compression,
+                    python_version: Some((version.major, version.minor, version.micro)),
+                    capture: Some(CaptureConfig {
+                        all_threads: self.all_threads,
+                        native: self.native,
+                        gc: !self.no_gc,
+                        opcodes: false,
+                        blocking: self.blocking,
+                    }),
+                },
+            )?)
         } else {
             let output = match &self.output {
                 None => Output::Stdout,
@@ -268,7 +314,7 @@ fn profile(
     args: &SampleArgs,
     next: Option<Next<'_>>,
 ) -> Result<StopReason> {
-    let (mut collector, _mode) = args.collector(first.pid())?;
+    let (mut collector, _mode) = args.collector(first.pid(), first.offsets().version)?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         eprintln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"

@@ -5,7 +5,9 @@
 //! mode), is told of each failed one, and writes its output once at the
 //! end, with the run's statistics.
 
+pub mod binary;
 pub mod collapsed;
+pub mod flamegraph;
 pub mod pstats;
 
 use std::path::PathBuf;

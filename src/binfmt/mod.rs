@@ -1,0 +1,332 @@
+//! The reference's binary profile format (`--binary`, `replay`): record
+//! once, view many ways.
+//!
+//! This module owns the on-disk layout of format version 1 as CPython
+//! 3.15.2 writes it (little-endian): the 64-byte header (written last), the
+//! per-thread sample records (REPEAT, FULL, SUFFIX and POP_PUSH encodings
+//! with LEB128 varints), optionally one zstd stream over them, the string
+//! and frame tables, the 56-byte stats trailer and the 32-byte footer.
+//! [`writer::BinaryWriter`] streams samples to a file in bounded memory;
+//! [`reader::BinaryReader`] validates a file as untrusted input and gives
+//! back the samples, a [`FrameTable`](crate::model::FrameTable) and the
+//! stored statistics. Files written by either program are read by the
+//! other.
+//!
+//! Mapping to tachyon's model: a frame whose location is unknown (the
+//! reference's `location=None`: `<GC>`, `<native>`, and Python frames whose
+//! line is -1) is stored with line -1 and reads back as tachyon's
+//! "no location" (line 0, columns -1), which is what the reference's replay
+//! shows. Opcodes are not sampled by tachyon and are written as 255 (none).
+
+pub mod reader;
+pub mod writer;
+
+use crate::collect::{Mode, RunStats};
+use crate::error::Error;
+
+/// `"HCAT"` on disk: the magic number written in little-endian order.
+pub const MAGIC: u32 = 0x5441_4348;
+/// The only format version there is.
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_SIZE: u64 = 64;
+pub const FOOTER_SIZE: u64 = 32;
+/// Size of the stats trailer this module writes (3.15.2); the legacy
+/// 32-byte trailer is read too.
+pub const TRAILER_SIZE: u64 = 56;
+pub const LEGACY_TRAILER_SIZE: u64 = 32;
+pub const TRAILER_MAGIC: &[u8; 8] = b"TACHSTAT";
+pub const TRAILER_VERSION: u32 = 1;
+/// The reference keeps at most this many frames of a stack (the innermost
+/// ones); its reader rejects deeper records.
+pub const MAX_STACK_DEPTH: usize = 256;
+/// The reference's zstd level.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 5;
+/// The reference's cap on decompressed sample data.
+pub const DEFAULT_MAX_DECOMPRESSED: u64 = 1 << 30;
+
+/// Record encodings (the byte after a record's thread and interpreter ids).
+pub(crate) const ENC_REPEAT: u8 = 0;
+pub(crate) const ENC_FULL: u8 = 1;
+pub(crate) const ENC_SUFFIX: u8 = 2;
+pub(crate) const ENC_POP_PUSH: u8 = 3;
+/// `thread_id u64, interpreter_id u32, encoding u8`.
+pub(crate) const RECORD_HEADER_SIZE: usize = 13;
+/// Smallest frame table entry: five one-byte varints and the opcode.
+pub(crate) const MIN_FRAME_ENTRY: u64 = 7;
+pub(crate) const OPCODE_NONE: u8 = 255;
+
+/// How the sample data is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    None,
+    /// One zstd stream (the reference's default when zstd is available).
+    #[default]
+    Zstd,
+}
+
+impl Compression {
+    pub fn code(self) -> u32 {
+        match self {
+            Compression::None => 0,
+            Compression::Zstd => 1,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// What was captured: the reference's capture features (header bits 4..8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CaptureConfig {
+    pub all_threads: bool,
+    pub native: bool,
+    pub gc: bool,
+    pub opcodes: bool,
+    pub blocking: bool,
+}
+
+impl CaptureConfig {
+    fn bits(self) -> u32 {
+        (self.all_threads as u32)
+            | (self.native as u32) << 1
+            | (self.gc as u32) << 2
+            | (self.opcodes as u32) << 3
+            | (self.blocking as u32) << 4
+    }
+
+    fn from_bits(b: u32) -> Self {
+        CaptureConfig {
+            all_threads: b & 1 != 0,
+            native: b & 2 != 0,
+            gc: b & 4 != 0,
+            opcodes: b & 8 != 0,
+            blocking: b & 16 != 0,
+        }
+    }
+}
+
+/// The header's `profiling_config` word: mode + 1 in bits 0-2 (0: unknown),
+/// bit 3 = capture features present, the features from bit 4.
+pub(crate) fn encode_config(mode: Option<Mode>, capture: Option<CaptureConfig>) -> u32 {
+    let m = mode.map_or(0, |m| m.code() + 1);
+    let c = capture.map_or(0, |c| 8 | c.bits() << 4);
+    m | c
+}
+
+pub(crate) fn decode_config(word: u32) -> Result<(Option<Mode>, Option<CaptureConfig>), String> {
+    let mode = match word & 7 {
+        0 => None,
+        m => Some(mode_from_code(m - 1).ok_or("invalid profiling mode in header")?),
+    };
+    let features = word >> 4;
+    if features & !0x1f != 0 || (word & 8 == 0 && features != 0) {
+        return Err("invalid capture features in header".into());
+    }
+    let capture = (word & 8 != 0).then(|| CaptureConfig::from_bits(features));
+    Ok((mode, capture))
+}
+
+fn mode_from_code(c: u32) -> Option<Mode> {
+    Some(match c {
+        0 => Mode::Wall,
+        1 => Mode::Cpu,
+        2 => Mode::Gil,
+        3 => Mode::All,
+        4 => Mode::Exception,
+        _ => return None,
+    })
+}
+
+/// The run's statistics as the stats trailer stores them (each optional).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StoredStats {
+    pub duration_s: Option<f64>,
+    /// Attempted samples per second.
+    pub sample_rate: Option<f64>,
+    /// Failed samples, percent of attempts.
+    pub error_rate_pct: Option<f64>,
+    /// Samples not taken, percent of the expected count (the reference's
+    /// formula: may be negative when more were taken than expected).
+    pub missed_pct: Option<f64>,
+}
+
+impl StoredStats {
+    /// What the reference stores at the end of a run.
+    pub fn from_run(s: &RunStats) -> Self {
+        let n = s.attempts as f64;
+        let t = s.duration_s;
+        let expected = s.expected() as f64;
+        StoredStats {
+            duration_s: Some(t),
+            sample_rate: Some(if t > 0.0 { n / t } else { 0.0 }),
+            error_rate_pct: Some(s.error_rate_pct()),
+            missed_pct: Some(if expected > 0.0 {
+                (expected - n) / expected * 100.0
+            } else {
+                0.0
+            }),
+        }
+    }
+
+    /// Back to [`RunStats`], as closely as the stored numbers allow.
+    pub fn to_run(self, interval_us: u64, mode: Option<Mode>) -> RunStats {
+        let duration_s = self
+            .duration_s
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .unwrap_or(0.0);
+        let rate = self
+            .sample_rate
+            .filter(|r| r.is_finite() && *r >= 0.0)
+            .unwrap_or(0.0);
+        let attempts = (rate * duration_s).round();
+        let attempts = if attempts < u64::MAX as f64 {
+            attempts as u64
+        } else {
+            0
+        };
+        let err = self
+            .error_rate_pct
+            .filter(|e| e.is_finite() && (0.0..=100.0).contains(e))
+            .unwrap_or(0.0);
+        RunStats {
+            interval_us,
+            duration_s,
+            attempts,
+            failures: (attempts as f64 * err / 100.0).round() as u64,
+            mode: mode.unwrap_or_default(),
+            interrupted: false,
+        }
+    }
+}
+
+/// Everything a file says about itself (header, trailer, footer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileInfo {
+    /// The writer's Python version (tachyon writes the target's, or zeros).
+    pub python_version: (u8, u8, u8),
+    pub start_time_us: u64,
+    pub interval_us: u64,
+    /// Per-thread stacks stored (a sample of N threads counts N).
+    pub sample_count: u64,
+    /// Distinct (thread id, interpreter id) pairs.
+    pub thread_count: u32,
+    pub string_count: u32,
+    pub frame_count: u32,
+    pub compression: Compression,
+    pub mode: Option<Mode>,
+    pub capture: Option<CaptureConfig>,
+    pub stats: StoredStats,
+    /// The file was written big-endian (read, never written, by tachyon).
+    pub big_endian: bool,
+}
+
+impl FileInfo {
+    /// The statistics the collectors need to render a replayed profile.
+    pub fn run_stats(&self) -> RunStats {
+        self.stats.to_run(self.interval_us, self.mode)
+    }
+}
+
+/// What the writer did, as the reference reports it after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EncodingStats {
+    pub repeat_records: u64,
+    /// Samples carried by REPEAT records.
+    pub repeat_samples: u64,
+    pub full_records: u64,
+    pub suffix_records: u64,
+    pub pop_push_records: u64,
+    /// Frame indices written in records.
+    pub frames_written: u64,
+    /// Frame indices the encodings did not have to write.
+    pub frames_saved: u64,
+    /// Sample data bytes before compression.
+    pub bytes_written: u64,
+}
+
+impl EncodingStats {
+    pub fn total_records(&self) -> u64 {
+        self.repeat_records + self.full_records + self.suffix_records + self.pop_push_records
+    }
+}
+
+/// An invalid file: one line that says what is wrong.
+pub(crate) fn invalid(what: impl std::fmt::Display) -> Error {
+    Error::InvalidProfile(format!("invalid binary profile: {what}"))
+}
+
+pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+pub(crate) fn zigzag(n: i32) -> u32 {
+    ((n << 1) ^ (n >> 31)) as u32
+}
+
+pub(crate) fn unzigzag(u: u32) -> i32 {
+    ((u >> 1) as i32) ^ -((u & 1) as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zigzag_round_trips() {
+        for n in [0, 1, -1, 2, -2, 63, -64, i32::MAX, i32::MIN] {
+            assert_eq!(unzigzag(zigzag(n)), n);
+        }
+        assert_eq!(zigzag(-1), 1);
+        assert_eq!(zigzag(3), 6);
+    }
+
+    #[test]
+    fn config_word() {
+        assert_eq!(encode_config(None, None), 0);
+        assert_eq!(encode_config(Some(Mode::Wall), None), 1);
+        let c = CaptureConfig {
+            all_threads: true,
+            gc: true,
+            ..Default::default()
+        };
+        let w = encode_config(Some(Mode::Cpu), Some(c));
+        assert_eq!(w, 2 | 8 | (1 << 4) | (1 << 6));
+        assert_eq!(decode_config(w).unwrap(), (Some(Mode::Cpu), Some(c)));
+        assert!(decode_config(6).is_err());
+        assert!(decode_config(1 << 9 | 8).is_err());
+        assert!(decode_config(1 << 4).is_err());
+    }
+
+    #[test]
+    fn stats_back_to_run_stats() {
+        let run = RunStats {
+            interval_us: 1000,
+            duration_s: 2.0,
+            attempts: 1990,
+            failures: 10,
+            mode: Mode::Gil,
+            interrupted: false,
+        };
+        let back = StoredStats::from_run(&run).to_run(1000, Some(Mode::Gil));
+        assert_eq!(back.attempts, 1990);
+        assert_eq!(back.failures, 10);
+        assert_eq!(back.mode, Mode::Gil);
+        let junk = StoredStats {
+            duration_s: Some(f64::NAN),
+            sample_rate: Some(1e300),
+            error_rate_pct: Some(-4.0),
+            missed_pct: None,
+        };
+        let r = junk.to_run(1, None);
+        assert_eq!((r.attempts, r.failures), (0, 0));
+    }
+}

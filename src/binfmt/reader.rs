@@ -1,0 +1,1038 @@
+//! Reader: every byte of the file is untrusted. Header, footer, trailer
+//! and tables are checked against each other and the file's real size
+//! before any sample is decoded; sample data is then decoded as a stream
+//! (bounded memory, decompressed size capped), each record checked against
+//! the tables and the header's counts. Any inconsistency is an
+//! [`Error::InvalidProfile`] with a one-line reason; nothing panics, and
+//! every loop is bounded by bytes actually present.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use super::{
+    Compression, DEFAULT_MAX_DECOMPRESSED, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX,
+    FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
+    MIN_FRAME_ENTRY, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION,
+    decode_config, invalid, unzigzag,
+};
+use crate::collect::RunStats;
+use crate::error::{Error, Result};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample, ThreadSample};
+
+/// The words of the replay command for a file that is not a profile at all.
+pub const NOT_A_PROFILE: &str = "Input file is not a binary sampling profile. The replay command only accepts files created with --binary";
+
+/// Limits for reading untrusted files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Most bytes the compressed sample data may expand to (the
+    /// reference's cap: 1 GiB).
+    pub max_decompressed: u64,
+    /// Deepest stack accepted in a record.
+    pub max_depth: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_decompressed: DEFAULT_MAX_DECOMPRESSED,
+            max_depth: crate::unwind::frames::MAX_DEPTH,
+        }
+    }
+}
+
+/// An open, validated binary profile; see the module documentation.
+pub struct BinaryReader<R: Read + Seek> {
+    src: R,
+    name: String,
+    info: FileInfo,
+    table: FrameTable,
+    /// Binary frame index → interned frame.
+    frame_ids: Vec<FrameId>,
+    string_off: u64,
+    opts: ReadOptions,
+}
+
+impl BinaryReader<BufReader<File>> {
+    /// Open and validate `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let f = File::open(path)
+            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+        BinaryReader::new(
+            BufReader::new(f),
+            path.display().to_string(),
+            ReadOptions::default(),
+        )
+    }
+}
+
+/// Fixed-width fields in the file's byte order.
+struct Fixed<'a> {
+    b: &'a [u8],
+    be: bool,
+}
+
+impl Fixed<'_> {
+    fn u32(&self, at: usize) -> u32 {
+        let a: [u8; 4] = self.b[at..at + 4].try_into().unwrap_or_default();
+        if self.be {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        }
+    }
+
+    fn u64(&self, at: usize) -> u64 {
+        let a: [u8; 8] = self.b[at..at + 8].try_into().unwrap_or_default();
+        if self.be {
+            u64::from_be_bytes(a)
+        } else {
+            u64::from_le_bytes(a)
+        }
+    }
+
+    fn f64(&self, at: usize) -> f64 {
+        f64::from_bits(self.u64(at))
+    }
+}
+
+/// A LEB128 varint from `b` at `*pos`.
+fn varint_at(b: &[u8], pos: &mut usize, what: &str) -> Result<u64> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let Some(&byte) = b.get(*pos) else {
+            return Err(invalid(format!("{what} is truncated")));
+        };
+        *pos += 1;
+        if i == 9 && byte > 1 {
+            return Err(invalid(format!("{what}: varint overflows 64 bits")));
+        }
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(invalid(format!("{what}: varint longer than 10 bytes")))
+}
+
+fn u32_of(v: u64, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| invalid(format!("{what}: value {v} overflows 32 bits")))
+}
+
+impl<R: Read + Seek> BinaryReader<R> {
+    /// Validate the file in `src` and load its tables; `name` names it in
+    /// messages.
+    pub fn new(mut src: R, name: String, opts: ReadOptions) -> Result<Self> {
+        let io_err = |e| Error::io(format!("cannot read {name}"), e);
+        let size = src.seek(SeekFrom::End(0)).map_err(io_err)?;
+        if size < HEADER_SIZE {
+            return Err(Error::InvalidProfile(format!(
+                "{NOT_A_PROFILE} ({size} bytes: shorter than the {HEADER_SIZE}-byte header)"
+            )));
+        }
+        let mut hb = [0u8; HEADER_SIZE as usize];
+        src.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        src.read_exact(&mut hb).map_err(io_err)?;
+        let be = match &hb[..4] {
+            b if b == MAGIC.to_le_bytes() => false,
+            b if b == MAGIC.to_be_bytes() => true,
+            _ => {
+                return Err(Error::InvalidProfile(format!(
+                    "{NOT_A_PROFILE} (bad magic number)"
+                )));
+            }
+        };
+        let h = Fixed { b: &hb, be };
+        let version = h.u32(4);
+        let python_version = (hb[8], hb[9], hb[10]);
+        if version != FORMAT_VERSION {
+            return Err(invalid(format!(
+                "the file was created with Python {}.{}.{} in format version {version}; only version {FORMAT_VERSION} is supported",
+                python_version.0, python_version.1, python_version.2
+            )));
+        }
+        if size < HEADER_SIZE + FOOTER_SIZE {
+            return Err(invalid(format!(
+                "truncated: {size} bytes cannot hold the header and the footer"
+            )));
+        }
+        let mut tail = vec![0u8; (size - HEADER_SIZE).min(FOOTER_SIZE + TRAILER_SIZE) as usize];
+        src.seek(SeekFrom::Start(size - tail.len() as u64))
+            .map_err(io_err)?;
+        src.read_exact(&mut tail).map_err(io_err)?;
+        let t = Fixed { b: &tail, be };
+        let foot = tail.len() - FOOTER_SIZE as usize;
+        let string_count = t.u32(foot);
+        let frame_count = t.u32(foot + 4);
+        let stated_size = t.u64(foot + 8);
+        if stated_size != size {
+            return Err(invalid(format!(
+                "the footer gives the file size as {stated_size} bytes but it has {size} (truncated or appended to?)"
+            )));
+        }
+
+        // The optional stats trailer, found by its magic just before the
+        // footer.
+        let mut stats = StoredStats::default();
+        let mut tables_end = size - FOOTER_SIZE;
+        if foot >= 16 && &tail[foot - 16..foot - 8] == TRAILER_MAGIC {
+            let tv = t.u32(foot - 8);
+            let tsize = u64::from(t.u32(foot - 4));
+            if tv != TRAILER_VERSION {
+                return Err(invalid(format!("unsupported stats trailer version {tv}")));
+            }
+            if tsize != TRAILER_SIZE && tsize != LEGACY_TRAILER_SIZE {
+                return Err(invalid(format!("invalid stats trailer size {tsize}")));
+            }
+            if (foot as u64) < tsize || tables_end < HEADER_SIZE + tsize {
+                return Err(invalid("the stats trailer does not fit in the file"));
+            }
+            let at = foot - tsize as usize;
+            stats.duration_s = Some(t.f64(at));
+            stats.sample_rate = Some(t.f64(at + 8));
+            if tsize == TRAILER_SIZE {
+                let present = t.u32(at + 32);
+                if present & !3 != 0 || t.u32(at + 36) != 0 {
+                    return Err(invalid("invalid flags in the stats trailer"));
+                }
+                stats.error_rate_pct = (present & 1 != 0).then(|| t.f64(at + 16));
+                stats.missed_pct = (present & 2 != 0).then(|| t.f64(at + 24));
+            }
+            tables_end -= tsize;
+        }
+
+        let string_off = h.u64(40);
+        let frame_off = h.u64(48);
+        if !(HEADER_SIZE <= string_off && string_off <= frame_off && frame_off <= tables_end) {
+            return Err(invalid(format!(
+                "table offsets out of range (strings at {string_off}, frames at {frame_off}, tables end at {tables_end})"
+            )));
+        }
+        if u64::from(string_count) > frame_off - string_off {
+            return Err(invalid(format!(
+                "{string_count} strings cannot fit in a {}-byte string table",
+                frame_off - string_off
+            )));
+        }
+        if u64::from(frame_count) > (tables_end - frame_off) / MIN_FRAME_ENTRY {
+            return Err(invalid(format!(
+                "{frame_count} frames cannot fit in a {}-byte frame table",
+                tables_end - frame_off
+            )));
+        }
+        let compression = match h.u32(56) {
+            0 => Compression::None,
+            1 => Compression::Zstd,
+            c => return Err(invalid(format!("unknown compression type {c}"))),
+        };
+        let (mode, capture) = decode_config(h.u32(60)).map_err(invalid)?;
+        let info = FileInfo {
+            python_version,
+            start_time_us: h.u64(12),
+            interval_us: h.u64(20),
+            sample_count: h.u64(28),
+            thread_count: h.u32(36),
+            string_count,
+            frame_count,
+            compression,
+            mode,
+            capture,
+            stats,
+            big_endian: be,
+        };
+
+        let mut tables = vec![0u8; (tables_end - string_off) as usize];
+        src.seek(SeekFrom::Start(string_off)).map_err(io_err)?;
+        src.read_exact(&mut tables).map_err(io_err)?;
+        let (table, frame_ids) = parse_tables(&tables, (frame_off - string_off) as usize, &info)?;
+        Ok(BinaryReader {
+            src,
+            name,
+            info,
+            table,
+            frame_ids,
+            string_off,
+            opts,
+        })
+    }
+
+    pub fn info(&self) -> &FileInfo {
+        &self.info
+    }
+
+    /// The frames the samples refer to.
+    pub fn frames(&self) -> &FrameTable {
+        &self.table
+    }
+
+    pub fn into_frames(self) -> FrameTable {
+        self.table
+    }
+
+    /// The stored statistics, for the collectors.
+    pub fn run_stats(&self) -> RunStats {
+        self.info.run_stats()
+    }
+
+    /// Decode every stored stack, in file order, each as a [`Sample`] of
+    /// one thread (as the reference replays them), given with the frame
+    /// table its ids resolve in. Returns how many.
+    pub fn replay(&mut self, mut f: impl FnMut(&Sample, &FrameTable)) -> Result<u64> {
+        let name = self.name.clone();
+        self.src
+            .seek(SeekFrom::Start(HEADER_SIZE))
+            .map_err(|e| Error::io(format!("cannot read {name}"), e))?;
+        let region = (&mut self.src).take(self.string_off - HEADER_SIZE);
+        let inner: Box<dyn Read + '_> = match self.info.compression {
+            Compression::None => Box::new(region),
+            Compression::Zstd => Box::new(ZstdRegion::new(region, self.opts.max_decompressed)?),
+        };
+        let mut bytes = Bytes::new(inner);
+        let table = &self.table;
+        let mut f = |s: &Sample| f(s, table);
+        let dec = Decoder {
+            info: &self.info,
+            frame_ids: &self.frame_ids,
+            max_depth: self.opts.max_depth,
+        };
+        dec.run(&mut bytes, &mut f).map_err(|e| match e {
+            Error::Io { cause, .. } if cause.kind() == io::ErrorKind::InvalidData => {
+                invalid(format!("sample data: {cause}"))
+            }
+            Error::Io { cause, .. } => Error::io(format!("cannot read {name}"), cause),
+            e => e,
+        })
+    }
+
+    /// Every stored stack, regrouped into samples: stacks are ordered by
+    /// timestamp and those taken at the same instant (one per thread) form
+    /// one [`Sample`]. Threads of one instant keep the file's order (the
+    /// format does not store the order they were sampled in).
+    pub fn read_samples(&mut self) -> Result<Vec<Sample>> {
+        let mut all: Vec<(u64, ThreadSample)> = Vec::new();
+        self.replay(|s, _| {
+            for t in &s.threads {
+                all.push((s.timestamp_us, t.clone()));
+            }
+        })?;
+        all.sort_by_key(|(ts, _)| *ts);
+        let mut out: Vec<Sample> = Vec::new();
+        for (ts, t) in all {
+            let same = out.last().is_some_and(|s| {
+                s.timestamp_us == ts
+                    && !s
+                        .threads
+                        .iter()
+                        .any(|o| o.tid == t.tid && o.interpreter_id == t.interpreter_id)
+            });
+            if same {
+                out.last_mut().unwrap().threads.push(t);
+            } else {
+                out.push(Sample {
+                    timestamp_us: ts,
+                    threads: vec![t],
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Parse the string table (`strings_len` bytes) and the frame table after
+/// it, interning both.
+fn parse_tables(
+    b: &[u8],
+    strings_len: usize,
+    info: &FileInfo,
+) -> Result<(FrameTable, Vec<FrameId>)> {
+    let mut table = FrameTable::new();
+    let strs = &b[..strings_len];
+    let mut pos = 0;
+    let mut str_ids = Vec::new();
+    for i in 0..info.string_count {
+        let what = format!("string {i}");
+        let len = varint_at(strs, &mut pos, &what)?;
+        if len > (strs.len() - pos) as u64 {
+            return Err(invalid(format!("{what} runs past the string table")));
+        }
+        let s = String::from_utf8_lossy(&strs[pos..pos + len as usize]);
+        pos += len as usize;
+        str_ids.push(table.intern_str(&s));
+    }
+    if pos != strs.len() {
+        return Err(invalid(format!(
+            "the string table holds {} bytes after its {} strings",
+            strs.len() - pos,
+            info.string_count
+        )));
+    }
+    let frames = &b[strings_len..];
+    let mut pos = 0;
+    let mut frame_ids = Vec::new();
+    for i in 0..info.frame_count {
+        let what = format!("frame {i}");
+        let mut field = |name: &str| -> Result<u32> {
+            let what = format!("{what} ({name})");
+            u32_of(varint_at(frames, &mut pos, &what)?, &what)
+        };
+        let file = field("filename")?;
+        let func = field("function name")?;
+        let line = unzigzag(field("line")?);
+        let end_delta = unzigzag(field("end line")?);
+        let col = unzigzag(field("column")?);
+        let end_col_delta = unzigzag(field("end column")?);
+        if pos >= frames.len() {
+            return Err(invalid(format!("{what} is truncated")));
+        }
+        pos += 1; // the opcode: tachyon does not use it
+        let (Some(&file), Some(&func)) = (str_ids.get(file as usize), str_ids.get(func as usize))
+        else {
+            return Err(invalid(format!(
+                "{what} names string {} of {}",
+                file.max(func),
+                info.string_count
+            )));
+        };
+        let frame = if line == -1 {
+            // location None: tachyon's "no location".
+            let kind = match (table.str(file), table.str(func)) {
+                ("~", "<GC>") => FrameKind::Gc,
+                ("~", "<native>") => FrameKind::Native,
+                ("<unknown file>", _) => FrameKind::Unreadable,
+                _ => FrameKind::Python,
+            };
+            Frame {
+                kind,
+                file,
+                func,
+                line: 0,
+                end_line: 0,
+                col: -1,
+                end_col: -1,
+            }
+        } else {
+            let overflow = || invalid(format!("{what}: location out of range"));
+            Frame {
+                kind: FrameKind::Python,
+                file,
+                func,
+                line,
+                end_line: line.checked_add(end_delta).ok_or_else(overflow)?,
+                col,
+                end_col: col.checked_add(end_col_delta).ok_or_else(overflow)?,
+            }
+        };
+        frame_ids.push(table.intern(frame));
+    }
+    if pos != frames.len() {
+        return Err(invalid(format!(
+            "the frame table holds {} bytes after its {} frames",
+            frames.len() - pos,
+            info.frame_count
+        )));
+    }
+    Ok((table, frame_ids))
+}
+
+fn data_error(msg: impl Into<String>) -> Error {
+    Error::Io {
+        context: String::new(),
+        cause: io::Error::new(io::ErrorKind::InvalidData, msg.into()),
+    }
+}
+
+/// Bytes of the (decompressed) sample data, with a count of those read.
+struct Bytes<R: Read> {
+    r: R,
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
+    consumed: u64,
+}
+
+impl<R: Read> Bytes<R> {
+    fn new(r: R) -> Self {
+        Bytes {
+            r,
+            buf: vec![0u8; 64 * 1024].into_boxed_slice(),
+            pos: 0,
+            len: 0,
+            consumed: 0,
+        }
+    }
+
+    /// The next byte, or `None` at the end of the data.
+    fn next(&mut self) -> Result<Option<u8>> {
+        if self.pos == self.len {
+            let n = loop {
+                match self.r.read(&mut self.buf) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        return Err(Error::Io {
+                            context: String::new(),
+                            cause: e,
+                        });
+                    }
+                }
+            };
+            if n == 0 {
+                return Ok(None);
+            }
+            self.pos = 0;
+            self.len = n;
+        }
+        self.pos += 1;
+        self.consumed += 1;
+        Ok(Some(self.buf[self.pos - 1]))
+    }
+}
+
+/// Decodes records; see [`BinaryReader::replay`].
+struct Decoder<'a> {
+    info: &'a FileInfo,
+    frame_ids: &'a [FrameId],
+    max_depth: usize,
+}
+
+struct ThreadState {
+    prev: Vec<FrameId>,
+    prev_ts: u64,
+}
+
+impl Decoder<'_> {
+    fn run<R: Read>(&self, b: &mut Bytes<R>, f: &mut dyn FnMut(&Sample)) -> Result<u64> {
+        let mut threads: Vec<ThreadState> = Vec::new();
+        let mut index: HashMap<(u64, u32), usize> = HashMap::new();
+        let mut sample = Sample {
+            timestamp_us: 0,
+            threads: vec![ThreadSample::default()],
+        };
+        let seen = std::cell::Cell::new(0u64);
+        let mut pushed: Vec<FrameId> = Vec::new();
+        loop {
+            let record_start = b.consumed;
+            let Some(first) = b.next()? else { break };
+            // Any end of data from here on is a record cut short.
+            let need = |b: &mut Bytes<R>| -> Result<u8> {
+                b.next()?.ok_or_else(|| {
+                    data_error(format!(
+                        "truncated sample data: {} trailing bytes",
+                        b.consumed - record_start
+                    ))
+                })
+            };
+            let mut hdr = [0u8; RECORD_HEADER_SIZE];
+            hdr[0] = first;
+            for byte in &mut hdr[1..] {
+                *byte = need(b)?;
+            }
+            let fx = Fixed {
+                b: &hdr,
+                be: self.info.big_endian,
+            };
+            let (tid, iid, enc) = (fx.u64(0), fx.u32(8), hdr[12]);
+            let varint = |b: &mut Bytes<R>, what: &str| -> Result<u64> {
+                let mut v: u64 = 0;
+                for i in 0..10 {
+                    let byte = need(b)?;
+                    if i == 9 && byte > 1 {
+                        return Err(data_error(format!("{what}: varint overflows 64 bits")));
+                    }
+                    v |= u64::from(byte & 0x7f) << (7 * i);
+                    if byte & 0x80 == 0 {
+                        return Ok(v);
+                    }
+                }
+                Err(data_error(format!("{what}: varint longer than 10 bytes")))
+            };
+            let ti = match index.get(&(tid, iid)) {
+                Some(&i) => i,
+                None => {
+                    if threads.len() as u64 >= u64::from(self.info.thread_count) {
+                        return Err(data_error(format!(
+                            "more threads than the header's {}",
+                            self.info.thread_count
+                        )));
+                    }
+                    threads.push(ThreadState {
+                        prev: Vec::new(),
+                        prev_ts: self.info.start_time_us,
+                    });
+                    index.insert((tid, iid), threads.len() - 1);
+                    threads.len() - 1
+                }
+            };
+            let th = &mut threads[ti];
+            let mut emit = |th: &mut ThreadState, delta: u64, status: u8| -> Result<()> {
+                if seen.get() >= self.info.sample_count {
+                    return Err(data_error(format!(
+                        "more samples than the header's {}",
+                        self.info.sample_count
+                    )));
+                }
+                seen.set(seen.get() + 1);
+                th.prev_ts = th.prev_ts.wrapping_add(delta);
+                sample.timestamp_us = th.prev_ts;
+                let t = &mut sample.threads[0];
+                t.tid = tid;
+                t.interpreter_id = i64::from(iid);
+                t.status = u32::from(status);
+                t.frames.clear();
+                t.frames.extend_from_slice(&th.prev);
+                f(&sample);
+                Ok(())
+            };
+            let frames = |b: &mut Bytes<R>, n: u64, out: &mut Vec<FrameId>| -> Result<()> {
+                out.clear();
+                if n > self.max_depth as u64 {
+                    return Err(data_error(format!(
+                        "a stack of {n} frames (more than {})",
+                        self.max_depth
+                    )));
+                }
+                for _ in 0..n {
+                    let i = varint(b, "frame index")?;
+                    let id = usize::try_from(i)
+                        .ok()
+                        .and_then(|i| self.frame_ids.get(i))
+                        .ok_or_else(|| {
+                            data_error(format!(
+                                "frame index {i} out of range ({} frames)",
+                                self.frame_ids.len()
+                            ))
+                        })?;
+                    out.push(*id);
+                }
+                Ok(())
+            };
+            match enc {
+                ENC_REPEAT => {
+                    let count = varint(b, "repeat count")?;
+                    if count == 0 {
+                        return Err(data_error("a repeat record of 0 samples"));
+                    }
+                    if count > self.info.sample_count - seen.get() {
+                        return Err(data_error(format!(
+                            "more samples than the header's {}",
+                            self.info.sample_count
+                        )));
+                    }
+                    for _ in 0..count {
+                        let delta = varint(b, "timestamp")?;
+                        let status = need(b)?;
+                        emit(th, delta, status)?;
+                    }
+                }
+                ENC_FULL | ENC_SUFFIX | ENC_POP_PUSH => {
+                    let delta = varint(b, "timestamp")?;
+                    let status = need(b)?;
+                    let keep = match enc {
+                        ENC_FULL => 0,
+                        ENC_SUFFIX => {
+                            let shared = varint(b, "shared frames")?;
+                            if shared > th.prev.len() as u64 {
+                                return Err(data_error(format!(
+                                    "a record shares {shared} frames of a {}-frame stack",
+                                    th.prev.len()
+                                )));
+                            }
+                            shared as usize
+                        }
+                        _ => {
+                            let pop = varint(b, "popped frames")?;
+                            if pop > th.prev.len() as u64 {
+                                return Err(data_error(format!(
+                                    "a record pops {pop} frames of a {}-frame stack",
+                                    th.prev.len()
+                                )));
+                            }
+                            th.prev.len() - pop as usize
+                        }
+                    };
+                    let n = varint(b, "frame count")?;
+                    frames(b, n, &mut pushed)?;
+                    if pushed.len() + keep > self.max_depth {
+                        return Err(data_error(format!(
+                            "a stack of {} frames (more than {})",
+                            pushed.len() + keep,
+                            self.max_depth
+                        )));
+                    }
+                    let tail = th.prev.len() - keep;
+                    th.prev.drain(..tail);
+                    th.prev.splice(0..0, pushed.iter().copied());
+                    emit(th, delta, status)?;
+                }
+                e => return Err(data_error(format!("unknown record encoding {e}"))),
+            }
+        }
+        let seen = seen.get();
+        if threads.len() as u64 != u64::from(self.info.thread_count) {
+            return Err(data_error(format!(
+                "thread count mismatch: the header says {}, the data holds {}",
+                self.info.thread_count,
+                threads.len()
+            )));
+        }
+        if seen != self.info.sample_count {
+            return Err(data_error(format!(
+                "sample count mismatch: the header says {}, the data holds {seen}",
+                self.info.sample_count
+            )));
+        }
+        Ok(seen)
+    }
+}
+
+/// The compressed sample data as a stream: one zstd frame that must end
+/// exactly where the region ends, and expand to at most `cap` bytes.
+struct ZstdRegion<R: Read> {
+    src: R,
+    inbuf: Box<[u8]>,
+    in_pos: usize,
+    in_len: usize,
+    src_eof: bool,
+    dec: zstd::stream::raw::Decoder<'static>,
+    done: bool,
+    out_total: u64,
+    cap: u64,
+}
+
+impl<R: Read> ZstdRegion<R> {
+    fn new(src: R, cap: u64) -> Result<Self> {
+        let dec = zstd::stream::raw::Decoder::new()
+            .map_err(|e| Error::io("cannot start the zstd decoder", e))?;
+        Ok(ZstdRegion {
+            src,
+            inbuf: vec![0u8; 64 * 1024].into_boxed_slice(),
+            in_pos: 0,
+            in_len: 0,
+            src_eof: false,
+            dec,
+            done: false,
+            out_total: 0,
+            cap,
+        })
+    }
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+impl<R: Read> Read for ZstdRegion<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        use zstd::stream::raw::Operation;
+        if out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.done {
+                let mut probe = [0u8; 1];
+                if self.in_pos < self.in_len || self.src.read(&mut probe)? > 0 {
+                    return Err(bad(
+                        "data after the end of the compressed sample data".into()
+                    ));
+                }
+                return Ok(0);
+            }
+            if self.in_pos == self.in_len && !self.src_eof {
+                let n = self.src.read(&mut self.inbuf)?;
+                if n == 0 {
+                    self.src_eof = true;
+                } else {
+                    self.in_pos = 0;
+                    self.in_len = n;
+                }
+            }
+            let st = self
+                .dec
+                .run_on_buffers(&self.inbuf[self.in_pos..self.in_len], out)
+                .map_err(|e| bad(format!("zstd: {e}")))?;
+            self.in_pos += st.bytes_read;
+            if st.remaining == 0 {
+                self.done = true;
+            }
+            self.out_total += st.bytes_written as u64;
+            if self.out_total > self.cap {
+                return Err(bad(format!(
+                    "the sample data decompresses to more than {} bytes",
+                    self.cap
+                )));
+            }
+            if st.bytes_written > 0 {
+                return Ok(st.bytes_written);
+            }
+            if !self.done && st.bytes_read == 0 {
+                if self.in_pos == self.in_len && self.src_eof {
+                    return Err(bad(
+                        "truncated compressed sample data (incomplete zstd frame)".into(),
+                    ));
+                }
+                if self.in_pos < self.in_len {
+                    // zstd always takes input it is given; never spin.
+                    return Err(bad("the zstd decoder made no progress".into()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binfmt::writer::{BinaryWriter, WriterOptions};
+    use crate::binfmt::{EncodingStats, put_varint};
+    use crate::model::Frame;
+
+    fn table() -> (FrameTable, Vec<FrameId>) {
+        let mut t = FrameTable::new();
+        let file = t.intern_str("/a/m.py");
+        let ids = (0..8)
+            .map(|i| {
+                let func = t.intern_str(&format!("f{i}"));
+                t.intern(Frame {
+                    kind: FrameKind::Python,
+                    file,
+                    func,
+                    line: i + 1,
+                    end_line: i + 2,
+                    col: 0,
+                    end_col: 5,
+                })
+            })
+            .collect();
+        (t, ids)
+    }
+
+    fn sample(ts: u64, frames: Vec<FrameId>) -> Sample {
+        Sample {
+            timestamp_us: ts,
+            threads: vec![ThreadSample {
+                tid: 42,
+                interpreter_id: 0,
+                status: 3,
+                frames,
+            }],
+        }
+    }
+
+    fn write(samples: &[Sample], t: &FrameTable, c: Compression) -> (Vec<u8>, EncodingStats) {
+        let mut w = BinaryWriter::new(
+            io::Cursor::new(Vec::new()),
+            "t".into(),
+            WriterOptions {
+                compression: c,
+                start_time_us: 500,
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        for s in samples {
+            w.write_sample(s, t);
+        }
+        let enc = w.encoding_stats();
+        (w.finish().unwrap().into_inner(), enc)
+    }
+
+    fn read(b: &[u8], opts: ReadOptions) -> Result<Vec<Sample>> {
+        BinaryReader::new(io::Cursor::new(b), "t".into(), opts)?.read_samples()
+    }
+
+    #[test]
+    fn every_encoding_round_trips() {
+        let (t, f) = table();
+        // innermost first
+        let stacks = [
+            vec![],                                   // new thread, empty: REPEAT
+            vec![f[0], f[1]],                         // FULL
+            vec![f[0], f[1]],                         // REPEAT
+            vec![f[2], f[0], f[1]],                   // SUFFIX (push)
+            vec![f[3], f[1]],                         // POP_PUSH (pop 2, push 1)
+            vec![f[4], f[5], f[6], f[7]],             // FULL (nothing shared)
+            vec![f[0], f[1], f[2], f[3], f[5], f[7]], // shared 1 < 6/2: FULL
+            vec![f[1], f[2], f[3], f[5], f[7]],       // POP_PUSH (pop 1)
+        ];
+        let samples: Vec<Sample> = stacks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| sample(400 + i as u64 * 10, s.clone()))
+            .collect();
+        for c in [Compression::None, Compression::Zstd] {
+            let (bytes, enc) = write(&samples, &t, c);
+            assert_eq!(
+                (
+                    enc.repeat_records,
+                    enc.repeat_samples,
+                    enc.full_records,
+                    enc.suffix_records,
+                    enc.pop_push_records
+                ),
+                (2, 2, 3, 1, 2)
+            );
+            let mut r =
+                BinaryReader::new(io::Cursor::new(&bytes), "t".into(), ReadOptions::default())
+                    .unwrap();
+            assert_eq!(r.info().sample_count, 8);
+            assert_eq!(r.info().thread_count, 1);
+            assert_eq!(r.info().start_time_us, 500);
+            let got = r.read_samples().unwrap();
+            assert_eq!(got.len(), samples.len());
+            for (g, w) in got.iter().zip(&samples) {
+                assert_eq!(g.timestamp_us, w.timestamp_us);
+                let (gt, wt) = (&g.threads[0], &w.threads[0]);
+                assert_eq!((gt.tid, gt.status), (wt.tid, wt.status));
+                let names = |tab: &FrameTable, ids: &[FrameId]| -> Vec<(String, i32, i32)> {
+                    ids.iter()
+                        .map(|&i| {
+                            let fr = tab.frame(i);
+                            (tab.str(fr.func).to_owned(), fr.line, fr.end_line)
+                        })
+                        .collect()
+                };
+                assert_eq!(names(r.frames(), &gt.frames), names(&t, &wt.frames));
+            }
+        }
+    }
+
+    #[test]
+    fn empty_profile_and_synthetic_frames() {
+        let (t, _) = table();
+        for c in [Compression::None, Compression::Zstd] {
+            let (bytes, _) = write(&[], &t, c);
+            assert!(read(&bytes, ReadOptions::default()).unwrap().is_empty());
+        }
+        let mut t = FrameTable::new();
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let (bytes, _) = write(&[sample(1, vec![gc])], &t, Compression::Zstd);
+        let mut r =
+            BinaryReader::new(io::Cursor::new(&bytes), "t".into(), ReadOptions::default()).unwrap();
+        let s = r.read_samples().unwrap();
+        let f = r.frames().frame(s[0].threads[0].frames[0]);
+        assert_eq!(*f, *t.frame(gc));
+    }
+
+    #[test]
+    fn decompression_is_capped() {
+        let (t, f) = table();
+        let samples: Vec<Sample> = (0..5000)
+            .map(|i| sample(i, vec![f[(i % 8) as usize], f[0]]))
+            .collect();
+        let (bytes, _) = write(&samples, &t, Compression::Zstd);
+        assert_eq!(read(&bytes, ReadOptions::default()).unwrap().len(), 5000);
+        let e = read(
+            &bytes,
+            ReadOptions {
+                max_decompressed: 1000,
+                ..ReadOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("more than 1000 bytes"), "{e}");
+        let e = read(
+            &bytes,
+            ReadOptions {
+                max_depth: 1,
+                ..ReadOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("more than 1"), "{e}");
+    }
+
+    /// A raw file around hand-made sample data.
+    fn raw_file(data: &[u8], samples: u64) -> Vec<u8> {
+        let (t, f) = table();
+        let (bytes, _) = write(&[sample(1, vec![f[0]])], &t, Compression::None);
+        let string_off = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+        let frame_off = u64::from_le_bytes(bytes[48..56].try_into().unwrap()) as usize;
+        let mut out = bytes[..64].to_vec();
+        out.extend_from_slice(data);
+        let shift = data.len() as i64 - (string_off as i64 - 64);
+        out.extend_from_slice(&bytes[string_off..]);
+        let fix = |o: usize| ((o as i64 + shift) as u64).to_le_bytes();
+        out[28..36].copy_from_slice(&samples.to_le_bytes());
+        out[40..48].copy_from_slice(&fix(string_off));
+        out[48..56].copy_from_slice(&fix(frame_off));
+        let n = out.len();
+        out[n - 24..n - 16].copy_from_slice(&(n as u64).to_le_bytes());
+        out
+    }
+
+    fn record(enc: u8, body: &[u8]) -> Vec<u8> {
+        let mut r = 42u64.to_le_bytes().to_vec();
+        r.extend_from_slice(&0u32.to_le_bytes());
+        r.push(enc);
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[test]
+    fn hand_made_records() {
+        // The harness itself: one FULL record of frame 0.
+        let ok = raw_file(&record(ENC_FULL, &[5, 1, 1, 0]), 1);
+        let s = read(&ok, ReadOptions::default()).unwrap();
+        assert_eq!(s[0].timestamp_us, 505);
+        let bad = |data: Vec<u8>, n: u64, want: &str| {
+            let e = read(&raw_file(&data, n), ReadOptions::default()).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(want), "{msg:?} lacks {want:?}");
+            assert!(!msg.contains('\n'));
+        };
+        bad(record(ENC_FULL, &[0xff; 11]), 1, "varint");
+        bad(
+            record(
+                ENC_FULL,
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            ),
+            1,
+            "overflows 64 bits",
+        );
+        bad(
+            record(ENC_FULL, &[5, 1, 1, 9]),
+            1,
+            "frame index 9 out of range",
+        );
+        bad(
+            record(ENC_FULL, &[5, 1, 1]),
+            1,
+            "truncated sample data: 16 trailing bytes",
+        );
+        bad(record(9, &[]), 1, "unknown record encoding 9");
+        bad(record(ENC_REPEAT, &[0]), 1, "0 samples");
+        bad(record(ENC_REPEAT, &[3, 1, 1]), 1, "more samples than");
+        bad(
+            record(ENC_SUFFIX, &[5, 1, 1, 0]),
+            1,
+            "shares 1 frames of a 0-frame",
+        );
+        bad(record(ENC_POP_PUSH, &[5, 1, 2, 0]), 1, "pops 2 frames");
+        bad(record(ENC_FULL, &[5, 1, 1, 0]), 2, "sample count mismatch");
+        bad(
+            record(ENC_FULL, &[5, 1, 1, 0])[..7].to_vec(),
+            1,
+            "7 trailing bytes",
+        );
+        let mut two = record(ENC_FULL, &[5, 1, 1, 0]);
+        let mut other = record(ENC_FULL, &[5, 1, 1, 0]);
+        other[0] = 43;
+        two.append(&mut other);
+        bad(two, 2, "more threads than the header's 1");
+        let mut v = Vec::new();
+        put_varint(&mut v, u64::MAX);
+        assert_eq!(v.len(), 10);
+        let mut body = vec![];
+        body.extend_from_slice(&v);
+        body.extend_from_slice(&[1, 1, 0]);
+        // A delta of 2^64 - 1 wraps, as the reference's arithmetic does.
+        let s = read(
+            &raw_file(&record(ENC_FULL, &body), 1),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(s[0].timestamp_us, 499);
+    }
+}

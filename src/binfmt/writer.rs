@@ -1,0 +1,476 @@
+//! Streaming writer: samples are encoded per thread, compressed as they go
+//! and the header is written last, by seeking back to the start.
+//!
+//! Memory stays bounded by the number of threads and distinct frames: each
+//! thread keeps its previous stack and at most [`REPEAT_BUFFER`] bytes of
+//! pending REPEAT entries; encoded records pass through a [`FLUSH_SIZE`]
+//! staging buffer into the (compressing) output.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use super::{
+    Compression, DEFAULT_ZSTD_LEVEL, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX, EncodingStats,
+    FOOTER_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_STACK_DEPTH, OPCODE_NONE, StoredStats,
+    TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, encode_config, put_varint, zigzag,
+};
+use crate::binfmt::CaptureConfig;
+use crate::collect::Mode;
+use crate::error::{Error, Result};
+use crate::model::{FrameId, FrameKind, FrameTable, Sample, StrId};
+
+/// Pending REPEAT entries of one thread are written out at this size.
+pub const REPEAT_BUFFER: usize = 16 * 1024;
+/// Encoded records are handed to the output (and compressor) at this size.
+pub const FLUSH_SIZE: usize = 512 * 1024;
+
+/// What goes into the header besides the counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterOptions {
+    pub compression: Compression,
+    /// zstd level (the reference uses 5).
+    pub level: i32,
+    pub interval_us: u64,
+    /// Timestamps are stored as deltas from this one.
+    pub start_time_us: u64,
+    /// Stored in the header; the reference stores its own version. tachyon
+    /// stores the profiled interpreter's, or zeros when unknown.
+    pub python_version: (u8, u8, u8),
+    pub mode: Option<Mode>,
+    pub capture: Option<CaptureConfig>,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            compression: Compression::Zstd,
+            level: DEFAULT_ZSTD_LEVEL,
+            interval_us: 1000,
+            start_time_us: 0,
+            python_version: (0, 0, 0),
+            mode: None,
+            capture: None,
+        }
+    }
+}
+
+/// A binary frame: the seven fields frames are deduplicated on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct BinFrame {
+    file: u32,
+    func: u32,
+    line: i32,
+    end_line: i32,
+    col: i32,
+    end_col: i32,
+    opcode: u8,
+}
+
+struct ThreadState {
+    tid: u64,
+    iid: u32,
+    prev: Vec<u32>,
+    prev_ts: u64,
+    /// Encoded `(delta, status)` entries of a REPEAT not yet written.
+    repeat: Vec<u8>,
+    repeat_n: u64,
+}
+
+enum Sink<W: Write> {
+    Raw(W),
+    Zstd(zstd::stream::write::Encoder<'static, W>),
+    /// Finished, or poisoned by an error.
+    Done,
+}
+
+/// Writes one binary profile; see the module documentation.
+pub struct BinaryWriter<W: Write + Seek> {
+    sink: Sink<W>,
+    name: String,
+    opts: WriterOptions,
+    staging: Vec<u8>,
+    threads: Vec<ThreadState>,
+    thread_index: HashMap<(u64, u32), usize>,
+    /// `FrameId` → binary frame index + 1 (0: not seen yet).
+    frame_map: Vec<u32>,
+    frames: Vec<BinFrame>,
+    frame_index: HashMap<BinFrame, u32>,
+    /// `StrId` → binary string index + 1.
+    str_map: Vec<u32>,
+    strings: Vec<Box<str>>,
+    string_index: HashMap<Box<str>, u32>,
+    sample_count: u64,
+    stats: Option<StoredStats>,
+    enc: EncodingStats,
+    stack: Vec<u32>,
+    /// The first write error; later calls do nothing and `finish` reports it.
+    failed: Option<String>,
+}
+
+impl BinaryWriter<BufWriter<File>> {
+    /// Create (or truncate) `path` and start a profile in it.
+    pub fn create(path: &Path, opts: WriterOptions) -> Result<Self> {
+        let f = File::create(path)
+            .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
+        BinaryWriter::new(BufWriter::new(f), path.display().to_string(), opts)
+    }
+}
+
+impl<W: Write + Seek> BinaryWriter<W> {
+    /// Start a profile in `out` at its current position 0. `name` names
+    /// the output in error messages.
+    pub fn new(mut out: W, name: String, opts: WriterOptions) -> Result<Self> {
+        let io = |e| Error::io(format!("cannot write {name}"), e);
+        out.write_all(&[0u8; HEADER_SIZE as usize]).map_err(io)?;
+        let sink = match opts.compression {
+            Compression::None => Sink::Raw(out),
+            Compression::Zstd => {
+                Sink::Zstd(zstd::stream::write::Encoder::new(out, opts.level).map_err(io)?)
+            }
+        };
+        Ok(BinaryWriter {
+            sink,
+            name,
+            opts,
+            staging: Vec::with_capacity(FLUSH_SIZE + 4096),
+            threads: Vec::new(),
+            thread_index: HashMap::new(),
+            frame_map: Vec::new(),
+            frames: Vec::new(),
+            frame_index: HashMap::new(),
+            str_map: Vec::new(),
+            strings: Vec::new(),
+            string_index: HashMap::new(),
+            sample_count: 0,
+            stats: None,
+            enc: EncodingStats::default(),
+            stack: Vec::new(),
+            failed: None,
+        })
+    }
+
+    /// The header's interval (it is written last, so it can be set late).
+    pub fn set_interval(&mut self, interval_us: u64) {
+        self.opts.interval_us = interval_us;
+    }
+
+    pub fn set_mode(&mut self, mode: Option<Mode>) {
+        self.opts.mode = mode;
+    }
+
+    /// Statistics for the trailer; without them no trailer is written.
+    pub fn set_stats(&mut self, stats: StoredStats) {
+        self.stats = Some(stats);
+    }
+
+    /// Per-thread stacks written so far.
+    pub fn sample_count(&self) -> u64 {
+        self.sample_count
+    }
+
+    pub fn encoding_stats(&self) -> EncodingStats {
+        self.enc
+    }
+
+    /// Write every thread of `sample`. Frame ids resolve in `table`, which
+    /// must be the same (growing) table for the whole profile. A write
+    /// error is kept and returned by [`finish`](Self::finish).
+    pub fn write_sample(&mut self, sample: &Sample, table: &FrameTable) {
+        if self.failed.is_some() {
+            return;
+        }
+        for t in &sample.threads {
+            let mut stack = std::mem::take(&mut self.stack);
+            stack.clear();
+            // The reference keeps the innermost MAX_STACK_DEPTH frames.
+            for &id in t.frames.iter().take(MAX_STACK_DEPTH) {
+                stack.push(self.frame(id, table));
+            }
+            self.write_thread(
+                t.tid,
+                t.interpreter_id as u32,
+                t.status as u8,
+                sample.timestamp_us,
+                &stack,
+            );
+            self.stack = stack;
+        }
+        if self.staging.len() >= FLUSH_SIZE {
+            self.flush_staging();
+        }
+    }
+
+    /// Write one thread's stack (binary frame indices, innermost first).
+    fn write_thread(&mut self, tid: u64, iid: u32, status: u8, ts: u64, stack: &[u32]) {
+        let start = self.opts.start_time_us;
+        let i = *self.thread_index.entry((tid, iid)).or_insert_with(|| {
+            self.threads.push(ThreadState {
+                tid,
+                iid,
+                prev: Vec::new(),
+                prev_ts: start,
+                repeat: Vec::new(),
+                repeat_n: 0,
+            });
+            self.threads.len() - 1
+        });
+        self.sample_count += 1;
+        let th = &mut self.threads[i];
+        let delta = ts.wrapping_sub(th.prev_ts);
+        th.prev_ts = ts;
+        if th.prev == stack {
+            put_varint(&mut th.repeat, delta);
+            th.repeat.push(status);
+            th.repeat_n += 1;
+            self.enc.frames_saved += stack.len() as u64;
+            if th.repeat.len() >= REPEAT_BUFFER {
+                flush_repeat(th, &mut self.staging, &mut self.enc);
+            }
+            return;
+        }
+        flush_repeat(th, &mut self.staging, &mut self.enc);
+        let prev = &th.prev;
+        let shared = prev
+            .iter()
+            .rev()
+            .zip(stack.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let buf = &mut self.staging;
+        let before = buf.len();
+        let (enc, pushed) = if shared == 0 {
+            (ENC_FULL, stack)
+        } else if shared == prev.len() {
+            (ENC_SUFFIX, &stack[..stack.len() - shared])
+        } else if shared >= stack.len() / 2 {
+            (ENC_POP_PUSH, &stack[..stack.len() - shared])
+        } else {
+            (ENC_FULL, stack)
+        };
+        buf.extend_from_slice(&tid.to_le_bytes());
+        buf.extend_from_slice(&iid.to_le_bytes());
+        buf.push(enc);
+        put_varint(buf, delta);
+        buf.push(status);
+        match enc {
+            ENC_FULL => self.enc.full_records += 1,
+            ENC_SUFFIX => {
+                self.enc.suffix_records += 1;
+                put_varint(buf, shared as u64);
+            }
+            _ => {
+                self.enc.pop_push_records += 1;
+                put_varint(buf, (prev.len() - shared) as u64);
+            }
+        }
+        put_varint(buf, pushed.len() as u64);
+        for &f in pushed {
+            put_varint(buf, f as u64);
+        }
+        self.enc.frames_written += pushed.len() as u64;
+        self.enc.frames_saved += (stack.len() - pushed.len()) as u64;
+        self.enc.bytes_written += (buf.len() - before) as u64;
+        th.prev.clear();
+        th.prev.extend_from_slice(stack);
+    }
+
+    /// The binary index of frame `id`, interning it (and its strings).
+    fn frame(&mut self, id: FrameId, table: &FrameTable) -> u32 {
+        let i = id as usize;
+        if i >= self.frame_map.len() {
+            self.frame_map.resize(table.len().max(i + 1), 0);
+        }
+        if self.frame_map[i] != 0 {
+            return self.frame_map[i] - 1;
+        }
+        let f = table.frame(id);
+        let file = self.string(f.file, table);
+        let func = self.string(f.func, table);
+        let no_location = matches!(f.kind, FrameKind::Gc | FrameKind::Native) || f.line == -1;
+        let bin = if no_location {
+            BinFrame {
+                file,
+                func,
+                line: -1,
+                end_line: -1,
+                col: -1,
+                end_col: -1,
+                opcode: OPCODE_NONE,
+            }
+        } else {
+            BinFrame {
+                file,
+                func,
+                line: f.line,
+                end_line: f.end_line,
+                col: f.col,
+                end_col: f.end_col,
+                opcode: OPCODE_NONE,
+            }
+        };
+        let next = self.frames.len() as u32;
+        let idx = *self.frame_index.entry(bin).or_insert(next);
+        if idx == next {
+            self.frames.push(bin);
+        }
+        self.frame_map[i] = idx + 1;
+        idx
+    }
+
+    fn string(&mut self, id: StrId, table: &FrameTable) -> u32 {
+        let i = id as usize;
+        if i >= self.str_map.len() {
+            self.str_map.resize(table.strings().len().max(i + 1), 0);
+        }
+        if self.str_map[i] != 0 {
+            return self.str_map[i] - 1;
+        }
+        let s = table.str(id);
+        let idx = match self.string_index.get(s) {
+            Some(&idx) => idx,
+            None => {
+                let idx = self.strings.len() as u32;
+                self.strings.push(s.into());
+                self.string_index.insert(s.into(), idx);
+                idx
+            }
+        };
+        self.str_map[i] = idx + 1;
+        idx
+    }
+
+    fn flush_staging(&mut self) {
+        if self.staging.is_empty() {
+            return;
+        }
+        let r = match &mut self.sink {
+            Sink::Raw(w) => w.write_all(&self.staging),
+            Sink::Zstd(z) => z.write_all(&self.staging),
+            Sink::Done => Ok(()),
+        };
+        self.staging.clear();
+        if let Err(e) = r {
+            self.fail(e);
+        }
+    }
+
+    fn fail(&mut self, e: std::io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(format!("cannot write {}: {e}", self.name));
+        }
+        self.sink = Sink::Done;
+    }
+
+    /// Write the pending repeats, the tables, the trailer, the footer and
+    /// the header; return the output.
+    pub fn finish(mut self) -> Result<W> {
+        for th in &mut self.threads {
+            flush_repeat(th, &mut self.staging, &mut self.enc);
+        }
+        self.flush_staging();
+        if let Some(msg) = self.failed.take() {
+            return Err(Error::Io {
+                context: msg,
+                cause: std::io::Error::other("earlier write failed"),
+            });
+        }
+        let name = self.name.clone();
+        let io = |e| Error::io(format!("cannot write {name}"), e);
+        let mut out = match std::mem::replace(&mut self.sink, Sink::Done) {
+            Sink::Raw(w) => w,
+            Sink::Zstd(z) => z.finish().map_err(io)?,
+            Sink::Done => return Err(super::invalid("the writer was already finished")),
+        };
+        let string_off = out.stream_position().map_err(io)?;
+        let mut buf = Vec::new();
+        for s in &self.strings {
+            put_varint(&mut buf, s.len() as u64);
+            buf.extend_from_slice(s.as_bytes());
+        }
+        let frame_off = string_off + buf.len() as u64;
+        for f in &self.frames {
+            put_varint(&mut buf, f.file as u64);
+            put_varint(&mut buf, f.func as u64);
+            put_varint(&mut buf, zigzag(f.line) as u64);
+            let delta = |a: i32, b: i32| {
+                if a == -1 || b == -1 {
+                    0
+                } else {
+                    b.wrapping_sub(a)
+                }
+            };
+            put_varint(&mut buf, zigzag(delta(f.line, f.end_line)) as u64);
+            put_varint(&mut buf, zigzag(f.col) as u64);
+            put_varint(&mut buf, zigzag(delta(f.col, f.end_col)) as u64);
+            buf.push(f.opcode);
+        }
+        if let Some(st) = self.stats {
+            let present =
+                st.error_rate_pct.is_some() as u32 | (st.missed_pct.is_some() as u32) << 1;
+            for v in [
+                st.duration_s,
+                st.sample_rate,
+                st.error_rate_pct,
+                st.missed_pct,
+            ] {
+                buf.extend_from_slice(&v.unwrap_or(0.0).to_le_bytes());
+            }
+            buf.extend_from_slice(&present.to_le_bytes());
+            buf.extend_from_slice(&0u32.to_le_bytes());
+            buf.extend_from_slice(TRAILER_MAGIC);
+            buf.extend_from_slice(&TRAILER_VERSION.to_le_bytes());
+            buf.extend_from_slice(&(TRAILER_SIZE as u32).to_le_bytes());
+        }
+        let file_size = string_off + buf.len() as u64 + FOOTER_SIZE;
+        buf.extend_from_slice(&(self.strings.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&(self.frames.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&file_size.to_le_bytes());
+        buf.extend_from_slice(&[0u8; 16]);
+        out.write_all(&buf).map_err(io)?;
+
+        let o = &self.opts;
+        let mut h = Vec::with_capacity(HEADER_SIZE as usize);
+        h.extend_from_slice(&MAGIC.to_le_bytes());
+        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h.extend_from_slice(&[
+            o.python_version.0,
+            o.python_version.1,
+            o.python_version.2,
+            0,
+        ]);
+        h.extend_from_slice(&o.start_time_us.to_le_bytes());
+        h.extend_from_slice(&o.interval_us.to_le_bytes());
+        h.extend_from_slice(&self.sample_count.to_le_bytes());
+        h.extend_from_slice(&(self.threads.len() as u32).to_le_bytes());
+        h.extend_from_slice(&string_off.to_le_bytes());
+        h.extend_from_slice(&frame_off.to_le_bytes());
+        h.extend_from_slice(&o.compression.code().to_le_bytes());
+        h.extend_from_slice(&encode_config(o.mode, o.capture).to_le_bytes());
+        debug_assert_eq!(h.len() as u64, HEADER_SIZE);
+        out.seek(SeekFrom::Start(0)).map_err(io)?;
+        out.write_all(&h).map_err(io)?;
+        out.seek(SeekFrom::Start(file_size)).map_err(io)?;
+        out.flush().map_err(io)?;
+        Ok(out)
+    }
+}
+
+/// Write `th`'s pending REPEAT entries as one record.
+fn flush_repeat(th: &mut ThreadState, buf: &mut Vec<u8>, enc: &mut EncodingStats) {
+    if th.repeat_n == 0 {
+        return;
+    }
+    let before = buf.len();
+    buf.extend_from_slice(&th.tid.to_le_bytes());
+    buf.extend_from_slice(&th.iid.to_le_bytes());
+    buf.push(ENC_REPEAT);
+    put_varint(buf, th.repeat_n);
+    buf.extend_from_slice(&th.repeat);
+    enc.repeat_records += 1;
+    enc.repeat_samples += th.repeat_n;
+    enc.bytes_written += (buf.len() - before) as u64;
+    th.repeat.clear();
+    th.repeat_n = 0;
+}
