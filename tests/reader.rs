@@ -198,3 +198,25 @@ fn the_runtime_is_found_through_the_dynamic_symbol_without_the_section() {
     let s = main_stack(&mut u);
     assert_eq!(s[0].1, "parked", "{s:?}");
 }
+
+/// An interpreter linked into a program of another name (an embedding
+/// application, a frozen app) is found through the main executable.
+#[test]
+fn an_interpreter_under_another_name_is_found() {
+    for it in sid_interpreters().into_iter().filter(|i| !i.debug) {
+        let root = it.root.clone().unwrap();
+        let inside = format!("/tmp/myapp-{}-{}", std::process::id(), it.minor);
+        let outside = root.join(inside.trim_start_matches('/'));
+        std::fs::copy(root.join(it.exe.strip_prefix("/").unwrap()), &outside).unwrap();
+        let mut renamed = it.clone();
+        renamed.exe = inside.into();
+        let mut t = spawn(&renamed, PARKED, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(20));
+        let mut u = tachyon::attach(t.pid(), UnwindOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", it.name));
+        let s = main_stack(&mut u);
+        drop(t);
+        let _ = std::fs::remove_file(&outside);
+        assert_eq!(s[0].1, "parked", "{}: {s:?}", it.name);
+    }
+}

@@ -82,7 +82,8 @@ fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
 }
 
 /// Candidate files, in map order, each with the mapping of its start
-/// (file offset 0), which fixes the load bias.
+/// (file offset 0), which fixes the load bias: every file whose name
+/// contains `python`, then the main executable whatever its name.
 fn candidates(maps: &[MapEntry]) -> Vec<&MapEntry> {
     let mut out: Vec<&MapEntry> = Vec::new();
     for m in maps {
@@ -93,6 +94,15 @@ fn candidates(maps: &[MapEntry]) -> Vec<&MapEntry> {
         // One candidate per mapped copy: the same file mapped twice (ctypes
         // loading libpython again) gives two candidates with two biases.
         out.push(m);
+    }
+    // An interpreter linked into a program of another name (an embedding
+    // application, a frozen app): the main executable, the first file
+    // mapped, is tried last.
+    if let Some(exe) = maps.iter().find(|m| m.path.is_some())
+        && exe.offset == 0
+        && !out.iter().any(|c| c.path == exe.path)
+    {
+        out.push(exe);
     }
     out
 }
