@@ -647,8 +647,9 @@ fn a_command_running_several_pythons_is_followed_from_one_to_the_next() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     };
-    assert!(count("a.py:first:4") > 150, "{collapsed}");
-    assert!(count("b.py:second:4") > 150, "{collapsed}");
+    // About 300 each; under load a sampler falls behind, so ask for 100.
+    assert!(count("a.py:first:4") > 100, "{collapsed}");
+    assert!(count("b.py:second:4") > 100, "{collapsed}");
 }
 
 #[test]
@@ -786,4 +787,12 @@ fn record_once_then_replay_as_table_collapsed_and_flame_graph() {
         html.contains("<svg") && html.contains("fingerprint"),
         "not a flame graph"
     );
+    // JSON lines: every line parses, the hot function is in the tables.
+    let jsonl_file = dir.outside.join("p.jsonl");
+    replay(&["--jsonl", "-o", jsonl_file.to_str().unwrap()]);
+    let jsonl = std::fs::read_to_string(&jsonl_file).unwrap();
+    for line in jsonl.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    assert!(jsonl.contains("\"fingerprint\""), "{jsonl}");
 }

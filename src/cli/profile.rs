@@ -12,6 +12,7 @@ use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
+use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Mode, Output};
 use tachyon::process::linux::LinuxProcess;
@@ -44,7 +45,7 @@ impl From<ModeArg> for Mode {
 
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl"])))]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -81,6 +82,9 @@ pub struct SampleArgs {
     /// Write an interactive flame graph (one self-contained HTML file)
     #[arg(long)]
     flamegraph: bool,
+    /// Write JSON lines: string and frame tables, per-frame sample counts
+    #[arg(long)]
+    jsonl: bool,
     /// Record every sample in the binary format, for `tachyon replay` (and
     /// the reference's replay) to turn into any output later
     #[arg(long)]
@@ -227,7 +231,7 @@ impl SampleArgs {
     }
 
     fn is_pstats(&self) -> bool {
-        !(self.collapsed || self.flamegraph || self.binary)
+        !(self.collapsed || self.flamegraph || self.binary || self.jsonl)
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -256,6 +260,8 @@ impl SampleArgs {
             Box::new(CollapsedCollector::new(out("txt", "collapsed")))
         } else if self.flamegraph {
             Box::new(FlamegraphCollector::new(out("html", "flamegraph")))
+        } else if self.jsonl {
+            Box::new(JsonlCollector::new(out("jsonl", "jsonl")))
         } else if self.binary {
             let compression = match self.compression {
                 Some(CompressionArg::None) => Compression::None,

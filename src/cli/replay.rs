@@ -12,11 +12,12 @@ use clap::{ArgGroup, Args};
 use tachyon::binfmt::reader::BinaryReader;
 use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
+use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Output};
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl"])))]
 #[command(
     after_help = "Examples:\n  tachyon replay profile.bin\n  tachyon replay --collapsed -o stacks.txt profile.bin"
 )]
@@ -30,6 +31,9 @@ pub struct ReplayArgs {
     /// Write an interactive flame graph (one self-contained HTML file)
     #[arg(long)]
     flamegraph: bool,
+    /// Write JSON lines: string and frame tables, per-frame sample counts
+    #[arg(long)]
+    jsonl: bool,
     /// Where to write the output (default: the table on stdout for pstats, collapsed_<pid>.txt otherwise)
     #[arg(short = 'o', long, value_name = "PATH")]
     output: Option<PathBuf>,
@@ -51,7 +55,9 @@ pub struct ReplayArgs {
 const INTERNAL_FRAME_SUFFIX: &str = "_sync_coordinator.py";
 
 pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
-    if (a.collapsed || a.flamegraph) && (a.sort.is_some() || a.limit.is_some() || a.no_summary) {
+    if (a.collapsed || a.flamegraph || a.jsonl)
+        && (a.sort.is_some() || a.limit.is_some() || a.no_summary)
+    {
         use clap::CommandFactory;
         let mut cmd = super::Cli::command();
         cmd.build();
@@ -80,6 +86,12 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("collapsed_{}.txt", std::process::id())));
         Box::new(CollapsedCollector::new(Output::File(path)))
+    } else if a.jsonl {
+        let path = a
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("jsonl_{}.jsonl", std::process::id())));
+        Box::new(JsonlCollector::new(Output::File(path)))
     } else if a.flamegraph {
         let path = a
             .output

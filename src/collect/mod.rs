@@ -8,6 +8,7 @@
 pub mod binary;
 pub mod collapsed;
 pub mod flamegraph;
+pub mod jsonl;
 pub mod pstats;
 
 use std::path::PathBuf;
