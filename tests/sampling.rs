@@ -795,4 +795,11 @@ fn record_once_then_replay_as_table_collapsed_and_flame_graph() {
         serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     }
     assert!(jsonl.contains("\"fingerprint\""), "{jsonl}");
+    // A Firefox Profiler profile: one thread whose samples are all there.
+    let gecko_file = dir.outside.join("g.json");
+    replay(&["--gecko", "-o", gecko_file.to_str().unwrap()]);
+    let gecko: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&gecko_file).unwrap()).unwrap();
+    let samples = gecko["threads"][0]["samples"]["length"].as_u64().unwrap();
+    assert!(samples > 1500, "{samples} samples in the gecko profile");
 }

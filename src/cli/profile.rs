@@ -12,6 +12,7 @@ use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
+use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Mode, Output};
@@ -45,7 +46,7 @@ impl From<ModeArg> for Mode {
 
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl", "gecko"])))]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -85,6 +86,10 @@ pub struct SampleArgs {
     /// Write JSON lines: string and frame tables, per-frame sample counts
     #[arg(long)]
     jsonl: bool,
+    /// Write a Firefox Profiler profile: a timeline per thread with GIL, CPU,
+    /// exception and GC markers (open it at https://profiler.firefox.com)
+    #[arg(long)]
+    gecko: bool,
     /// Record every sample in the binary format, for `tachyon replay` (and
     /// the reference's replay) to turn into any output later
     #[arg(long)]
@@ -185,6 +190,12 @@ fn command_form(target: &[OsString]) -> bool {
 impl SampleArgs {
     /// Combinations clap cannot express; reported as usage errors.
     fn check(&self, sub: &str) {
+        if self.gecko && self.mode != ModeArg::Wall {
+            usage_error(
+                sub,
+                "--gecko records every thread's GIL, CPU and exception state on its timeline; it takes no --mode",
+            );
+        }
         if self.blocking && self.mode == ModeArg::Cpu {
             usage_error(
                 sub,
@@ -231,7 +242,7 @@ impl SampleArgs {
     }
 
     fn is_pstats(&self) -> bool {
-        !(self.collapsed || self.flamegraph || self.binary || self.jsonl)
+        !(self.collapsed || self.flamegraph || self.binary || self.jsonl || self.gecko)
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -239,7 +250,9 @@ impl SampleArgs {
             all_threads: self.all_threads,
             native: self.native,
             gc: !self.no_gc,
-            cpu_status: self.mode == ModeArg::Cpu,
+            // The gecko timeline shows CPU state: read it (the reference's
+            // mode ALL).
+            cpu_status: self.mode == ModeArg::Cpu || self.gecko,
         }
     }
 
@@ -260,6 +273,8 @@ impl SampleArgs {
             Box::new(CollapsedCollector::new(out("txt", "collapsed")))
         } else if self.flamegraph {
             Box::new(FlamegraphCollector::new(out("html", "flamegraph")))
+        } else if self.gecko {
+            Box::new(GeckoCollector::new(out("json", "gecko")).with_pid(pid as u32))
         } else if self.jsonl {
             Box::new(JsonlCollector::new(out("jsonl", "jsonl")))
         } else if self.binary {
@@ -302,7 +317,11 @@ impl SampleArgs {
         SampleConfig {
             interval: self.rate,
             duration: self.duration,
-            mode: self.mode.into(),
+            mode: if self.gecko {
+                Mode::All
+            } else {
+                self.mode.into()
+            },
             realtime_stats: self.realtime_stats,
         }
     }

@@ -12,12 +12,13 @@ use clap::{ArgGroup, Args};
 use tachyon::binfmt::reader::BinaryReader;
 use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
+use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Output};
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl", "gecko"])))]
 #[command(
     after_help = "Examples:\n  tachyon replay profile.bin\n  tachyon replay --collapsed -o stacks.txt profile.bin"
 )]
@@ -34,6 +35,10 @@ pub struct ReplayArgs {
     /// Write JSON lines: string and frame tables, per-frame sample counts
     #[arg(long)]
     jsonl: bool,
+    /// Write a Firefox Profiler profile: a timeline per thread with GIL, CPU,
+    /// exception and GC markers (open it at https://profiler.firefox.com)
+    #[arg(long)]
+    gecko: bool,
     /// Where to write the output (default: the table on stdout for pstats, collapsed_<pid>.txt otherwise)
     #[arg(short = 'o', long, value_name = "PATH")]
     output: Option<PathBuf>,
@@ -86,6 +91,12 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("collapsed_{}.txt", std::process::id())));
         Box::new(CollapsedCollector::new(Output::File(path)))
+    } else if a.gecko {
+        let path = a
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("gecko_{}.json", std::process::id())));
+        Box::new(GeckoCollector::new(Output::File(path)))
     } else if a.jsonl {
         let path = a
             .output

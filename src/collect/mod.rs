@@ -8,6 +8,7 @@
 pub mod binary;
 pub mod collapsed;
 pub mod flamegraph;
+pub mod gecko;
 pub mod jsonl;
 pub mod pstats;
 
