@@ -802,4 +802,36 @@ fn record_once_then_replay_as_table_collapsed_and_flame_graph() {
         serde_json::from_str(&std::fs::read_to_string(&gecko_file).unwrap()).unwrap();
     let samples = gecko["threads"][0]["samples"]["length"].as_u64().unwrap();
     assert!(samples > 1500, "{samples} samples in the gecko profile");
+    // A differential flame graph of the recording against itself.
+    let diff_file = dir.outside.join("d.html");
+    let said = replay(&[
+        "--diff-flamegraph",
+        bin.to_str().unwrap(),
+        "-o",
+        diff_file.to_str().unwrap(),
+    ]);
+    assert!(said.contains("Differential flame graph:"), "{said}");
+    assert!(
+        std::fs::read_to_string(&diff_file)
+            .unwrap()
+            .contains("<svg")
+    );
+    // A baseline recorded in another mode is refused before the program
+    // starts.
+    let out = run_in_root(
+        &it,
+        &["--mode", "cpu", "--diff-flamegraph", bin.to_str().unwrap()],
+        &dir.inside("report.py"),
+        &dir.outside,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("recorded in wall mode"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stdout).contains("top:"),
+        "the program must not have run"
+    );
 }

@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args, ValueEnum};
 use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
+use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
@@ -46,7 +47,7 @@ impl From<ModeArg> for Mode {
 
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl", "gecko"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl", "gecko", "diff_flamegraph"])))]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -83,6 +84,10 @@ pub struct SampleArgs {
     /// Write an interactive flame graph (one self-contained HTML file)
     #[arg(long)]
     flamegraph: bool,
+    /// Write a differential flame graph against a baseline recorded with
+    /// --binary: red grew, blue shrank
+    #[arg(long, value_name = "BASELINE.bin")]
+    diff_flamegraph: Option<PathBuf>,
     /// Write JSON lines: string and frame tables, per-frame sample counts
     #[arg(long)]
     jsonl: bool,
@@ -213,6 +218,11 @@ impl SampleArgs {
     /// Fail before sampling, not after, when the output cannot be
     /// written: a profile must not be collected only to be lost.
     fn check_output(&self) -> Result<()> {
+        // A baseline that cannot serve fails now, not after the run.
+        if let Some(baseline) = &self.diff_flamegraph {
+            DiffFlamegraphCollector::new(baseline, Output::Stdout)?
+                .check(self.mode.into(), Some(self.capture()))?;
+        }
         // Try it: permission bits say nothing to root, nor about read-only
         // or special filesystems. Whatever the probe creates is removed.
         let probe = |p: &std::path::Path| -> std::io::Result<()> {
@@ -241,8 +251,24 @@ impl SampleArgs {
         })
     }
 
+    /// What this run captures, as binary profiles record it.
+    fn capture(&self) -> CaptureConfig {
+        CaptureConfig {
+            all_threads: self.all_threads,
+            native: self.native,
+            gc: !self.no_gc,
+            opcodes: false,
+            blocking: self.blocking,
+        }
+    }
+
     fn is_pstats(&self) -> bool {
-        !(self.collapsed || self.flamegraph || self.binary || self.jsonl || self.gecko)
+        !(self.collapsed
+            || self.flamegraph
+            || self.binary
+            || self.jsonl
+            || self.gecko
+            || self.diff_flamegraph.is_some())
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -277,6 +303,10 @@ impl SampleArgs {
             Box::new(GeckoCollector::new(out("json", "gecko")).with_pid(pid as u32))
         } else if self.jsonl {
             Box::new(JsonlCollector::new(out("jsonl", "jsonl")))
+        } else if let Some(baseline) = &self.diff_flamegraph {
+            let c = DiffFlamegraphCollector::new(baseline, out("html", "diff_flamegraph"))?;
+            c.check(mode, Some(self.capture()))?;
+            Box::new(c)
         } else if self.binary {
             let compression = match self.compression {
                 Some(CompressionArg::None) => Compression::None,
@@ -287,13 +317,7 @@ impl SampleArgs {
                 BinaryOptions {
                     compression,
                     python_version: Some((version.major, version.minor, version.micro)),
-                    capture: Some(CaptureConfig {
-                        all_threads: self.all_threads,
-                        native: self.native,
-                        gc: !self.no_gc,
-                        opcodes: false,
-                        blocking: self.blocking,
-                    }),
+                    capture: Some(self.capture()),
                 },
             )?)
         } else {

@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args};
 
 use tachyon::binfmt::reader::BinaryReader;
 use tachyon::collect::collapsed::CollapsedCollector;
+use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
@@ -18,7 +19,7 @@ use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Output};
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl", "gecko"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl", "gecko", "diff_flamegraph"])))]
 #[command(
     after_help = "Examples:\n  tachyon replay profile.bin\n  tachyon replay --collapsed -o stacks.txt profile.bin"
 )]
@@ -32,6 +33,10 @@ pub struct ReplayArgs {
     /// Write an interactive flame graph (one self-contained HTML file)
     #[arg(long)]
     flamegraph: bool,
+    /// Write a differential flame graph of FILE against a baseline
+    /// recording: red grew, blue shrank
+    #[arg(long, value_name = "BASELINE.bin")]
+    diff_flamegraph: Option<PathBuf>,
     /// Write JSON lines: string and frame tables, per-frame sample counts
     #[arg(long)]
     jsonl: bool,
@@ -91,6 +96,15 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("collapsed_{}.txt", std::process::id())));
         Box::new(CollapsedCollector::new(Output::File(path)))
+    } else if let Some(baseline) = &a.diff_flamegraph {
+        let path = a.output.clone().unwrap_or_else(|| {
+            PathBuf::from(format!("diff_flamegraph_{}.html", std::process::id()))
+        });
+        let c = DiffFlamegraphCollector::new(baseline, Output::File(path))?;
+        if let Some(mode) = info.mode {
+            c.check(mode, info.capture)?;
+        }
+        Box::new(c)
     } else if a.gecko {
         let path = a
             .output

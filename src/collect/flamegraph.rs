@@ -363,7 +363,7 @@ fn label(frames: &FrameTable, id: FrameId) -> (String, Kind) {
 
 /// The reference's shortening: a path over 50 characters becomes
 /// `.../<parent>/<name>`.
-fn short_file(file: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn short_file(file: &str) -> std::borrow::Cow<'_, str> {
     if file.chars().count() > 50 {
         let parts: Vec<&str> = file.split('/').collect();
         if parts.len() > 2 {
@@ -376,7 +376,7 @@ fn short_file(file: &str) -> std::borrow::Cow<'_, str> {
 
 /// Make a label safe for a folded line: `;` separates frames there, and
 /// control characters have no place in XML.
-fn clean(text: String) -> String {
+pub(super) fn clean(text: String) -> String {
     if text.is_empty() {
         return "<unnamed>".into();
     }
@@ -507,8 +507,8 @@ fn subtitle(stats: &RunStats, threads: usize) -> String {
 }
 
 /// The script's lookup of the zoomed box, and its replacement for HTML.
-const ZOOM_LOOKUP_SVG: &str = r#"querySelector('[*|x="' + params.x"#;
-const ZOOM_LOOKUP_HTML: &str = r#"querySelector('[fg\\:x="' + params.x"#;
+pub(super) const ZOOM_LOOKUP_SVG: &str = r#"querySelector('[*|x="' + params.x"#;
+pub(super) const ZOOM_LOOKUP_HTML: &str = r#"querySelector('[fg\\:x="' + params.x"#;
 
 /// The page: the SVG inline (its script runs there too), then a legend.
 /// The SVG must stay the page's first `<svg>`: its script looks it up so.

@@ -7,6 +7,7 @@
 
 pub mod binary;
 pub mod collapsed;
+pub mod diff_flamegraph;
 pub mod flamegraph;
 pub mod gecko;
 pub mod jsonl;
