@@ -1,6 +1,7 @@
 //! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
 //! `python -m profiling.sampling`, so its users feel at home.
 
+mod output;
 mod profile;
 mod replay;
 
@@ -126,4 +127,19 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         format_dump(a.pid, &sample.threads, unwinder.frames(), &mut src)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exit as clap does for a usage error of subcommand `sub`: the message,
+/// the subcommand's usage line, exit code 2.
+pub(crate) fn usage_error(sub: &str, msg: &str) -> ! {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut sub_cmd = cmd
+        .find_subcommand(sub)
+        .cloned()
+        .unwrap_or_else(Cli::command);
+    sub_cmd
+        .error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit()
 }

@@ -6,17 +6,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{ArgGroup, Args, ValueEnum};
+use clap::{Args, ValueEnum};
 
 use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
-use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
-use tachyon::collect::flamegraph::FlamegraphCollector;
-use tachyon::collect::gecko::GeckoCollector;
-use tachyon::collect::jsonl::JsonlCollector;
-use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::{Collector, Mode, Output};
+
+use super::output::OutputArgs;
 use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, launch, signals};
@@ -47,7 +44,6 @@ impl From<ModeArg> for Mode {
 
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "binary", "jsonl", "gecko", "diff_flamegraph"])))]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -75,60 +71,15 @@ pub struct SampleArgs {
     /// What to measure
     #[arg(long, value_enum, default_value = "wall")]
     mode: ModeArg,
-    /// Print a table of functions by samples (the default), or with -o write a pstats file
-    #[arg(long)]
-    pstats: bool,
-    /// Write collapsed stacks (flamegraph.pl, inferno, speedscope)
-    #[arg(long)]
-    collapsed: bool,
-    /// Write an interactive flame graph (one self-contained HTML file)
-    #[arg(long)]
-    flamegraph: bool,
-    /// Write a differential flame graph against a baseline recorded with
-    /// --binary: red grew, blue shrank
-    #[arg(long, value_name = "BASELINE.bin")]
-    diff_flamegraph: Option<PathBuf>,
-    /// Write JSON lines: string and frame tables, per-frame sample counts
-    #[arg(long)]
-    jsonl: bool,
-    /// Write a Firefox Profiler profile: a timeline per thread with GIL, CPU,
-    /// exception and GC markers (open it at https://profiler.firefox.com)
-    #[arg(long)]
-    gecko: bool,
+    #[command(flatten)]
+    out: OutputArgs,
     /// Record every sample in the binary format, for `tachyon replay` (and
     /// the reference's replay) to turn into any output later
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko"])]
     binary: bool,
     /// Binary output: compress with zstd (auto, the default) or not
     #[arg(long, value_enum, value_name = "HOW", requires = "binary")]
     compression: Option<CompressionArg>,
-    /// Where to write the output (default: the table on stdout for pstats, <format>_<pid>.<ext> otherwise)
-    #[arg(short = 'o', long, value_name = "PATH")]
-    output: Option<PathBuf>,
-    /// pstats: sort the table by this key
-    #[arg(long, value_name = "KEY")]
-    sort: Option<SortKey>,
-    /// pstats: how many rows to print
-    #[arg(short = 'l', long, value_name = "N")]
-    limit: Option<usize>,
-    /// pstats: leave out the summary of interesting functions
-    #[arg(long)]
-    no_summary: bool,
-}
-
-/// Exit as clap does for a usage error of subcommand `sub`: the message,
-/// the subcommand's usage line, exit code 2.
-fn usage_error(sub: &str, msg: &str) -> ! {
-    use clap::CommandFactory;
-    let mut cmd = super::Cli::command();
-    cmd.build();
-    let mut sub_cmd = cmd
-        .find_subcommand(sub)
-        .cloned()
-        .unwrap_or_else(super::Cli::command);
-    sub_cmd
-        .error(clap::error::ErrorKind::ArgumentConflict, msg)
-        .exit()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -195,31 +146,26 @@ fn command_form(target: &[OsString]) -> bool {
 impl SampleArgs {
     /// Combinations clap cannot express; reported as usage errors.
     fn check(&self, sub: &str) {
-        if self.gecko && self.mode != ModeArg::Wall {
-            usage_error(
+        if self.out.gecko && self.mode != ModeArg::Wall {
+            super::usage_error(
                 sub,
                 "--gecko records every thread's GIL, CPU and exception state on its timeline; it takes no --mode",
             );
         }
         if self.blocking && self.mode == ModeArg::Cpu {
-            usage_error(
+            super::usage_error(
                 sub,
                 "--blocking cannot be combined with --mode cpu: a thread stopped for the sample is on no CPU",
             );
         }
-        if !self.is_pstats() && (self.sort.is_some() || self.limit.is_some() || self.no_summary) {
-            usage_error(
-                sub,
-                "--sort, --limit and --no-summary only apply to the pstats output",
-            );
-        }
+        self.out.check(sub, self.is_pstats());
     }
 
     /// Fail before sampling, not after, when the output cannot be
     /// written: a profile must not be collected only to be lost.
     fn check_output(&self) -> Result<()> {
         // A baseline that cannot serve fails now, not after the run.
-        if let Some(baseline) = &self.diff_flamegraph {
+        if let Some(baseline) = &self.out.diff_flamegraph {
             DiffFlamegraphCollector::new(baseline, Output::Stdout)?
                 .check(self.mode.into(), Some(self.capture()))?;
         }
@@ -236,14 +182,14 @@ impl SampleArgs {
             }
             Ok(())
         };
-        let target = match &self.output {
+        let target = match &self.out.output {
             None if self.is_pstats() => return Ok(()),
             None => PathBuf::from(format!(".tachyon-probe-{}", std::process::id())),
             Some(p) if p.is_dir() => p.join(format!(".tachyon-probe-{}", std::process::id())),
             Some(p) => p.clone(),
         };
         probe(&target).with_context(|| {
-            let shown = match &self.output {
+            let shown = match &self.out.output {
                 Some(p) => p.display().to_string(),
                 None => "the current directory".into(),
             };
@@ -263,12 +209,7 @@ impl SampleArgs {
     }
 
     fn is_pstats(&self) -> bool {
-        !(self.collapsed
-            || self.flamegraph
-            || self.binary
-            || self.jsonl
-            || self.gecko
-            || self.diff_flamegraph.is_some())
+        self.out.is_pstats() && !self.binary
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -278,7 +219,7 @@ impl SampleArgs {
             gc: !self.no_gc,
             // The gecko timeline shows CPU state: read it (the reference's
             // mode ALL).
-            cpu_status: self.mode == ModeArg::Cpu || self.gecko,
+            cpu_status: self.mode == ModeArg::Cpu || self.out.gecko,
         }
     }
 
@@ -288,32 +229,13 @@ impl SampleArgs {
         version: tachyon::offsets::PyVersion,
     ) -> Result<(Box<dyn Collector>, Mode)> {
         let mode: Mode = self.mode.into();
-        let out = |ext: &str, stem: &str| -> Output {
-            match &self.output {
-                Some(p) if p.is_dir() => Output::File(p.join(format!("{stem}_{pid}.{ext}"))),
-                Some(p) => Output::File(p.clone()),
-                None => Output::File(PathBuf::from(format!("{stem}_{pid}.{ext}"))),
-            }
-        };
-        let c: Box<dyn Collector> = if self.collapsed {
-            Box::new(CollapsedCollector::new(out("txt", "collapsed")))
-        } else if self.flamegraph {
-            Box::new(FlamegraphCollector::new(out("html", "flamegraph")))
-        } else if self.gecko {
-            Box::new(GeckoCollector::new(out("json", "gecko")).with_pid(pid as u32))
-        } else if self.jsonl {
-            Box::new(JsonlCollector::new(out("jsonl", "jsonl")))
-        } else if let Some(baseline) = &self.diff_flamegraph {
-            let c = DiffFlamegraphCollector::new(baseline, out("html", "diff_flamegraph"))?;
-            c.check(mode, Some(self.capture()))?;
-            Box::new(c)
-        } else if self.binary {
+        let c: Box<dyn Collector> = if self.binary {
             let compression = match self.compression {
                 Some(CompressionArg::None) => Compression::None,
                 _ => Compression::Zstd,
             };
             Box::new(BinaryCollector::new(
-                out("bin", "binary"),
+                self.out.file("binary", "bin", pid as u32),
                 BinaryOptions {
                     compression,
                     python_version: Some((version.major, version.minor, version.micro)),
@@ -321,18 +243,12 @@ impl SampleArgs {
                 },
             )?)
         } else {
-            let output = match &self.output {
-                None => Output::Stdout,
-                Some(_) => out("pstats", "pstats"),
-            };
-            Box::new(PstatsCollector::new(
-                output,
-                PstatsOptions {
-                    sort: self.sort.unwrap_or_default(),
-                    limit: Some(self.limit.unwrap_or(15)),
-                    show_summary: !self.no_summary,
-                },
-            ))
+            self.out.collector(
+                pid as u32,
+                Some(mode),
+                Some(self.capture()),
+                Some(pid as u32),
+            )?
         };
         Ok((c, mode))
     }
@@ -341,7 +257,7 @@ impl SampleArgs {
         SampleConfig {
             interval: self.rate,
             duration: self.duration,
-            mode: if self.gecko {
+            mode: if self.out.gecko {
                 Mode::All
             } else {
                 self.mode.into()
@@ -438,7 +354,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let command = command_form(&a.target);
     let launched = if command {
         if a.module {
-            usage_error(
+            super::usage_error(
                 "run",
                 "-m runs a module with python; with `-- COMMAND` give the whole command instead",
             );
@@ -446,7 +362,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         launch::launch_command(&a.target, Duration::from_secs(30))?
     } else {
         let Some((first, rest)) = a.target.split_first() else {
-            usage_error(
+            super::usage_error(
                 "run",
                 "nothing to run: give a script, -m MODULE, or -- COMMAND",
             );

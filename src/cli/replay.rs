@@ -7,55 +7,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use clap::{ArgGroup, Args};
+use clap::Args;
 
 use tachyon::binfmt::reader::BinaryReader;
-use tachyon::collect::collapsed::CollapsedCollector;
-use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
-use tachyon::collect::flamegraph::FlamegraphCollector;
-use tachyon::collect::gecko::GeckoCollector;
-use tachyon::collect::jsonl::JsonlCollector;
-use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
-use tachyon::collect::{Collector, Output};
+use tachyon::collect::Collector;
+
+use super::output::OutputArgs;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "jsonl", "gecko", "diff_flamegraph"])))]
 #[command(
     after_help = "Examples:\n  tachyon replay profile.bin\n  tachyon replay --collapsed -o stacks.txt profile.bin"
 )]
 pub struct ReplayArgs {
-    /// Print a table of functions by samples (the default), or with -o write a pstats file
-    #[arg(long)]
-    pstats: bool,
-    /// Write collapsed stacks (flamegraph.pl, inferno, speedscope)
-    #[arg(long)]
-    collapsed: bool,
-    /// Write an interactive flame graph (one self-contained HTML file)
-    #[arg(long)]
-    flamegraph: bool,
-    /// Write a differential flame graph of FILE against a baseline
-    /// recording: red grew, blue shrank
-    #[arg(long, value_name = "BASELINE.bin")]
-    diff_flamegraph: Option<PathBuf>,
-    /// Write JSON lines: string and frame tables, per-frame sample counts
-    #[arg(long)]
-    jsonl: bool,
-    /// Write a Firefox Profiler profile: a timeline per thread with GIL, CPU,
-    /// exception and GC markers (open it at https://profiler.firefox.com)
-    #[arg(long)]
-    gecko: bool,
-    /// Where to write the output (default: the table on stdout for pstats, collapsed_<pid>.txt otherwise)
-    #[arg(short = 'o', long, value_name = "PATH")]
-    output: Option<PathBuf>,
-    /// pstats: sort the table by this key
-    #[arg(long, value_name = "KEY")]
-    sort: Option<SortKey>,
-    /// pstats: how many rows to print
-    #[arg(short = 'l', long, value_name = "N")]
-    limit: Option<usize>,
-    /// pstats: leave out the summary of interesting functions
-    #[arg(long)]
-    no_summary: bool,
+    #[command(flatten)]
+    out: OutputArgs,
     /// Binary profile file to replay
     #[arg(value_name = "FILE")]
     input: PathBuf,
@@ -65,20 +30,7 @@ pub struct ReplayArgs {
 const INTERNAL_FRAME_SUFFIX: &str = "_sync_coordinator.py";
 
 pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
-    if (a.collapsed || a.flamegraph || a.jsonl)
-        && (a.sort.is_some() || a.limit.is_some() || a.no_summary)
-    {
-        use clap::CommandFactory;
-        let mut cmd = super::Cli::command();
-        cmd.build();
-        if let Some(sub) = cmd.find_subcommand_mut("replay") {
-            sub.error(
-                clap::error::ErrorKind::ArgumentConflict,
-                "--sort, --limit and --no-summary only apply to the pstats output",
-            )
-            .exit();
-        }
-    }
+    a.out.check("replay", a.out.is_pstats());
     let shown = a.input.display().to_string();
     if !a.input.exists() {
         bail!("input file not found: {shown}");
@@ -90,53 +42,10 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     println!("  Sample interval: {} us", info.interval_us);
     println!("  Compression: {}", info.compression.as_str());
 
-    let mut collector: Box<dyn Collector> = if a.collapsed {
-        let path = a
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("collapsed_{}.txt", std::process::id())));
-        Box::new(CollapsedCollector::new(Output::File(path)))
-    } else if let Some(baseline) = &a.diff_flamegraph {
-        let path = a.output.clone().unwrap_or_else(|| {
-            PathBuf::from(format!("diff_flamegraph_{}.html", std::process::id()))
-        });
-        let c = DiffFlamegraphCollector::new(baseline, Output::File(path))?;
-        if let Some(mode) = info.mode {
-            c.check(mode, info.capture)?;
-        }
-        Box::new(c)
-    } else if a.gecko {
-        let path = a
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("gecko_{}.json", std::process::id())));
-        Box::new(GeckoCollector::new(Output::File(path)))
-    } else if a.jsonl {
-        let path = a
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("jsonl_{}.jsonl", std::process::id())));
-        Box::new(JsonlCollector::new(Output::File(path)))
-    } else if a.flamegraph {
-        let path = a
-            .output
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("flamegraph_{}.html", std::process::id())));
-        Box::new(FlamegraphCollector::new(Output::File(path)))
-    } else {
-        let output = match &a.output {
-            Some(p) => Output::File(p.clone()),
-            None => Output::Stdout,
-        };
-        Box::new(PstatsCollector::new(
-            output,
-            PstatsOptions {
-                sort: a.sort.unwrap_or_default(),
-                limit: Some(a.limit.unwrap_or(15)),
-                show_summary: !a.no_summary,
-            },
-        ))
-    };
+    // Default names carry our own pid: the recording's process is gone.
+    let mut collector: Box<dyn Collector> =
+        a.out
+            .collector(std::process::id(), info.mode, info.capture, None)?;
 
     // The reference's progress bar, on a terminal only.
     let total = info.sample_count;
