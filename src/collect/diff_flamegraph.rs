@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use inferno::flamegraph::color::{BackgroundColor, Color};
 use inferno::flamegraph::{self as inferno_fg, Options, TextTruncateDirection};
 
-use super::flamegraph::{ZOOM_LOOKUP_HTML, ZOOM_LOOKUP_SVG, clean, short_file};
+use super::flamegraph::{clean, page, short_file, swatch};
 use super::pstats::write_stdout;
 use super::{Collector, Mode, Output, RunStats};
 use crate::binfmt::CaptureConfig;
@@ -651,17 +651,6 @@ fn escape(s: &str) -> String {
 
 /// The page: the SVG inline (its script runs there too), then a legend.
 fn html_page(svg: &str, sum: &Summary) -> String {
-    let svg = match svg.find("<svg") {
-        Some(i) => &svg[i..],
-        None => svg,
-    };
-    let svg = svg.replacen(ZOOM_LOOKUP_SVG, ZOOM_LOOKUP_HTML, 1);
-    let swatch = |c: Color, what: &str| {
-        format!(
-            "<span class=\"key\"><span class=\"swatch\" style=\"background:rgb({},{},{})\"></span>{what}</span>",
-            c.r, c.g, c.b
-        )
-    };
     let mut legend = [
         swatch(
             Color {
@@ -700,35 +689,10 @@ fn html_page(svg: &str, sum: &Summary) -> String {
             if sum.vanished == 1 { "is" } else { "are" },
         );
     }
-    format!(
-        r#"<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="tachyon {version}">
-<title>{TITLE}</title>
-<style>
-body {{ margin: 0; padding: 8px; background: #fff; font-family: sans-serif; font-size: 13px; color: #333; }}
-body > svg {{ display: block; width: 100%; }}
-.legend {{ margin: 6px 10px; }}
-.key {{ display: inline-block; margin-right: 18px; }}
-.swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; border: 1px solid #999; }}
-.help {{ margin: 6px 10px; color: #777; }}
-</style>
-</head>
-<body>
-{svg}
-<div class="legend">
-{legend}
-</div>
-<div class="help">Box width is this run's samples, summed over threads; colour is the change in a box's self samples against the baseline (scaled by the ratio of the sampling intervals), frames matched by file and function, lines ignored. Click a box to zoom in, "Reset Zoom" to zoom out; Ctrl-F or "Search" to highlight functions by regular expression.</div>
-</body>
-</html>
-"#,
-        version = env!("CARGO_PKG_VERSION"),
-    )
+    page(TITLE, svg, &legend, HELP)
 }
+
+const HELP: &str = "Box width is this run's samples, summed over threads; colour is the change in a box's self samples against the baseline (scaled by the ratio of the sampling intervals), frames matched by file and function, lines ignored. Click a box to zoom in, \"Reset Zoom\" to zoom out; Ctrl-F or \"Search\" to highlight functions by regular expression.";
 
 #[cfg(test)]
 mod tests {
@@ -854,7 +818,7 @@ mod tests {
         let start = page.find("<svg").unwrap();
         let svg = &page[start..page.rfind("</svg>").unwrap() + 6];
         assert!(svg.contains("onload=\"init(evt)\""));
-        assert!(svg.contains(ZOOM_LOOKUP_HTML));
+        assert!(svg.contains(super::super::flamegraph::ZOOM_LOOKUP_HTML));
         let b = boxes(svg);
         // Baseline ×2: work 20 → 60, decode 40 → 10, gone 10 → (not drawn).
         let (work_t, work_c) = find(&b, "work (/app/main.py)");

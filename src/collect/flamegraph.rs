@@ -510,9 +510,18 @@ fn subtitle(stats: &RunStats, threads: usize) -> String {
 pub(super) const ZOOM_LOOKUP_SVG: &str = r#"querySelector('[*|x="' + params.x"#;
 pub(super) const ZOOM_LOOKUP_HTML: &str = r#"querySelector('[fg\\:x="' + params.x"#;
 
-/// The page: the SVG inline (its script runs there too), then a legend.
-/// The SVG must stay the page's first `<svg>`: its script looks it up so.
-fn html_page(svg: &str) -> String {
+/// A legend entry: a colour swatch and what it means.
+pub(super) fn swatch(c: Color, what: &str) -> String {
+    format!(
+        "<span class=\"key\"><span class=\"swatch\" style=\"background:rgb({},{},{})\"></span>{what}</span>",
+        c.r, c.g, c.b
+    )
+}
+
+/// A flame graph page: the SVG inline (its script runs there too), then
+/// the legend and a line of help. The SVG must stay the page's first
+/// `<svg>`: its script looks it up so.
+pub(super) fn page(title: &str, svg: &str, legend: &str, help: &str) -> String {
     // The XML declaration and DOCTYPE have no place inside HTML.
     let svg = match svg.find("<svg") {
         Some(i) => &svg[i..],
@@ -523,23 +532,6 @@ fn html_page(svg: &str) -> String {
     // restores a zoom from the URL (`?x=..&y=..`) finds nothing: select by
     // the literal name instead.
     let svg = svg.replacen(ZOOM_LOOKUP_SVG, ZOOM_LOOKUP_HTML, 1);
-    let swatch = |c: Color, what: &str| {
-        format!(
-            "<span class=\"key\"><span class=\"swatch\" style=\"background:rgb({},{},{})\"></span>{what}</span>",
-            c.r, c.g, c.b
-        )
-    };
-    let legend = [
-        swatch(color_for(Kind::User, "x"), "your code"),
-        swatch(color_for(Kind::Stdlib, "x"), "standard library"),
-        swatch(color_for(Kind::ThirdParty, "x"), "installed packages"),
-        swatch(GC_COLOR, "&lt;GC&gt; garbage collection"),
-        swatch(
-            color_for(Kind::Native, ""),
-            "&lt;native&gt; C calling Python",
-        ),
-    ]
-    .join("\n");
     format!(
         r#"<!DOCTYPE html>
 <html lang="en">
@@ -547,7 +539,7 @@ fn html_page(svg: &str) -> String {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="tachyon {version}">
-<title>{TITLE}</title>
+<title>{title}</title>
 <style>
 body {{ margin: 0; padding: 8px; background: #fff; font-family: sans-serif; font-size: 13px; color: #333; }}
 body > svg {{ display: block; width: 100%; }}
@@ -562,11 +554,31 @@ body > svg {{ display: block; width: 100%; }}
 <div class="legend">
 {legend}
 </div>
-<div class="help">Click a box to zoom in, "Reset Zoom" to zoom out; Ctrl-F or "Search" to highlight functions by regular expression. Box width is samples, summed over threads.</div>
+<div class="help">{help}</div>
 </body>
 </html>
 "#,
         version = env!("CARGO_PKG_VERSION"),
+    )
+}
+
+fn html_page(svg: &str) -> String {
+    let legend = [
+        swatch(color_for(Kind::User, "x"), "your code"),
+        swatch(color_for(Kind::Stdlib, "x"), "standard library"),
+        swatch(color_for(Kind::ThirdParty, "x"), "installed packages"),
+        swatch(GC_COLOR, "&lt;GC&gt; garbage collection"),
+        swatch(
+            color_for(Kind::Native, ""),
+            "&lt;native&gt; C calling Python",
+        ),
+    ]
+    .join("\n");
+    page(
+        TITLE,
+        svg,
+        &legend,
+        "Click a box to zoom in, \"Reset Zoom\" to zoom out; Ctrl-F or \"Search\" to highlight functions by regular expression. Box width is samples, summed over threads.",
     )
 }
 
