@@ -424,8 +424,8 @@ mod tests {
 
     /// A scenario of `fixtures/reference/scenarios.json` or
     /// `fixtures/reference/jsonl/scenarios.json` (which adds entries with a
-    /// full location, `[file, line, func, col, end_line, end_col]`, and a
-    /// mode), as `scripts/reference-jsonl.py` feeds it to the reference.
+    /// full location and a mode), as `scripts/reference-jsonl.py` feeds it
+    /// to the reference.
     struct Scenario {
         name: String,
         interval_us: u64,
@@ -435,88 +435,26 @@ mod tests {
     }
 
     fn load(path: &Path) -> Vec<Scenario> {
-        let text = std::fs::read_to_string(path).unwrap();
-        let all: Value = serde_json::from_str(&text).unwrap();
-        let mut out = Vec::new();
-        for sc in all["scenarios"].as_array().unwrap() {
-            let mut frames = FrameTable::new();
-            let mut stacks = HashMap::new();
-            for (name, entries) in sc["stacks"].as_object().unwrap() {
-                let ids: Vec<FrameId> = entries
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|e| frame(&mut frames, e))
-                    .collect();
-                stacks.insert(name.clone(), ids);
-            }
-            let mut samples = Vec::new();
-            for s in sc["samples"].as_array().unwrap() {
-                let threads: Vec<ThreadSample> = s["threads"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|t| ThreadSample {
-                        tid: t[0].as_u64().unwrap(),
-                        frames: stacks[t[1].as_str().unwrap()].clone(),
-                        ..Default::default()
-                    })
-                    .collect();
-                for _ in 0..s["repeat"].as_u64().unwrap() {
-                    samples.push(Sample {
-                        timestamp_us: 0,
-                        threads: threads.clone(),
-                    });
+        fixtures::load(path)
+            .into_iter()
+            .map(|sc| {
+                let mode = match sc.raw.get("jsonl_mode").and_then(Value::as_str) {
+                    None | Some("wall") => Mode::Wall,
+                    Some("cpu") => Mode::Cpu,
+                    Some("gil") => Mode::Gil,
+                    Some("all") => Mode::All,
+                    Some("exception") => Mode::Exception,
+                    Some(m) => panic!("unknown mode {m}"),
+                };
+                Scenario {
+                    name: sc.name,
+                    interval_us: sc.interval_us,
+                    mode,
+                    frames: sc.frames,
+                    samples: sc.samples,
                 }
-            }
-            let mode = match sc.get("jsonl_mode").and_then(Value::as_str) {
-                None | Some("wall") => Mode::Wall,
-                Some("cpu") => Mode::Cpu,
-                Some("gil") => Mode::Gil,
-                Some("all") => Mode::All,
-                Some("exception") => Mode::Exception,
-                Some(m) => panic!("unknown mode {m}"),
-            };
-            out.push(Scenario {
-                name: sc["name"].as_str().unwrap().to_string(),
-                interval_us: sc["interval_us"].as_u64().unwrap(),
-                mode,
-                frames,
-                samples,
-            });
-        }
-        out
-    }
-
-    fn frame(t: &mut FrameTable, e: &Value) -> FrameId {
-        let int = |i: usize| e[i].as_i64().unwrap() as i32;
-        let file = e[0].as_str().unwrap();
-        let func = e[2].as_str().unwrap();
-        let line = int(1);
-        if file == "~" && line == 0 {
-            let kind = if func == "<GC>" {
-                FrameKind::Gc
-            } else {
-                FrameKind::Native
-            };
-            return t.synthetic(kind, func);
-        }
-        let (col, end_line, end_col) = match e.as_array().unwrap().len() {
-            6 => (int(3), int(4), int(5)),
-            4 => (int(3), line, int(3) + 1),
-            _ => (0, line, 1),
-        };
-        let file = t.intern_str(file);
-        let func = t.intern_str(func);
-        t.intern(Frame {
-            kind: FrameKind::Python,
-            file,
-            func,
-            line,
-            end_line,
-            col,
-            end_col,
-        })
+            })
+            .collect()
     }
 
     fn all_scenarios() -> Vec<Scenario> {

@@ -785,17 +785,28 @@ pub(crate) mod fixtures {
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
+    /// Hand-made stacks, as the scripts under scripts/ feed them to the
+    /// reference's collectors.
     pub struct Scenario {
         pub name: String,
         pub interval_us: u64,
         pub frames: FrameTable,
         pub samples: Vec<Sample>,
-        /// The `pstats` runs: options as JSON.
-        pub pstats: Vec<Value>,
+        /// The scenario's JSON, for collector-specific fields (`pstats`
+        /// runs, `jsonl_mode`).
+        pub raw: Value,
     }
 
+    /// `fixtures/reference/scenarios.json`, the scenarios every collector
+    /// is compared on.
     pub fn scenarios() -> Vec<Scenario> {
-        let all: Value = serde_json::from_str(&read("scenarios.json")).unwrap();
+        load(&dir().join("scenarios.json"))
+    }
+
+    pub fn load(path: &std::path::Path) -> Vec<Scenario> {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let all: Value = serde_json::from_str(&text).unwrap();
         let mut out = Vec::new();
         for sc in all["scenarios"].as_array().unwrap() {
             let mut frames = FrameTable::new();
@@ -833,16 +844,20 @@ pub(crate) mod fixtures {
                 interval_us: sc["interval_us"].as_u64().unwrap(),
                 frames,
                 samples,
-                pstats: sc["pstats"].as_array().unwrap().clone(),
+                raw: sc.clone(),
             });
         }
         out
     }
 
+    /// A frame entry: `[file, line, func]`, `[file, line, func, col]` or
+    /// `[file, line, func, col, end_line, end_col]`; `~` at line 0 is a
+    /// synthetic frame.
     fn frame(t: &mut FrameTable, e: &Value) -> u32 {
+        let int = |i: usize| e[i].as_i64().unwrap() as i32;
         let file = e[0].as_str().unwrap();
-        let line = e[1].as_i64().unwrap() as i32;
         let func = e[2].as_str().unwrap();
+        let line = int(1);
         if file == "~" && line == 0 {
             let kind = if func == "<GC>" {
                 FrameKind::Gc
@@ -851,7 +866,11 @@ pub(crate) mod fixtures {
             };
             return t.synthetic(kind, func);
         }
-        let col = e.get(3).and_then(Value::as_i64).unwrap_or(0) as i32;
+        let (col, end_line, end_col) = match e.as_array().unwrap().len() {
+            6 => (int(3), int(4), int(5)),
+            4 => (int(3), line, int(3) + 1),
+            _ => (0, line, 1),
+        };
         let file = t.intern_str(file);
         let func = t.intern_str(func);
         t.intern(Frame {
@@ -859,9 +878,9 @@ pub(crate) mod fixtures {
             file,
             func,
             line,
-            end_line: line,
+            end_line,
             col,
-            end_col: col + 1,
+            end_col,
         })
     }
 }
@@ -909,7 +928,7 @@ mod tests {
     fn text_matches_reference_byte_for_byte() {
         let mut checked = 0;
         for sc in fixtures::scenarios() {
-            for v in &sc.pstats {
+            for v in sc.raw["pstats"].as_array().unwrap() {
                 let (opts, mode, color) = options(v);
                 let got = run(&sc, opts, mode, color);
                 let file = v["out"].as_str().unwrap();
