@@ -14,15 +14,15 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::pstats::{basename, write_stdout};
-use super::{Collector, Output, RunStats};
+use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
 use crate::error::{Error, Result};
-use crate::model::{FrameId, FrameTable, Sample, StrId};
+use crate::model::{FrameTable, Sample, StrId};
 
 /// Counts distinct stacks per thread; see the module documentation.
 pub struct CollapsedCollector {
     output: Output,
     /// tid → leaf-first frame ids → samples.
-    stacks: HashMap<u64, HashMap<Box<[FrameId]>, u64>>,
+    stacks: ThreadStacks,
 }
 
 impl CollapsedCollector {
@@ -76,18 +76,7 @@ impl CollapsedCollector {
 
 impl Collector for CollapsedCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
-        for t in &sample.threads {
-            if t.frames.is_empty() {
-                continue;
-            }
-            let per_thread = self.stacks.entry(t.tid).or_default();
-            match per_thread.get_mut(&t.frames[..]) {
-                Some(n) => *n += 1,
-                None => {
-                    per_thread.insert(t.frames.as_slice().into(), 1);
-                }
-            }
-        }
+        count_stacks(&mut self.stacks, sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {
@@ -155,7 +144,7 @@ mod tests {
         };
         let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
         let gc = t.synthetic(crate::model::FrameKind::Gc, "<GC>");
-        let sample = |frames: Vec<FrameId>| Sample {
+        let sample = |frames: Vec<crate::model::FrameId>| Sample {
             timestamp_us: 0,
             threads: vec![crate::model::ThreadSample {
                 tid: 9,

@@ -38,10 +38,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use inferno::flamegraph::Options;
 use inferno::flamegraph::color::{BackgroundColor, Color};
-use inferno::flamegraph::{self as inferno_fg, Options, TextTruncateDirection};
 
-use super::flamegraph::{clean, page, short_file, swatch};
+use super::flamegraph::{clean, draw, page, short_file, swatch};
 use super::pstats::write_stdout;
 use super::{Collector, Mode, Output, RunStats};
 use crate::binfmt::CaptureConfig;
@@ -291,25 +291,7 @@ impl DiffFlamegraphCollector {
         opts.bgcolors = Some(BackgroundColor::Grey);
         opts.deterministic = true;
         opts.factor = 1.0 / FIXED;
-        // Keep the tree's order (see `flamegraph`): flame-chart mode takes
-        // the lines as given once reversed.
-        opts.flame_chart = true;
-        opts.min_width = match lines.len() {
-            0..=5_000 => 0.01,
-            5_001..=20_000 => 0.05,
-            _ => 0.1,
-        };
-        opts.count_name = "samples".into();
-        opts.text_truncate_direction = TextTruncateDirection::Right;
-        let mut svg = Vec::new();
-        inferno_fg::from_lines(&mut opts, lines.iter().rev().map(String::as_str), &mut svg)
-            .map_err(|e| Error::io("cannot draw the differential flame graph", e))?;
-        let svg = String::from_utf8(svg).map_err(|e| {
-            Error::io(
-                "cannot draw the differential flame graph",
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-            )
-        })?;
+        let svg = draw(&mut opts, &lines, "differential flame graph")?;
         let svg = retitle(&svg, &tree, &at);
         Ok(Some((html_page(&svg, &sum), sum)))
     }

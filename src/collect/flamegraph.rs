@@ -34,7 +34,7 @@ use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self as inferno_fg, Options, Palette, TextTruncateDirection};
 
 use super::pstats::write_stdout;
-use super::{Collector, Output, RunStats};
+use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, status};
 
@@ -47,7 +47,7 @@ pub struct FlamegraphCollector {
     output: Output,
     thread_roots: bool,
     /// tid → leaf-first frame ids → samples.
-    stacks: HashMap<u64, HashMap<Box<[FrameId]>, u64>>,
+    stacks: ThreadStacks,
     /// Threads seen with the main-thread flag.
     main_threads: Vec<u64>,
 }
@@ -140,29 +140,7 @@ impl FlamegraphCollector {
         opts.bgcolors = Some(BackgroundColor::Grey);
         opts.deterministic = true;
         opts.palette_map = Some(&mut palette);
-        // Keep our (widest-first) order: inferno's sort would make it
-        // alphabetical, and its `no_sort` rejects lines not in byte order.
-        // Flame-chart mode takes lines as given, after reversing them (it
-        // expects time order): hand them over reversed.
-        opts.flame_chart = true;
-        opts.min_width = match lines.len() {
-            0..=5_000 => 0.01,
-            5_001..=20_000 => 0.05,
-            _ => 0.1,
-        };
-        opts.count_name = "samples".into();
-        // Keep the function name when a label does not fit its box.
-        opts.text_truncate_direction = TextTruncateDirection::Right;
-
-        let mut svg = Vec::new();
-        inferno_fg::from_lines(&mut opts, lines.iter().rev().map(String::as_str), &mut svg)
-            .map_err(|e| Error::io("cannot draw the flame graph", e))?;
-        let svg = String::from_utf8(svg).map_err(|e| {
-            Error::io(
-                "cannot draw the flame graph",
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-            )
-        })?;
+        let svg = draw(&mut opts, &lines, "flame graph")?;
         Ok(Some((html_page(&svg), summary)))
     }
 }
@@ -177,20 +155,11 @@ struct Summary {
 impl Collector for FlamegraphCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
         for t in &sample.threads {
-            if t.frames.is_empty() {
-                continue;
-            }
             if t.status & status::MAIN_THREAD != 0 && !self.main_threads.contains(&t.tid) {
                 self.main_threads.push(t.tid);
             }
-            let per_thread = self.stacks.entry(t.tid).or_default();
-            match per_thread.get_mut(&t.frames[..]) {
-                Some(n) => *n += 1,
-                None => {
-                    per_thread.insert(t.frames.as_slice().into(), 1);
-                }
-            }
         }
+        count_stacks(&mut self.stacks, sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
@@ -509,6 +478,29 @@ fn subtitle(stats: &RunStats, threads: usize) -> String {
 /// The script's lookup of the zoomed box, and its replacement for HTML.
 pub(super) const ZOOM_LOOKUP_SVG: &str = r#"querySelector('[*|x="' + params.x"#;
 pub(super) const ZOOM_LOOKUP_HTML: &str = r#"querySelector('[fg\\:x="' + params.x"#;
+
+/// Draw folded `lines` (widest first, root first) as an SVG with inferno,
+/// in the given order and with tachyon's settings on top of `opts`.
+pub(super) fn draw(opts: &mut Options<'_>, lines: &[String], what: &str) -> Result<String> {
+    // Keep our (widest-first) order: inferno's sort would make it
+    // alphabetical, and its `no_sort` rejects lines not in byte order.
+    // Flame-chart mode takes lines as given, after reversing them (it
+    // expects time order): hand them over reversed.
+    opts.flame_chart = true;
+    opts.min_width = match lines.len() {
+        0..=5_000 => 0.01,
+        5_001..=20_000 => 0.05,
+        _ => 0.1,
+    };
+    opts.count_name = "samples".into();
+    // Keep the function name when a label does not fit its box.
+    opts.text_truncate_direction = TextTruncateDirection::Right;
+    let fail = |e| Error::io(format!("cannot draw the {what}"), e);
+    let mut svg = Vec::new();
+    inferno_fg::from_lines(opts, lines.iter().rev().map(String::as_str), &mut svg).map_err(fail)?;
+    String::from_utf8(svg)
+        .map_err(|e| fail(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
 
 /// A legend entry: a colour swatch and what it means.
 pub(super) fn swatch(c: Color, what: &str) -> String {

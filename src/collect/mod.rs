@@ -106,6 +106,28 @@ pub enum Output {
     File(PathBuf),
 }
 
+/// Distinct stacks counted per thread, keyed by their frame-id sequence:
+/// what collapsed stacks and flame graphs aggregate, with no string built
+/// per sample.
+pub type ThreadStacks =
+    std::collections::HashMap<u64, std::collections::HashMap<Box<[crate::model::FrameId]>, u64>>;
+
+/// Count each non-empty thread stack of `sample` once into `stacks`.
+pub fn count_stacks(stacks: &mut ThreadStacks, sample: &Sample) {
+    for t in &sample.threads {
+        if t.frames.is_empty() {
+            continue;
+        }
+        let per_thread = stacks.entry(t.tid).or_default();
+        match per_thread.get_mut(&t.frames[..]) {
+            Some(n) => *n += 1,
+            None => {
+                per_thread.insert(t.frames.as_slice().into(), 1);
+            }
+        }
+    }
+}
+
 pub trait Collector {
     /// One sample; `frames` resolves its frame ids.
     fn collect(&mut self, sample: &Sample, frames: &FrameTable);
