@@ -39,6 +39,19 @@ pub struct Launched {
     pub runtime: Runtime,
 }
 
+/// The new process did not stop where it should have: end it and say so.
+fn did_not_start(child: &mut Child, program: &OsString, status: impl std::fmt::Debug) -> Error {
+    let _ = child.kill();
+    let _ = child.wait();
+    Error::io(
+        format!(
+            "{} did not start as expected ({status:?})",
+            program.to_string_lossy()
+        ),
+        std::io::Error::other("unexpected wait status"),
+    )
+}
+
 fn spawn_error(program: &OsString, e: std::io::Error) -> Error {
     Error::io(format!("cannot start {}", program.to_string_lossy()), e)
 }
@@ -57,17 +70,7 @@ pub fn launch_python(argv: &[OsString]) -> Result<Launched> {
     let pid = Pid::from_raw(child.id() as i32);
     match waitpid(pid, None) {
         Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {}
-        Ok(other) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Error::io(
-                format!(
-                    "{} did not start as expected ({other:?})",
-                    program.to_string_lossy()
-                ),
-                std::io::Error::other("unexpected wait status"),
-            ));
-        }
+        Ok(other) => return Err(did_not_start(&mut child, program, other)),
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
@@ -157,17 +160,7 @@ pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> 
     let root = Pid::from_raw(child.id() as i32);
     match waitpid(root, Some(WaitPidFlag::WUNTRACED)) {
         Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {}
-        other => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Error::io(
-                format!(
-                    "{} did not start as expected ({other:?})",
-                    program.to_string_lossy()
-                ),
-                std::io::Error::other("unexpected wait status"),
-            ));
-        }
+        other => return Err(did_not_start(&mut child, program, other)),
     }
     use nix::sys::ptrace::Options;
     let opts = Options::PTRACE_O_TRACEEXEC
