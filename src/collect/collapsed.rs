@@ -13,9 +13,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::pstats::{basename, write_stdout};
+use super::pstats::basename;
 use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{FrameTable, Sample, StrId};
 
 /// Counts distinct stacks per thread; see the module documentation.
@@ -81,15 +81,8 @@ impl Collector for CollapsedCollector {
 
     fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {
         let text = self.render(frames);
-        match &self.output {
-            Output::Stdout => write_stdout(text.as_bytes()),
-            Output::File(path) => {
-                std::fs::write(path, text)
-                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-                println!("Collapsed stack output written to {}", path.display());
-                Ok(())
-            }
-        }
+        self.output
+            .write(text.as_bytes(), "Collapsed stack output written to ")
     }
 }
 

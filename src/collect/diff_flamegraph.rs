@@ -42,7 +42,6 @@ use inferno::flamegraph::Options;
 use inferno::flamegraph::color::{BackgroundColor, Color};
 
 use super::flamegraph::{clean, draw, page, short_file, swatch};
-use super::pstats::write_stdout;
 use super::{Collector, Mode, Output, RunStats};
 use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
@@ -324,15 +323,7 @@ impl Collector for DiffFlamegraphCollector {
             return Ok(());
         };
         say(sum.line());
-        match &self.output {
-            Output::Stdout => write_stdout(html.as_bytes()),
-            Output::File(path) => {
-                std::fs::write(path, html)
-                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-                println!("Flamegraph saved to: {}", path.display());
-                Ok(())
-            }
-        }
+        self.output.write(html.as_bytes(), "Flamegraph saved to: ")
     }
 }
 

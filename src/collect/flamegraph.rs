@@ -33,7 +33,6 @@ use std::fmt::Write as _;
 use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self as inferno_fg, Options, Palette, TextTruncateDirection};
 
-use super::pstats::write_stdout;
 use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, status};
@@ -185,15 +184,7 @@ impl Collector for FlamegraphCollector {
             sum.frames,
             plural(sum.frames as u64),
         ));
-        match &self.output {
-            Output::Stdout => write_stdout(html.as_bytes()),
-            Output::File(path) => {
-                std::fs::write(path, html)
-                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-                println!("Flamegraph saved to: {}", path.display());
-                Ok(())
-            }
-        }
+        self.output.write(html.as_bytes(), "Flamegraph saved to: ")
     }
 }
 

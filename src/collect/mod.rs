@@ -106,6 +106,26 @@ pub enum Output {
     File(PathBuf),
 }
 
+impl Output {
+    /// Write a finished output: to standard output, or to the file followed
+    /// by the line `announce` and the file's name (the reference's words
+    /// for each format; none when `announce` is empty).
+    pub fn write(&self, bytes: &[u8], announce: &str) -> Result<()> {
+        match self {
+            Output::Stdout => pstats::write_stdout(bytes),
+            Output::File(path) => {
+                std::fs::write(path, bytes).map_err(|e| {
+                    crate::error::Error::io(format!("cannot write {}", path.display()), e)
+                })?;
+                if !announce.is_empty() {
+                    println!("{announce}{}", path.display());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Distinct stacks counted per thread, keyed by their frame-id sequence:
 /// what collapsed stacks and flame graphs aggregate, with no string built
 /// per sample.

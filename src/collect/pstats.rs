@@ -399,10 +399,10 @@ impl Collector for PstatsCollector {
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
         match &self.output {
-            Output::File(path) => {
-                std::fs::write(path, self.marshal_bytes(frames, stats.interval_us))
-                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
-            }
+            // The reference says nothing when it writes the file.
+            Output::File(_) => self
+                .output
+                .write(&self.marshal_bytes(frames, stats.interval_us), ""),
             Output::Stdout => {
                 let color = self.color.unwrap_or_else(stdout_can_colorize);
                 let text = self.render_text(frames, stats, color);
