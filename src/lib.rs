@@ -9,6 +9,7 @@
 
 pub mod binfmt;
 pub mod collect;
+pub mod console;
 pub mod dump;
 pub mod error;
 pub mod model;

@@ -11,11 +11,25 @@ fn main() -> ExitCode {
     if let Some(code) = tachyon::sample::launch::exec_stopped_helper() {
         return code;
     }
-    match cli::run() {
+    let code = match cli::run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tachyon: error: {e:#}");
+            tachyon::errln!("tachyon: error: {e:#}");
             ExitCode::from(1)
         }
+    };
+    // A closed pipe (`| head`) is a normal end; any other failure to write
+    // standard output (a full disk) lost output the user asked for: say so,
+    // and fail unless the exit code already says something did.
+    match tachyon::console::stdout_error() {
+        Some(e) => {
+            tachyon::errln!("tachyon: error: cannot write to standard output: {e}");
+            if code == ExitCode::SUCCESS {
+                ExitCode::from(1)
+            } else {
+                code
+            }
+        }
+        None => code,
     }
 }

@@ -7,9 +7,7 @@
 //! staging buffer into the (compressing) output.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::io::{Seek, SeekFrom, Write};
 
 use super::{
     Compression, DEFAULT_ZSTD_LEVEL, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX, EncodingStats,
@@ -106,16 +104,7 @@ pub struct BinaryWriter<W: Write + Seek> {
     enc: EncodingStats,
     stack: Vec<u32>,
     /// The first write error; later calls do nothing and `finish` reports it.
-    failed: Option<String>,
-}
-
-impl BinaryWriter<BufWriter<File>> {
-    /// Create (or truncate) `path` and start a profile in it.
-    pub fn create(path: &Path, opts: WriterOptions) -> Result<Self> {
-        let f = File::create(path)
-            .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
-        BinaryWriter::new(BufWriter::new(f), path.display().to_string(), opts)
-    }
+    failed: Option<std::io::Error>,
 }
 
 impl<W: Write + Seek> BinaryWriter<W> {
@@ -358,9 +347,15 @@ impl<W: Write + Seek> BinaryWriter<W> {
 
     fn fail(&mut self, e: std::io::Error) {
         if self.failed.is_none() {
-            self.failed = Some(format!("cannot write {}: {e}", self.name));
+            self.failed = Some(e);
         }
         self.sink = Sink::Done;
+    }
+
+    /// The first write error, if a write failed: the samples since are
+    /// lost, so a sampling loop should stop.
+    pub fn error(&self) -> Option<&std::io::Error> {
+        self.failed.as_ref()
     }
 
     /// Write the pending repeats, the tables, the trailer, the footer and
@@ -370,11 +365,8 @@ impl<W: Write + Seek> BinaryWriter<W> {
             flush_repeat(th, &mut self.staging, &mut self.enc);
         }
         self.flush_staging();
-        if let Some(msg) = self.failed.take() {
-            return Err(Error::Io {
-                context: msg,
-                cause: std::io::Error::other("earlier write failed"),
-            });
+        if let Some(e) = self.failed.take() {
+            return Err(Error::io(format!("cannot write {}", self.name), e));
         }
         let name = self.name.clone();
         let io = |e| Error::io(format!("cannot write {name}"), e);

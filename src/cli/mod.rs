@@ -122,7 +122,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         }
     }
     let mut src = SourceReader::new(a.pid);
-    print!(
+    tachyon::out!(
         "{}",
         format_dump(a.pid, &sample.threads, unwinder.frames(), &mut src)
     );
@@ -142,4 +142,34 @@ pub(crate) fn usage_error(sub: &str, msg: &str) -> ! {
     sub_cmd
         .error(clap::error::ErrorKind::ArgumentConflict, msg)
         .exit()
+}
+
+/// `tachyon run --flamgraph app.py`: an option tachyon does not know,
+/// before the script. The script's own options come after it, so this is
+/// a typo of ours: report it as clap would, with its suggestion, instead
+/// of taking it for the script's name.
+pub(crate) fn unknown_option(sub: &str, token: &std::ffi::OsStr) -> ! {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    if let Some(sub_cmd) = cmd.find_subcommand(sub) {
+        let strict = sub_cmd
+            .clone()
+            .mut_arg("target", |a| a.allow_hyphen_values(false));
+        if let Err(e) = strict.try_get_matches_from([std::ffi::OsStr::new(sub), token]) {
+            // clap's tip to pass the option "as a value" after `--` would
+            // make it a command here: leave it out.
+            let text = e.render().to_string();
+            let kept: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains("as a value, use '--"))
+                .collect();
+            tachyon::errln!("{}", kept.join("\n"));
+            std::process::exit(2)
+        }
+    }
+    usage_error(
+        sub,
+        &format!("unexpected argument '{}'", token.to_string_lossy()),
+    )
 }

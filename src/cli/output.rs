@@ -2,9 +2,9 @@
 //! default file names (the reference's `<format>_<pid>.<ext>`, inside `-o`
 //! when it names a directory) and the collector each format builds.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{ArgGroup, Args};
 
 use tachyon::binfmt::CaptureConfig;
@@ -71,6 +71,32 @@ impl OutputArgs {
                 "--sort, --limit and --no-summary only apply to the pstats output",
             );
         }
+    }
+
+    /// Refuse an `-o` that names one of the files this command reads (the
+    /// recording being replayed, the baseline of a differential flame
+    /// graph): writing it would destroy the input.
+    pub fn refuse_overwriting(&self, inputs: &[&Path]) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(out) = &self.output else {
+            return Ok(());
+        };
+        let Ok(o) = std::fs::metadata(out) else {
+            return Ok(());
+        };
+        let baseline = self.diff_flamegraph.as_deref();
+        for input in inputs.iter().copied().chain(baseline) {
+            if let Ok(i) = std::fs::metadata(input)
+                && (i.dev(), i.ino()) == (o.dev(), o.ino())
+            {
+                bail!(
+                    "-o {} is the input file {}: writing it would destroy the input; give another output path",
+                    out.display(),
+                    input.display()
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Where a `stem` output for process `id` goes.

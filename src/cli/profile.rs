@@ -90,12 +90,21 @@ pub enum CompressionArg {
     None,
 }
 
+/// The longest `-d`: ten years, far past any real run, far from where
+/// time arithmetic overflows.
+const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86400.0;
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("invalid duration {s:?}: give seconds, e.g. 30 or 0.5"))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(format!("invalid duration {s:?}: it must be positive"));
+    }
+    if v > MAX_DURATION_S {
+        return Err(format!(
+            "invalid duration {s:?}: at most {MAX_DURATION_S} seconds (10 years); leave -d out to profile until the target exits"
+        ));
     }
     Ok(Duration::from_secs_f64(v))
 }
@@ -164,6 +173,7 @@ impl SampleArgs {
     /// Fail before sampling, not after, when the output cannot be
     /// written: a profile must not be collected only to be lost.
     fn check_output(&self) -> Result<()> {
+        self.out.refuse_overwriting(&[])?;
         // A baseline that cannot serve fails now, not after the run.
         if let Some(baseline) = &self.out.diff_flamegraph {
             DiffFlamegraphCollector::new(baseline, Output::Stdout)?
@@ -281,7 +291,7 @@ fn profile(
 ) -> Result<StopReason> {
     let (mut collector, _mode) = args.collector(first.pid(), first.offsets().version)?;
     if args.blocking && args.rate < Duration::from_micros(100) {
-        eprintln!(
+        tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
         );
     }
@@ -320,7 +330,7 @@ fn profile(
         let Some((pid, rt)) = following else {
             break reason;
         };
-        eprintln!(
+        tachyon::errln!(
             "tachyon: process {} exited; following Python process {pid}",
             seen[seen.len() - 1]
         );
@@ -330,12 +340,19 @@ fn profile(
         unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
     };
     if reason == StopReason::Interrupted {
-        println!("Interrupted by user.");
+        if signals::received() == Some(nix::sys::signal::Signal::SIGHUP) {
+            tachyon::errln!(
+                "tachyon: hangup (SIGHUP, the terminal or ssh session closed): writing the profile and stopping"
+            );
+        }
+        tachyon::outln!("Interrupted by user.");
     }
     sample::print_summary(&total);
+    // A failed write leaves no partial file: outputs are written under a
+    // temporary name and renamed only when complete.
     collector
         .finish(unwinder.frames(), &total)
-        .context("cannot write the profile")?;
+        .context("cannot write the profile (no partial file was left)")?;
     Ok(reason)
 }
 
@@ -367,6 +384,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "nothing to run: give a script, -m MODULE, or -- COMMAND",
             );
         };
+        // Options after the script are the script's; one before it is ours.
+        if first.to_string_lossy().starts_with('-') && first != "-" {
+            super::unknown_option("run", first);
+        }
         let mut argv = vec![a.python.clone()];
         if a.module {
             argv.push("-m".into());

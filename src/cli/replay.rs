@@ -35,12 +35,13 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     if !a.input.exists() {
         bail!("input file not found: {shown}");
     }
+    a.out.refuse_overwriting(&[&a.input])?;
     let mut reader =
         BinaryReader::open(&a.input).with_context(|| format!("cannot replay {shown}"))?;
     let info = reader.info().clone();
-    println!("Replaying {} samples from {shown}", info.sample_count);
-    println!("  Sample interval: {} us", info.interval_us);
-    println!("  Compression: {}", info.compression.as_str());
+    tachyon::outln!("Replaying {} samples from {shown}", info.sample_count);
+    tachyon::outln!("  Sample interval: {} us", info.interval_us);
+    tachyon::outln!("  Compression: {}", info.compression.as_str());
 
     // Default names carry our own pid: the recording's process is gone.
     let mut collector: Box<dyn Collector> =
@@ -56,7 +57,7 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
         if tty && total > 0 {
             let pct = n as f64 / total as f64;
             let filled = (40.0 * pct) as usize;
-            print!(
+            tachyon::out!(
                 "\r  [{}{}] {:5.1}% ({}/{})",
                 "█".repeat(filled),
                 "░".repeat(40 - filled),
@@ -99,10 +100,10 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
             }
         })
         .with_context(|| format!("cannot replay {shown}"))?;
-    println!();
+    tachyon::outln!();
     collector
         .finish(reader.frames(), &reader.run_stats())
         .context("cannot write the output")?;
-    println!("Replayed {count} samples");
+    tachyon::outln!("Replayed {count} samples");
     Ok(ExitCode::SUCCESS)
 }

@@ -4,9 +4,7 @@
 //! into any other output. The interval, mode and statistics are stored
 //! when sampling ends.
 
-use std::fs::File;
-use std::io::BufWriter;
-
+use super::atomic::AtomicFile;
 use super::{Collector, Output, RunStats};
 use crate::binfmt::writer::{BinaryWriter, WriterOptions};
 use crate::binfmt::{CaptureConfig, Compression, EncodingStats, StoredStats};
@@ -26,7 +24,7 @@ pub struct BinaryOptions {
 /// Streams samples into a binary profile; see the module documentation.
 pub struct BinaryCollector {
     path: std::path::PathBuf,
-    writer: Option<BinaryWriter<BufWriter<File>>>,
+    writer: Option<BinaryWriter<AtomicFile>>,
     /// Print the reference's encoding statistics before the last line.
     pub print_encoding_stats: bool,
 }
@@ -41,8 +39,11 @@ impl BinaryCollector {
                 std::io::Error::other("give an output file with -o PATH"),
             ));
         };
-        let writer = BinaryWriter::create(
-            &path,
+        // Written under a temporary name and renamed when complete: an
+        // existing recording stays whole until the new one is.
+        let writer = BinaryWriter::new(
+            AtomicFile::create(&path)?,
+            path.display().to_string(),
             WriterOptions {
                 compression: opts.compression,
                 python_version: opts.python_version.unwrap_or((0, 0, 0)),
@@ -64,6 +65,12 @@ impl BinaryCollector {
 }
 
 impl Collector for BinaryCollector {
+    fn output_error(&self) -> Option<String> {
+        let w = self.writer.as_ref()?;
+        w.error()
+            .map(|e| format!("cannot write {}: {e}", self.path.display()))
+    }
+
     fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
         if let Some(w) = &mut self.writer {
             w.write_sample(sample, frames);
@@ -79,11 +86,11 @@ impl Collector for BinaryCollector {
         w.set_stats(StoredStats::from_run(stats));
         let n = w.sample_count();
         let enc = w.encoding_stats();
-        w.finish()?;
+        w.finish()?.commit()?;
         if self.print_encoding_stats {
-            print!("{}", format_encoding_stats(&enc));
+            crate::out!("{}", format_encoding_stats(&enc));
         }
-        println!(
+        crate::outln!(
             "Binary profile written to {} ({n} samples)",
             self.path.display()
         );

@@ -313,8 +313,8 @@ impl Collector for DiffFlamegraphCollector {
     fn finish(&mut self, _frames: &FrameTable, stats: &RunStats) -> Result<()> {
         self.check(stats.mode, None)?;
         let say = |s: String| match self.output {
-            Output::Stdout => eprintln!("{s}"),
-            Output::File(_) => println!("{s}"),
+            Output::Stdout => crate::errln!("{s}"),
+            Output::File(_) => crate::outln!("{s}"),
         };
         let Some((html, sum)) = self.render(stats)? else {
             say("Warning: No functions found in profiling data. \

@@ -164,8 +164,8 @@ impl Collector for FlamegraphCollector {
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
         // With the page on stdout, the messages go to stderr.
         let say = |s: String| match self.output {
-            Output::Stdout => eprintln!("{s}"),
-            Output::File(_) => println!("{s}"),
+            Output::Stdout => crate::errln!("{s}"),
+            Output::File(_) => crate::outln!("{s}"),
         };
         let Some((html, sum)) = self.render(frames, stats)? else {
             say("Flamegraph data: 0 root functions, 0 total samples, 0 unique frames".into());

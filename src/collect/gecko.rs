@@ -553,7 +553,7 @@ impl Collector for GeckoCollector {
             }
             Output::File(path) => {
                 self.write_file(&path)?;
-                print!("{}", written_message(&path));
+                crate::out!("{}", written_message(&path));
                 Ok(())
             }
         }
@@ -563,22 +563,10 @@ impl Collector for GeckoCollector {
 impl GeckoCollector {
     /// Writes next to `path` and renames, so a reader never sees half a file.
     fn write_file(&mut self, path: &Path) -> Result<()> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
-        let file = std::fs::File::create(&tmp).map_err(cannot)?;
-        let written = self
-            .write_profile(BufWriter::with_capacity(1 << 16, file))
-            .map_err(std::io::Error::other)
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(cannot(e));
-        }
-        Ok(())
+        let mut file = super::atomic::AtomicFile::create(path)?;
+        self.write_profile(&mut file)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e.into()))?;
+        file.commit()
     }
 }
 

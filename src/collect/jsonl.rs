@@ -33,8 +33,8 @@ use std::io::{self, Read, Write};
 
 use serde::Serialize;
 
-use super::pstats::write_stdout;
-use super::{Collector, Output, RunStats};
+use super::atomic::AtomicFile;
+use super::{Collector, Output, RunStats, write_stdout};
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameTable, Sample, StrId};
 
@@ -269,12 +269,10 @@ impl Collector for JsonlCollector {
             Output::Stdout => write_stdout(&self.render(frames, stats)),
             Output::File(path) => {
                 let err = |e| Error::io(format!("cannot write {}", path.display()), e);
-                let file = std::fs::File::create(path).map_err(err)?;
-                let mut w = io::BufWriter::new(file);
-                self.write_records(&mut w, frames, stats)
-                    .and_then(|()| w.flush())
-                    .map_err(err)?;
-                println!("JSONL profile written to {}", path.display());
+                let mut w = AtomicFile::create(path)?;
+                self.write_records(&mut w, frames, stats).map_err(err)?;
+                w.commit()?;
+                crate::outln!("JSONL profile written to {}", path.display());
                 Ok(())
             }
         }

@@ -5,6 +5,7 @@
 //! mode), is told of each failed one, and writes its output once at the
 //! end, with the run's statistics.
 
+pub mod atomic;
 pub mod binary;
 pub mod collapsed;
 pub mod diff_flamegraph;
@@ -112,18 +113,23 @@ impl Output {
     /// for each format; none when `announce` is empty).
     pub fn write(&self, bytes: &[u8], announce: &str) -> Result<()> {
         match self {
-            Output::Stdout => pstats::write_stdout(bytes),
+            Output::Stdout => write_stdout(bytes),
             Output::File(path) => {
-                std::fs::write(path, bytes).map_err(|e| {
-                    crate::error::Error::io(format!("cannot write {}", path.display()), e)
-                })?;
+                atomic::write_file(path, bytes)?;
                 if !announce.is_empty() {
-                    println!("{announce}{}", path.display());
+                    crate::outln!("{announce}{}", path.display());
                 }
                 Ok(())
             }
         }
     }
+}
+
+/// Write a whole output to standard output; a closed pipe (`| head`) is
+/// not an error.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
+    crate::console::write_stdout(bytes)
+        .map_err(|e| crate::error::Error::io("cannot write to standard output", e))
 }
 
 /// Distinct stacks counted per thread, keyed by their frame-id sequence:
@@ -154,6 +160,13 @@ pub trait Collector {
 
     /// One sample that failed.
     fn collect_failed(&mut self) {}
+
+    /// A collector that writes as it goes (the binary recording) and whose
+    /// output failed (a full disk): what went wrong. Sampling stops then,
+    /// since every further sample would be lost.
+    fn output_error(&self) -> Option<String> {
+        None
+    }
 
     /// Write the result. Called once, also after Ctrl-C or the target's exit.
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()>;

@@ -32,11 +32,11 @@
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::str::FromStr;
 
-use super::{Collector, Mode, Output, RunStats};
-use crate::error::{Error, Result};
+use super::{Collector, Mode, Output, RunStats, write_stdout};
+use crate::error::Result;
 use crate::model::{FrameId, FrameTable, Sample, StrId};
 
 /// Row order of the table: the reference's `--sort` choices, same names.
@@ -409,17 +409,6 @@ impl Collector for PstatsCollector {
                 write_stdout(text.as_bytes())
             }
         }
-    }
-}
-
-/// Write to standard output; a closed pipe (`| head`) is not an error.
-pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::io("cannot write to standard output", e))
-        }
-        _ => Ok(()),
     }
 }
 

@@ -205,7 +205,7 @@ pub fn exec_stopped_helper() -> Option<std::process::ExitCode> {
     let rest: Vec<OsString> = args.collect();
     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
     let err = Command::new(&program).args(&rest).exec();
-    eprintln!("tachyon: cannot start {}: {err}", program.to_string_lossy());
+    crate::errln!("tachyon: cannot start {}: {err}", program.to_string_lossy());
     Some(std::process::ExitCode::from(127))
 }
 

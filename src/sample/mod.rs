@@ -25,6 +25,14 @@ use crate::unwind::Unwinder;
 /// microsecond spun is the profiler's CPU time.
 const SPIN: Duration = Duration::from_micros(5);
 
+/// The longest single sleep. At low rates the gap between samples is
+/// seconds or minutes; sleeping it in slices this long bounds how late a
+/// signal, the end of `-d` or the target's exit is noticed.
+const SLICE: Duration = Duration::from_millis(20);
+
+/// The lowest sampling rate accepted: one sample every 100 seconds.
+pub const MIN_RATE_HZ: f64 = 0.01;
+
 /// How to sample.
 #[derive(Debug, Clone)]
 pub struct SampleConfig {
@@ -44,6 +52,9 @@ pub enum StopReason {
     Interrupted,
     /// A fatal error (for example the permission to read was lost).
     Fatal,
+    /// The output could not be written (a full disk): the samples since
+    /// would be lost.
+    OutputFailed,
 }
 
 /// Parse a sampling rate the way the reference does: a number with an
@@ -78,6 +89,12 @@ pub fn parse_rate(s: &str) -> Result<Duration, String> {
     let hz = hz * mult;
     if hz <= 0.0 {
         return Err("Sampling rate must be positive".into());
+    }
+    if hz < MIN_RATE_HZ {
+        return Err(format!(
+            "Sampling rate too low: {s} is under {MIN_RATE_HZ} Hz (one sample every {} seconds)",
+            1.0 / MIN_RATE_HZ
+        ));
     }
     let us = (1_000_000.0 / hz).floor();
     if us < 1.0 {
@@ -124,17 +141,28 @@ pub fn run<M: ProcessMemory>(
             break StopReason::Interrupted;
         }
         let now = Instant::now();
+        let elapsed = now.duration_since(start);
         if let Some(d) = cfg.duration
-            && now.duration_since(start) >= d
+            && elapsed >= d
         {
             break StopReason::Duration;
         }
         if now < next {
-            // Sleep to just short of the due time, spin the rest: with the
-            // timer slack at its minimum a sleep overshoots by only a few
-            // microseconds.
-            let gap = next - now;
-            if gap > SPIN {
+            // Sleep to just short of the due time (or the end of the run,
+            // whichever comes first), spin the rest: with the timer slack
+            // at its minimum a sleep overshoots by only a few microseconds.
+            // A long gap (a low rate) is slept in slices, so a signal, the
+            // deadline or the target's exit is noticed within one slice.
+            let mut gap = next - now;
+            if let Some(d) = cfg.duration {
+                gap = gap.min(d - elapsed);
+            }
+            if gap > SLICE {
+                std::thread::sleep(SLICE);
+                if !alive() {
+                    break StopReason::TargetExited;
+                }
+            } else if gap > SPIN {
                 std::thread::sleep(gap - SPIN);
             } else {
                 std::hint::spin_loop();
@@ -151,6 +179,10 @@ pub fn run<M: ProcessMemory>(
                 sample.timestamp_us = now.duration_since(start).as_micros() as u64;
                 filter_by_mode(&mut sample, cfg.mode);
                 collector.collect(&sample, unwinder.frames());
+                // The collector reports the error itself when it finishes.
+                if collector.output_error().is_some() {
+                    break StopReason::OutputFailed;
+                }
             }
             Err(Error::ProcessExited { .. }) => {
                 stats.attempts -= 1;
@@ -158,12 +190,12 @@ pub fn run<M: ProcessMemory>(
             }
             Err(e) if e.is_fatal() => {
                 stats.attempts -= 1;
-                eprintln!("tachyon: sampling stopped: {e}");
+                crate::errln!("tachyon: sampling stopped: {e}");
                 break StopReason::Fatal;
             }
             Err(e) => {
                 if log_errors {
-                    eprintln!("tachyon: failed sample: {e}");
+                    crate::errln!("tachyon: failed sample: {e}");
                 }
                 if !alive() {
                     stats.attempts -= 1;
@@ -201,12 +233,12 @@ pub fn print_summary(stats: &RunStats) {
     let t = stats.duration_s;
     let rate = if t > 0.0 { n as f64 / t } else { 0.0 };
     let s = if n == 1 { "" } else { "s" };
-    println!("Captured {n} sample{s} in {t:.2} seconds");
-    println!("Sample rate: {rate:.2} samples/sec");
-    println!("Error rate: {:.2}", stats.error_rate_pct());
+    crate::outln!("Captured {n} sample{s} in {t:.2} seconds");
+    crate::outln!("Sample rate: {rate:.2} samples/sec");
+    crate::outln!("Error rate: {:.2}", stats.error_rate_pct());
     let expected = stats.expected();
     if n < expected && !stats.interrupted {
-        println!(
+        crate::outln!(
             "Warning: missed {} samples from the expected total of {expected} ({:.2}%)",
             expected - n,
             stats.missed_pct()
@@ -280,7 +312,7 @@ impl RealtimeStats {
 
     fn done(&self) {
         if self.printed {
-            eprintln!();
+            crate::errln!();
         }
     }
 }
@@ -300,6 +332,10 @@ mod tests {
         assert_eq!(us("1mhz"), Ok(1));
         assert!(parse_rate("0").unwrap_err().contains("positive"));
         assert!(parse_rate("2mhz").unwrap_err().contains("too high"));
+        assert_eq!(us("0.01hz"), Ok(100_000_000));
+        for low in ["0.00000000001hz", "0.009", "0.001hz"] {
+            assert!(parse_rate(low).unwrap_err().contains("too low"), "{low}");
+        }
         for bad in ["", "fast", "1 khz", "-5", "1.2.3", "hz"] {
             assert!(parse_rate(bad).is_err(), "{bad:?} accepted");
         }

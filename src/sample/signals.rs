@@ -1,25 +1,30 @@
-//! Ctrl-C and SIGTERM: stop sampling, still write the profile.
+//! Ctrl-C, SIGTERM and SIGHUP: stop sampling, still write the profile.
 //!
-//! The handler only sets a flag; the loop checks it between samples.
+//! SIGHUP is what an ssh session that drops sends: it is treated as
+//! SIGTERM, so the profile is written and a program started by `run` is
+//! ended, never left orphaned. The handler only records the signal; the
+//! loop checks it between samples (and at least every few milliseconds
+//! while it sleeps).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The first stopping signal received (0: none).
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_: nix::libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
+extern "C" fn on_signal(sig: nix::libc::c_int) {
+    let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
 }
 
-/// Install the handlers for SIGINT and SIGTERM.
+/// Install the handlers for SIGINT, SIGTERM and SIGHUP.
 pub fn install() {
     let act = SigAction::new(
         SigHandler::Handler(on_signal),
         SaFlags::SA_RESTART,
         SigSet::empty(),
     );
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe.
         let _ = unsafe { sigaction(sig, &act) };
@@ -28,5 +33,13 @@ pub fn install() {
 
 /// Has the user asked us to stop?
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    RECEIVED.load(Ordering::SeqCst) != 0
+}
+
+/// The signal that asked us to stop, if any.
+pub fn received() -> Option<Signal> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        n => Signal::try_from(n).ok(),
+    }
 }

@@ -1,0 +1,198 @@
+//! The one way outputs reach a file: written beside it under a temporary
+//! name, then renamed over it. A reader (or a later run) never sees half a
+//! profile, an interrupted write leaves the old file as it was, and a write
+//! that fails (a full disk) leaves nothing behind.
+//!
+//! Only regular files are replaced: `-o /dev/stdout`, `-o /dev/null` or a
+//! named pipe are written in place (a rename would put a plain file where
+//! the device was), and a symbolic link keeps pointing where it did, its
+//! target being the file replaced.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// A file being written: `commit` puts it in place; dropping it without
+/// committing removes the partial copy.
+pub struct AtomicFile {
+    path: PathBuf,
+    /// The temporary copy, renamed to `path` on commit; `None` when
+    /// writing in place (a device, a pipe).
+    tmp: Option<PathBuf>,
+    file: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Start writing what will become `path`.
+    pub fn create(path: &Path) -> Result<Self> {
+        let cannot = |e| Error::io(format!("cannot create {}", path.display()), e);
+        let (target, in_place) = match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => (path.to_path_buf(), true),
+            // A link to a regular file: replace what it points to.
+            Ok(_) => (std::fs::canonicalize(path).map_err(cannot)?, false),
+            Err(_) => (path.to_path_buf(), false),
+        };
+        if in_place {
+            let file = File::create(path).map_err(cannot)?;
+            return Ok(AtomicFile {
+                path: target,
+                tmp: None,
+                file: Some(BufWriter::with_capacity(1 << 16, file)),
+            });
+        }
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let file = File::create(&tmp).map_err(cannot)?;
+        Ok(AtomicFile {
+            path: target,
+            tmp: Some(tmp),
+            file: Some(BufWriter::with_capacity(1 << 16, file)),
+        })
+    }
+
+    /// The file's final name.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flush and rename into place. On failure nothing is left behind.
+    pub fn commit(mut self) -> Result<()> {
+        let cannot = |e| Error::io(format!("cannot write {}", self.path.display()), e);
+        let Some(w) = self.file.take() else {
+            return Err(cannot(std::io::Error::other("already committed")));
+        };
+        let file = w.into_inner().map_err(|e| cannot(e.into_error()))?;
+        let Some(tmp) = &self.tmp else {
+            return Ok(());
+        };
+        // On a disk that fills up, the data may only fail to fit now.
+        file.sync_data()
+            .and_then(|()| std::fs::rename(tmp, &self.path))
+            .map_err(cannot)
+    }
+
+    fn writer(&mut self) -> std::io::Result<&mut BufWriter<File>> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("already committed"))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // Not committed (or the rename failed): the partial copy goes.
+        if let Some(tmp) = &self.tmp
+            && tmp.exists()
+        {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer()?.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.writer()?.write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer()?.flush()
+    }
+}
+
+impl Seek for AtomicFile {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.writer()?.seek(pos)
+    }
+}
+
+/// Write `bytes` as the whole of `path`, atomically.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = AtomicFile::create(path)?;
+    f.write_all(bytes)
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    f.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tachyon-atomic-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_committed_file_replaces_the_old_one_and_leaves_no_temporary() {
+        let d = scratch("commit");
+        let p = d.join("out.txt");
+        std::fs::write(&p, b"old").unwrap();
+        let mut f = AtomicFile::create(&p).unwrap();
+        f.write_all(b"new contents").unwrap();
+        // Until the commit, the old file stands.
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new contents");
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn devices_are_written_in_place_and_links_keep_pointing_at_their_file() {
+        let d = scratch("special");
+        // A character device stays one.
+        let mut f = AtomicFile::create(Path::new("/dev/null")).unwrap();
+        f.write_all(b"discarded").unwrap();
+        f.commit().unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        // A link to a regular file: the file is replaced, the link stays.
+        let real = d.join("real.txt");
+        let link = d.join("link.txt");
+        std::fs::write(&real, b"old").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut f = AtomicFile::create(&link).unwrap();
+        f.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_abandoned_file_leaves_the_old_one_alone() {
+        let d = scratch("abandon");
+        let p = d.join("out.bin");
+        std::fs::write(&p, b"recording").unwrap();
+        {
+            let mut f = AtomicFile::create(&p).unwrap();
+            f.write_all(&[0u8; 100_000]).unwrap();
+        }
+        assert_eq!(std::fs::read(&p).unwrap(), b"recording");
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
