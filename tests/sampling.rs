@@ -10,47 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{Interp, sid_interpreters, sid_root, tachyon_bin};
+use common::{Interp, RootDir, sid_interpreters, sid_root, tachyon_bin};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 const POOL: &str = include_str!("../fixtures/programs/pool.py");
-
-/// A directory inside the sid root (so the chrooted interpreter sees it),
-/// removed on drop.
-struct RootDir {
-    outside: PathBuf,
-    inside: PathBuf,
-}
-
-impl RootDir {
-    fn new(files: &[(&str, &str)]) -> RootDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "tachyon-sampling-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let outside = sid_root().join("tmp").join(&name);
-        std::fs::create_dir_all(&outside).unwrap();
-        for (n, c) in files {
-            std::fs::write(outside.join(n), c).unwrap();
-        }
-        RootDir {
-            outside,
-            inside: Path::new("/tmp").join(name),
-        }
-    }
-    fn inside(&self, f: &str) -> String {
-        self.inside.join(f).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for RootDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.outside);
-    }
-}
 
 fn release(minor: u8) -> Interp {
     sid_interpreters()

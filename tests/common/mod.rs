@@ -263,3 +263,40 @@ pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str
 pub fn tachyon_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tachyon"))
 }
+
+/// A directory inside the sid root (so the chrooted interpreter sees it),
+/// removed on drop.
+pub struct RootDir {
+    pub outside: PathBuf,
+    pub inside: PathBuf,
+}
+
+impl RootDir {
+    pub fn new(files: &[(&str, &str)]) -> RootDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "tachyon-sampling-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let outside = sid_root().join("tmp").join(&name);
+        std::fs::create_dir_all(&outside).unwrap();
+        for (n, c) in files {
+            std::fs::write(outside.join(n), c).unwrap();
+        }
+        RootDir {
+            outside,
+            inside: Path::new("/tmp").join(name),
+        }
+    }
+    pub fn inside(&self, f: &str) -> String {
+        self.inside.join(f).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for RootDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.outside);
+    }
+}
