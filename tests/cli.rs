@@ -236,8 +236,8 @@ fn strip_ansi(s: &str) -> String {
 
 #[derive(Debug)]
 struct Row {
-    direct: u64,
     sample_pct: f64,
+    tottime: f64,
     key: String,
 }
 
@@ -265,15 +265,17 @@ fn table(stdout: &str) -> Vec<Row> {
         let Some((direct, _)) = fields[0].split_once('/') else {
             break;
         };
-        let (Ok(direct), Ok(sample_pct)) = (direct.parse(), fields[1].parse()) else {
+        let (Ok(_direct), Ok(sample_pct), Ok(tottime)) =
+            (direct.parse::<u64>(), fields[1].parse(), fields[2].parse())
+        else {
             break;
         };
         if rest.is_empty() || fields[2..].iter().any(|f| f.parse::<f64>().is_err()) {
             break;
         }
         rows.push(Row {
-            direct,
             sample_pct,
+            tottime,
             key: rest.trim_end().to_string(),
         });
     }
@@ -287,21 +289,31 @@ fn share(rows: &[Row], key: &str) -> Option<f64> {
 const FINGERPRINT: &str = "report.py:36(fingerprint)";
 const FETCH: &str = "report.py:41(fetch_upstream)";
 
-/// Compare one pair of runs; `Err` says what disagrees.
+/// Compare one pair of runs; `Err` says what disagrees. Only what the
+/// program guarantees is checked for each profiler alone (the 1 s sleep,
+/// the hottest CPU-bound function); shares, which move with the machine's
+/// speed and load, are only compared between the two profilers.
 fn compare(ours: &str, reference: &str) -> Result<(), String> {
     let (a, b) = (table(ours), table(reference));
     if a.is_empty() || b.is_empty() {
         return Err("a table is missing".into());
     }
     for (who, rows) in [("tachyon", &a), ("reference", &b)] {
-        if rows[0].key != FINGERPRINT {
-            return Err(format!("{who} ranks {} first", rows[0].key));
-        }
         if rows.len() > 30 {
             return Err(format!("{who} printed {} rows with -l 30", rows.len()));
         }
-        if rows[0].direct < 300 {
-            return Err(format!("{who}: only {} samples lead", rows[0].direct));
+        let Some(fetch) = rows.iter().find(|r| r.key == FETCH) else {
+            return Err(format!("{who}: no {FETCH} row"));
+        };
+        if !(0.7..1.4).contains(&fetch.tottime) {
+            return Err(format!(
+                "{who}: {FETCH} {} s, but it sleeps 1.0 s",
+                fetch.tottime
+            ));
+        }
+        let top_cpu = rows.iter().find(|r| r.key != FETCH).unwrap();
+        if top_cpu.key != FINGERPRINT {
+            return Err(format!("{who} ranks {} first among CPU work", top_cpu.key));
         }
     }
     for key in [FINGERPRINT, FETCH] {
@@ -312,9 +324,6 @@ fn compare(ours: &str, reference: &str) -> Result<(), String> {
             return Err(format!(
                 "{key}: tachyon {x}% vs reference {y}% (more than 6 points apart)"
             ));
-        }
-        if x < 15.0 {
-            return Err(format!("{key}: only {x}% in tachyon"));
         }
         eprintln!("{key}: tachyon {x}%, reference {y}%");
     }
@@ -411,14 +420,17 @@ fn the_table_agrees_with_the_reference_on_report_py() {
     panic!("{}", failures.join("\n"));
 }
 
-/// Loads a pstats file with the standard library and prints the function
-/// with the most tottime.
+/// Loads a pstats file with the standard library and prints the CPU-bound
+/// function with the most tottime (the sleeping `fetch_upstream` aside: on
+/// a fast machine it outweighs the CPU work) and the time of the sleep.
 const LOAD_PSTATS: &str = r#"
 import pstats, sys
 s = pstats.Stats(sys.argv[1])
 s.sort_stats("tottime")
-(path, line, name), (cc, nc, tt, ct, callers) = max(s.stats.items(), key=lambda kv: kv[1][2])
+cpu = [kv for kv in s.stats.items() if kv[0][2] != "fetch_upstream"]
+(path, line, name), (cc, nc, tt, ct, callers) = max(cpu, key=lambda kv: kv[1][2])
 print("TOP", name, path, tt)
+print("SLEEP", sum(v[2] for k, v in s.stats.items() if k[2] == "fetch_upstream"))
 print("TOTAL", s.total_tt)
 "#;
 
@@ -480,10 +492,23 @@ fn run_with_o_writes_a_pstats_file_that_python_loads() {
     .finish(Duration::from_secs(20));
     let (name, tt, total) = top_of(&sid, "python3.15");
     assert_eq!(name, "fingerprint", "{}", text(&sid.stdout));
-    assert!(tt > 0.3 && tt <= total, "{}", text(&sid.stdout));
+    assert!(tt > 0.0 && tt <= total, "{}", text(&sid.stdout));
+    let sleep: f64 = text(&sid.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("SLEEP "))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&sid.stdout)));
+    assert!(
+        (0.7..1.4).contains(&sleep),
+        "fetch_upstream sleeps 1 s, the file says {sleep} s"
+    );
 
     let host = Path::new("/usr/bin/python3.11");
-    if host.exists() {
+    assert!(
+        host.exists(),
+        "MISSING INTERPRETER: /usr/bin/python3.11 is one of the machine's interpreters"
+    );
+    {
         let old = Running::start({
             let mut c = Command::new(host);
             c.arg(dir.outside("load.py")).arg(&file);
@@ -495,10 +520,6 @@ fn run_with_o_writes_a_pstats_file_that_python_loads() {
         assert!(
             (tt - tt2).abs() < 1e-9,
             "3.15 and 3.11 read different numbers"
-        );
-    } else {
-        eprintln!(
-            "\n!!!!!!!! MISSING INTERPRETER: /usr/bin/python3.11 is not on this machine; the pstats file was NOT loaded with it !!!!!!!!\n"
         );
     }
 }
@@ -709,6 +730,26 @@ fn bad_arguments_give_one_clear_line() {
     assert_usage_error(&["attach"], "required");
     assert_usage_error(&["attach", "notapid"], "notapid");
     assert_usage_error(&["bogus-command"], "bogus-command");
+    assert_usage_error(&["run", "-d", "1e20", "x.py"], "at most");
+    assert_usage_error(&["run", "-d", "18446744073709551616", "x.py"], "at most");
+    assert_usage_error(&["attach", "-r", "0.00000000001hz", "1"], "too low");
+    // An option of ours, misspelt before the script: an argument error
+    // with clap's suggestion, not "script not found: --flamgraph".
+    assert_usage_error(&["run", "--flamgraph", "x.py"], "--flamgraph");
+    assert_usage_error(&["run", "-x", "x.py"], "'-x'");
+    let host = Dir::on_host("typo");
+    let out = tachyon(
+        &["run", "--flamgraph", "x.py"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("a similar argument exists: '--flamegraph'"),
+        "{err}"
+    );
+    assert!(!err.contains("-- --flamgraph"), "{err}");
 
     // attach to a live process that is not Python.
     let sleeper = Running::start({

@@ -27,7 +27,7 @@ pub struct AtomicFile {
 impl AtomicFile {
     /// Start writing what will become `path`.
     pub fn create(path: &Path) -> Result<Self> {
-        let cannot = |e| Error::io(format!("cannot create {}", path.display()), e);
+        let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
         let (target, in_place) = match std::fs::metadata(path) {
             Ok(m) if !m.is_file() => (path.to_path_buf(), true),
             // A link to a regular file: replace what it points to.

@@ -88,8 +88,8 @@ impl Collector for CollapsedCollector {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pstats::fixtures;
     use super::*;
+    use crate::collect::scenarios as fixtures;
 
     fn collected(sc: &fixtures::Scenario, output: Output) -> CollapsedCollector {
         let mut c = CollapsedCollector::new(output);

@@ -894,8 +894,8 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use super::super::pstats::fixtures;
     use super::*;
+    use crate::collect::scenarios as fixtures;
     use crate::model::{Frame, ThreadSample};
 
     struct Scenario {

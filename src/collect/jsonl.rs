@@ -416,8 +416,8 @@ mod tests {
     use serde_json::Value;
 
     use super::super::Mode;
-    use super::super::pstats::fixtures;
     use super::*;
+    use crate::collect::scenarios as fixtures;
     use crate::model::{Frame, FrameKind, ThreadSample};
 
     /// A scenario of `fixtures/reference/scenarios.json` or

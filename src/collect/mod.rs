@@ -13,6 +13,8 @@ pub mod flamegraph;
 pub mod gecko;
 pub mod jsonl;
 pub mod pstats;
+#[cfg(test)]
+pub(crate) mod scenarios;
 
 use std::path::PathBuf;
 

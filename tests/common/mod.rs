@@ -5,7 +5,7 @@
 //! - the Debian sid root built by `scripts/provision-sid.sh` (python3.13,
 //!   3.14, 3.15 and their debug builds): mandatory; a missing one fails;
 //! - the machine's own pythons (Debian python3.11, pyenv 3.11/3.12/3.13):
-//!   used when present, and a missing one is announced loudly.
+//!   mandatory too; a missing one fails the test that needs it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -87,7 +87,7 @@ pub fn sid_interpreters() -> Vec<Interp> {
 }
 
 /// The machine's own interpreters that tachyon must read (pyenv 3.13, with
-/// the runtime in a shared libpython). Missing ones are announced loudly.
+/// the runtime in a shared libpython). A missing one fails the test.
 pub fn machine_supported_interpreters() -> Vec<Interp> {
     machine_interpreters(&[("pyenv-3.13", 13, "~/.pyenv/versions/3.13.0/bin/python3.13")])
 }
@@ -107,20 +107,20 @@ fn machine_interpreters(list: &[(&str, u8, &str)]) -> Vec<Interp> {
     let mut v = Vec::new();
     for (name, minor, path) in list {
         let exe = PathBuf::from(path.replace('~', &home));
-        if exe.exists() {
-            v.push(Interp {
-                name: name.to_string(),
-                minor: *minor,
-                debug: false,
-                root: None,
-                exe,
-            });
-        } else {
-            eprintln!(
-                "\n!!!!!!!! MISSING INTERPRETER: {name} ({}) is not on this machine; its checks did NOT run !!!!!!!!\n",
-                exe.display()
-            );
-        }
+        // The machine image carries these; a test must not pass by
+        // skipping its interpreter.
+        assert!(
+            exe.exists(),
+            "MISSING INTERPRETER: {name} ({}) is not on this machine",
+            exe.display()
+        );
+        v.push(Interp {
+            name: name.to_string(),
+            minor: *minor,
+            debug: false,
+            root: None,
+            exe,
+        });
     }
     v
 }
@@ -257,6 +257,30 @@ pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str
         dir,
         lines: rx,
     }
+}
+
+/// The interpreter's own `(major, minor, micro)`, asked of it: the sid root
+/// follows Debian's current micro release, so tests never name one.
+pub fn version_of(interp: &Interp) -> (u8, u8, u8) {
+    let mut cmd = match &interp.root {
+        Some(root) => {
+            let mut c = Command::new("chroot");
+            c.arg(root).arg(&interp.exe);
+            c
+        }
+        None => Command::new(&interp.exe),
+    };
+    let out = cmd
+        .args(["-c", "import sys; print(*sys.version_info[:3])"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", interp.name));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<u8> = text
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(v.len(), 3, "{}: version {text:?}", interp.name);
+    (v[0], v[1], v[2])
 }
 
 /// Path of the built `tachyon` binary.
