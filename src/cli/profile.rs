@@ -344,6 +344,11 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check_output()?;
     signals::install();
     let unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
+    // A target that --blocking cannot stop fails now, in one line, rather
+    // than as an empty profile.
+    if a.sample.blocking {
+        drop(StoppedThreads::stop(unwinder.memory())?);
+    }
     profile(unwinder, &a.sample, None)?;
     Ok(ExitCode::SUCCESS)
 }
