@@ -385,3 +385,74 @@ fn blocking_says_when_another_tracer_holds_the_target() {
     assert!(alive(pid));
     assert!(target.child.try_wait().unwrap().is_none());
 }
+
+/// A Python process the test only knows by the pid it wrote to a file:
+/// killed on drop if it is still there (and still ours: its command line
+/// names this test's directory).
+struct Stray {
+    pidfile: PathBuf,
+    marker: String,
+}
+
+impl Stray {
+    fn pid(&self) -> Option<i32> {
+        std::fs::read_to_string(&self.pidfile)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    /// Alive, and the process this test started?
+    fn running(&self) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        alive(pid) && text(&cmdline).contains(&self.marker)
+    }
+}
+
+impl Drop for Stray {
+    fn drop(&mut self) {
+        if self.running() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid().unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn run_for_a_duration_ends_every_process_the_command_started() {
+    let it = interp(14, false);
+    let dir = RootDir::new(&[]);
+    let pidfile = dir.inside("python.pid");
+    // bash runs python as a child (the trailing echo keeps bash from
+    // exec'ing it): ending only bash would leave python running.
+    let script = format!(
+        "{} -c 'import os, sys, time\nopen(sys.argv[1], \"w\").write(str(os.getpid()))\ntime.sleep(600)' {pidfile}\necho after\n",
+        it.exe.display()
+    );
+    std::fs::write(dir.outside("script.sh"), script).unwrap();
+    let stray = Stray {
+        pidfile: dir.outside("python.pid"),
+        marker: pidfile.clone(),
+    };
+    let profile = dir.outside("p.txt");
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "-d", "1", "--collapsed", "-o"])
+        .arg(&profile)
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .args(["bash", &dir.inside("script.sh")]);
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stray.pid().is_some(), "python never started:\n{stderr}");
+    assert!(
+        !stray.running(),
+        "the python that bash started outlived `run -d`"
+    );
+    assert!(!stdout.contains("after"), "bash went on: {stdout}");
+    let collapsed = std::fs::read_to_string(&profile).unwrap_or_default();
+    assert!(collapsed.contains("<module>"), "profile: {collapsed:?}");
+}

@@ -110,7 +110,8 @@ pub struct AttachArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py"
+    after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py\n\n\
+When sampling ends first (-d, Ctrl-C), tachyon ends the program and every process it started (SIGTERM, then SIGKILL after 2 s)."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -397,11 +398,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
     let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
     let reason = profile(unwinder, &a.sample, command.then_some(&next as Next<'_>));
-    // The program outlived sampling (duration over, Ctrl-C): end it, as the
-    // reference does, politely first.
-    if child.try_wait().ok().flatten().is_none() && !matches!(reason, Ok(StopReason::TargetExited))
-    {
-        terminate(&mut child);
+    // The program outlived sampling (duration over, Ctrl-C): end it and
+    // everything it started, as the reference does, politely first.
+    let ended_by_us = child.try_wait().ok().flatten().is_none()
+        && !matches!(reason, Ok(StopReason::TargetExited));
+    if ended_by_us {
+        launch::end_program(&mut child, Duration::from_secs(2));
     }
     let status = child.wait().context("waiting for the profiled program")?;
     reason?;
@@ -412,18 +414,4 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         _ => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
-}
-
-fn terminate(child: &mut std::process::Child) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    let pid = Pid::from_raw(child.id() as i32);
-    let _ = kill(pid, Signal::SIGTERM);
-    for _ in 0..200 {
-        if child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
 }
