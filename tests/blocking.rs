@@ -422,7 +422,7 @@ impl Drop for Stray {
 }
 
 #[test]
-fn run_for_a_duration_ends_every_process_the_command_started() {
+fn run_for_a_duration_ends_every_process_the_command_started_and_exits_0() {
     let it = interp(14, false);
     let dir = RootDir::new(&[]);
     let pidfile = dir.inside("python.pid");
@@ -453,6 +453,46 @@ fn run_for_a_duration_ends_every_process_the_command_started() {
         "the python that bash started outlived `run -d`"
     );
     assert!(!stdout.contains("after"), "bash went on: {stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the duration was over: a success\n{stdout}\n{stderr}"
+    );
     let collapsed = std::fs::read_to_string(&profile).unwrap_or_default();
     assert!(collapsed.contains("<module>"), "profile: {collapsed:?}");
+}
+
+#[test]
+fn run_exits_0_when_the_duration_ended_the_program_and_with_its_code_otherwise() {
+    let it = interp(15, false);
+    let dir = RootDir::new(&[(
+        "sleep.py",
+        "import time\nprint('READY', flush=True)\ntime.sleep(600)\n",
+    )]);
+    let run = |extra: &[&str]| {
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.arg("run")
+            .args(extra)
+            .args(["--collapsed", "-o"])
+            .arg(dir.outside("p.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("sleep.py"));
+        Running::start(cmd)
+    };
+    let out = run(&["-d", "0.5"]).finish(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Stopped by the user (SIGTERM to tachyon): the program's own end,
+    // killed by the SIGTERM tachyon passed on.
+    let r = run(&[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(r.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = r.finish(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
 }

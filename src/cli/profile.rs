@@ -111,7 +111,8 @@ pub struct AttachArgs {
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py\n\n\
-When sampling ends first (-d, Ctrl-C), tachyon ends the program and every process it started (SIGTERM, then SIGKILL after 2 s)."
+When sampling ends first (-d, Ctrl-C), tachyon ends the program and every process it started (SIGTERM, then SIGKILL after 2 s).\n\
+Exit status: the program's own; 0 when tachyon ended it because the -d duration was over."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -406,9 +407,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         launch::end_program(&mut child, Duration::from_secs(2));
     }
     let status = child.wait().context("waiting for the profiled program")?;
-    reason?;
+    let reason = reason?;
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
+        // The duration was over and tachyon ended the program: a complete
+        // profile, a success (as the reference).
+        _ if ended_by_us && reason == StopReason::Duration => 0,
         (Some(c), _) => c,
         (None, Some(sig)) => 128 + sig,
         _ => 1,
