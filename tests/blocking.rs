@@ -496,3 +496,51 @@ fn run_exits_0_when_the_duration_ended_the_program_and_with_its_code_otherwise()
     let out = r.finish(Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_thread_id_given_as_the_pid_reads_its_process() {
+    let it = interp(15, false);
+    let mut target = common::spawn(
+        &it,
+        "import threading, time\n\
+         def waiter():\n    print('TID', threading.get_native_id(), flush=True)\n    time.sleep(600)\n\
+         threading.Thread(target=waiter).start()\n",
+        &[],
+        &[],
+    );
+    let line = target.wait_for("TID ", Duration::from_secs(30));
+    let tid: i32 = line[4..].trim().parse().unwrap();
+    let pid = target.pid();
+    assert_ne!(tid, pid);
+    let note = format!("{tid} is a thread of process {pid}; reading process {pid}");
+
+    let out = Running::start({
+        let mut c = Command::new(tachyon_bin());
+        c.args(["dump", "-a", &tid.to_string()]);
+        c
+    })
+    .finish(Duration::from_secs(60));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&note), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("Stack dump for PID {pid}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("in waiter"), "{stdout}");
+
+    // attach: the profile is named after the process, not the thread.
+    let dir = RootDir::new(&[]);
+    let mut c = Command::new(tachyon_bin());
+    c.args(["attach", "-a", "-d", "0.5", "--collapsed", "-o"])
+        .arg(&dir.outside)
+        .arg(tid.to_string());
+    let out = Running::start(c).finish(Duration::from_secs(60));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&note), "{stderr}");
+    let profile = dir.outside(&format!("collapsed_{pid}.txt"));
+    let collapsed = std::fs::read_to_string(&profile)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", profile.display(), text(&out.stdout)));
+    assert!(collapsed.contains("waiter"), "{collapsed}");
+}

@@ -345,7 +345,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check("attach");
     a.sample.check_output()?;
     signals::install();
-    let unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
+    let unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
     if a.sample.blocking {

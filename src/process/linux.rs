@@ -338,6 +338,24 @@ impl ProcessMemory for LinuxProcess {
     }
 }
 
+/// The process a thread id belongs to: `Some(tgid)` when `tid` names a
+/// thread other than the main thread of its process (`/proc` answers for
+/// any thread id, though it lists only processes); `None` when `tid` is a
+/// process id, or unknown (opening it then says why).
+pub fn process_of_thread(tid: i32) -> Option<i32> {
+    if tid <= 0 {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
+    (tgid > 0 && tgid != tid).then_some(tgid)
+}
+
 /// The ids of the `NSpid:` line of a status file, outermost namespace first.
 fn nspid(path: &str) -> Option<Vec<u64>> {
     let s = std::fs::read_to_string(path).ok()?;
@@ -393,6 +411,25 @@ fn has_cap_sys_ptrace() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_id_resolves_to_its_process() {
+        let me = std::process::id() as i32;
+        assert_eq!(process_of_thread(me), None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            // Alive until the test has looked.
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let got = process_of_thread(tid);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(got, Some(me));
+        assert_eq!(process_of_thread(0), None);
+    }
 
     #[test]
     fn stat_state_handles_parentheses_in_the_name() {
