@@ -1,9 +1,12 @@
-//! Reliability of what tachyon does *to* the program: `--blocking` stops
-//! and resumes a program whose threads come and go without ever ending it,
-//! and says so honestly when another tracer holds it.
+//! Reliability of what tachyon does to and around the program: `--blocking`
+//! stops and resumes a program whose threads come and go without ever
+//! ending it, and says so honestly when another tracer holds it; `run`
+//! ends everything it started when sampling ends first, with a sensible
+//! exit status; a thread id stands for its process; an unprivileged user
+//! reads their own Python inside a chroot.
 //!
 //! Every process a test starts is killed on drop, with every process below
-//! it (tachyon may put what it starts in a process group of its own).
+//! it (the program's own children included).
 
 mod common;
 
@@ -543,4 +546,111 @@ fn a_thread_id_given_as_the_pid_reads_its_process() {
     let collapsed = std::fs::read_to_string(&profile)
         .unwrap_or_else(|e| panic!("{}: {e}\n{}", profile.display(), text(&out.stdout)));
     assert!(collapsed.contains("waiter"), "{collapsed}");
+}
+
+/// The uid and gid of `nobody` and `nogroup` on this machine.
+fn nobody() -> Option<(u32, u32)> {
+    let uid = nix::unistd::User::from_name("nobody").ok()??.uid.as_raw();
+    let gid = nix::unistd::Group::from_name("nogroup").ok()??.gid.as_raw();
+    Some((uid, gid))
+}
+
+/// Sleeps in a known stack after allowing any process of its user to read
+/// it, where Yama would otherwise allow only its parent (ptrace_scope 1;
+/// without Yama the call fails harmlessly), and after saying it is ready.
+const CHROOTED: &str = r#"import ctypes, os, sys, time
+PR_SET_PTRACER, PR_SET_PTRACER_ANY = 0x59616D61, -1
+ctypes.CDLL(None).prctl(PR_SET_PTRACER, ctypes.c_ulong(PR_SET_PTRACER_ANY), 0, 0, 0)
+def outer_fn():
+    inner_fn()
+def inner_fn():
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    time.sleep(600)
+outer_fn()
+"#;
+
+#[test]
+fn an_unprivileged_user_reads_their_own_python_in_a_chroot() {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let Some((uid, gid)) = nobody().filter(|_| {
+        nix::unistd::geteuid().is_root() && setpriv.exists() && scope.unwrap_or(0) <= 1
+    }) else {
+        eprintln!(
+            "\n!!!!!!!! needs root, setpriv, a nobody user and Yama ptrace_scope <= 1 (it is {scope:?}): the chroot check did NOT run !!!!!!!!\n"
+        );
+        return;
+    };
+    let dir = RootDir::new(&[("chrooted.py", CHROOTED)]);
+    // The target writes its ready file here, as nobody; the profile too.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir.outside, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        let mut c = Command::new(setpriv);
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(tachyon_bin())
+            .args(args);
+        Running::start(c).finish(Duration::from_secs(60))
+    };
+    for it in sid_interpreters() {
+        let ready = format!("ready-{}", it.name);
+        // Started by root, which chroot needs; the interpreter itself runs
+        // as nobody, inside the root.
+        let mut c = Command::new("chroot");
+        c.arg(format!("--userspec={uid}:{gid}"))
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("chrooted.py"))
+            .arg(dir.inside(&ready));
+        let target = Running::start(c);
+        let pid = target.pid();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(dir.outside(&ready)).ok() != Some(pid.to_string()) {
+            assert!(Instant::now() < deadline, "{}: target never ready", it.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status.contains(&format!("Uid:\t{uid}\t")),
+            "{}: the target does not run as nobody:\n{status}",
+            it.name
+        );
+
+        let out = as_nobody(&["dump", &pid.to_string()]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: dump as nobody: {stderr}",
+            it.name
+        );
+        assert!(
+            stdout.contains("in outer_fn") && stdout.contains("in inner_fn"),
+            "{}: {stdout}",
+            it.name
+        );
+
+        if it.minor == 15 && !it.debug {
+            let profile_outside = dir.outside("p.txt");
+            let out = as_nobody(&[
+                "attach",
+                "-d",
+                "0.5",
+                "--collapsed",
+                "-o",
+                profile_outside.to_str().unwrap(),
+                &pid.to_string(),
+            ]);
+            assert!(
+                out.status.success(),
+                "{}: attach as nobody: {}",
+                it.name,
+                text(&out.stderr)
+            );
+            let collapsed = std::fs::read_to_string(&profile_outside).unwrap();
+            assert!(collapsed.contains("inner_fn"), "{}: {collapsed}", it.name);
+        }
+        drop(target);
+    }
 }
