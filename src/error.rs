@@ -44,6 +44,18 @@ pub enum Error {
         what: String,
     },
 
+    /// `--blocking` must stop the threads with ptrace, and a thread has
+    /// only one tracer: another tool (a debugger, strace) holds it.
+    #[error(
+        "process {pid} is already traced by {} (PID {tracer}); --blocking must stop its threads, which only one tracer at a time can do: detach the other tool, or profile without --blocking",
+        tracer_name.as_deref().unwrap_or("another process")
+    )]
+    AlreadyTraced {
+        pid: i32,
+        tracer: i32,
+        tracer_name: Option<String>,
+    },
+
     #[error("process {pid} has exited")]
     ProcessExited { pid: i32 },
 
@@ -96,6 +108,7 @@ impl Error {
             Error::NoSuchProcess { .. }
                 | Error::ProcessExited { .. }
                 | Error::PermissionDenied { .. }
+                | Error::AlreadyTraced { .. }
                 | Error::NotPython { .. }
                 | Error::UnsupportedVersion { .. }
                 | Error::FreeThreaded { .. }

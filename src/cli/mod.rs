@@ -74,7 +74,8 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         gc: !a.no_gc,
         cpu_status: true,
     };
-    let mut unwinder = tachyon::attach(a.pid, opts)?;
+    let pid = process_id(a.pid);
+    let mut unwinder = tachyon::attach(pid, opts)?;
     let mut sample = Sample::default();
     // Threads stopped for the snapshot read as stopped: take their CPU
     // state the instant before.
@@ -107,7 +108,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         if let Some(e) = last {
             return Err(e).context(format!(
                 "could not read a consistent stack of process {}",
-                a.pid
+                pid
             ));
         }
     }
@@ -121,12 +122,26 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
             }
         }
     }
-    let mut src = SourceReader::new(a.pid);
+    let mut src = SourceReader::new(pid);
     tachyon::out!(
         "{}",
-        format_dump(a.pid, &sample.threads, unwinder.frames(), &mut src)
+        format_dump(pid, &sample.threads, unwinder.frames(), &mut src)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process to read for a PID argument: a thread id (what `top -H` or a
+/// log shows) stands for its process; say so on stderr.
+pub(crate) fn process_id(pid: i32) -> i32 {
+    match tachyon::process::linux::process_of_thread(pid) {
+        Some(process) => {
+            tachyon::errln!(
+                "tachyon: {pid} is a thread of process {process}; reading process {process}"
+            );
+            process
+        }
+        None => pid,
+    }
 }
 
 /// Exit as clap does for a usage error of subcommand `sub`: the message,

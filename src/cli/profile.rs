@@ -119,7 +119,9 @@ pub struct AttachArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py"
+    after_help = "Examples:\n  tachyon run app.py --port 8000\n  tachyon run -m pytest tests/\n  tachyon run -- uv run app.py\n\n\
+When sampling ends first (-d, Ctrl-C), tachyon ends the program and every process it started (SIGTERM, then SIGKILL after 2 s).\n\
+Exit status: the program's own; 0 when tachyon ended it because the -d duration was over."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -360,7 +362,12 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check("attach");
     a.sample.check_output()?;
     signals::install();
-    let unwinder = tachyon::attach(a.pid, a.sample.unwind_options())?;
+    let unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
+    // A target that --blocking cannot stop fails now, in one line, rather
+    // than as an empty profile.
+    if a.sample.blocking {
+        drop(StoppedThreads::stop(unwinder.memory())?);
+    }
     profile(unwinder, &a.sample, None)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -413,33 +420,23 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
     let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
     let reason = profile(unwinder, &a.sample, command.then_some(&next as Next<'_>));
-    // The program outlived sampling (duration over, Ctrl-C): end it, as the
-    // reference does, politely first.
-    if child.try_wait().ok().flatten().is_none() && !matches!(reason, Ok(StopReason::TargetExited))
-    {
-        terminate(&mut child);
+    // The program outlived sampling (duration over, Ctrl-C): end it and
+    // everything it started, as the reference does, politely first.
+    let ended_by_us = child.try_wait().ok().flatten().is_none()
+        && !matches!(reason, Ok(StopReason::TargetExited));
+    if ended_by_us {
+        launch::end_program(&mut child, Duration::from_secs(2));
     }
     let status = child.wait().context("waiting for the profiled program")?;
-    reason?;
+    let reason = reason?;
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
+        // The duration was over and tachyon ended the program: a complete
+        // profile, a success (as the reference).
+        _ if ended_by_us && reason == StopReason::Duration => 0,
         (Some(c), _) => c,
         (None, Some(sig)) => 128 + sig,
         _ => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
-}
-
-fn terminate(child: &mut std::process::Child) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    let pid = Pid::from_raw(child.id() as i32);
-    let _ = kill(pid, Signal::SIGTERM);
-    for _ in 0..200 {
-        if child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
 }

@@ -87,17 +87,52 @@ impl LinuxProcess {
         PathBuf::from(format!("/proc/{}/root{}", self.pid, path))
     }
 
-    /// Open the file behind a mapping: through the target's root, or, when
-    /// the file was deleted or replaced since, through `map_files`.
+    /// Open the file behind a mapping, checked to be that file (its inode).
+    ///
+    /// The kernel writes the paths of `/proc/PID/maps` relative to the
+    /// *reader's* root. For a process in its own mount namespace (a
+    /// container) that is a path inside its root, so it is opened below
+    /// `/proc/PID/root`; for a chroot in our namespace it is already a path
+    /// in our root, the chroot directory included (which `/proc/PID/root`
+    /// also names): opened as it is, or below `/proc/PID/root` with that
+    /// prefix taken off. A file deleted or replaced since it was mapped is
+    /// opened through `map_files` (which needs CAP_SYS_ADMIN).
     pub fn open_mapped_file(&self, m: &MapEntry) -> Result<File> {
         let path = m.path.as_deref().unwrap_or("");
         if !m.deleted {
-            match File::open(self.root_path(path)) {
-                Ok(f) => return Ok(f),
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    return Err(self.classify_io(e, "open the target's files"));
+            let mut candidates = vec![self.root_path(path)];
+            let root_link = std::fs::read_link(format!("/proc/{}/root", self.pid)).ok();
+            if let Some(rest) = root_link
+                .as_deref()
+                .and_then(|r| r.to_str())
+                .filter(|r| *r != "/")
+                .and_then(|r| path.strip_prefix(r))
+                .filter(|rest| rest.starts_with('/'))
+            {
+                candidates.push(self.root_path(rest));
+            }
+            candidates.push(PathBuf::from(path));
+            let mut first_opened: Option<File> = None;
+            for (i, c) in candidates.iter().enumerate() {
+                match File::open(c) {
+                    Ok(f) => {
+                        use std::os::unix::fs::MetadataExt;
+                        if f.metadata().is_ok_and(|md| md.ino() == m.inode) {
+                            return Ok(f);
+                        }
+                        first_opened.get_or_insert(f);
+                    }
+                    // No access to the target's root at all.
+                    Err(e) if i == 0 && e.kind() == io::ErrorKind::PermissionDenied => {
+                        return Err(self.classify_io(e, "open the target's files"));
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
+            }
+            // Some filesystems (overlays) show another inode number in the
+            // map than in the file's metadata: trust the target's root.
+            if let Some(f) = first_opened {
+                return Ok(f);
             }
         }
         let mf = format!("/proc/{}/map_files/{:x}-{:x}", self.pid, m.start, m.end);
@@ -338,6 +373,24 @@ impl ProcessMemory for LinuxProcess {
     }
 }
 
+/// The process a thread id belongs to: `Some(tgid)` when `tid` names a
+/// thread other than the main thread of its process (`/proc` answers for
+/// any thread id, though it lists only processes); `None` when `tid` is a
+/// process id, or unknown (opening it then says why).
+pub fn process_of_thread(tid: i32) -> Option<i32> {
+    if tid <= 0 {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
+    (tgid > 0 && tgid != tid).then_some(tgid)
+}
+
 /// The ids of the `NSpid:` line of a status file, outermost namespace first.
 fn nspid(path: &str) -> Option<Vec<u64>> {
     let s = std::fs::read_to_string(path).ok()?;
@@ -393,6 +446,25 @@ fn has_cap_sys_ptrace() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_id_resolves_to_its_process() {
+        let me = std::process::id() as i32;
+        assert_eq!(process_of_thread(me), None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            // Alive until the test has looked.
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let got = process_of_thread(tid);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(got, Some(me));
+        assert_eq!(process_of_thread(0), None);
+    }
 
     #[test]
     fn stat_state_handles_parentheses_in_the_name() {

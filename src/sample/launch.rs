@@ -60,6 +60,7 @@ fn spawn_error(program: &OsString, e: std::io::Error) -> Error {
 /// its runtime, and let it run.
 pub fn launch_python(argv: &[OsString]) -> Result<Launched> {
     let (program, args) = argv.split_first().expect("argv is never empty");
+    adopt_orphans();
     let mut cmd = Command::new(program);
     cmd.args(args);
     // SAFETY: only async-signal-safe work between fork and exec.
@@ -146,6 +147,7 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
 /// it and its descendants.
 pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> {
     let (program, _) = argv.split_first().expect("argv is never empty");
+    adopt_orphans();
     // The command starts as tachyon itself in helper mode, which stops
     // itself and, once continued, execs the command: so it can be seized
     // before the command's first instruction. (Stopping in a pre_exec hook
@@ -449,6 +451,65 @@ pub fn next_python(
         }
         std::thread::sleep(Duration::from_micros(500));
     }
+}
+
+/// Make the processes the program leaves behind (the children of a script
+/// whose shell exited) tachyon's rather than init's, so that ending the
+/// program ([`end_program`]) finds every process it started. The child
+/// stays in tachyon's process group: a terminal's Ctrl-C reaches the
+/// program and tachyon alike, as without a profiler.
+fn adopt_orphans() {
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// End the program tachyon started and every process it started in turn:
+/// SIGTERM to each, then, after `grace`, SIGKILL to whatever is left. The
+/// processes that became tachyon's are reaped; `child`'s own exit status
+/// is left for the caller to collect.
+pub fn end_program(child: &mut Child, grace: Duration) {
+    let me = std::process::id() as i32;
+    let root = child.id() as i32;
+    let alive = |pid: i32| LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
+    // Everything below tachyon: the program, its descendants, and the
+    // orphans adopted from it.
+    let tree = || -> Vec<i32> {
+        descendants_and_self(me)
+            .into_iter()
+            .filter(|&p| p != me && alive(p))
+            .collect()
+    };
+    let reap_adopted = || {
+        for pid in descendants_and_self(me) {
+            if pid != me && pid != root {
+                // ECHILD for those that are not ours: harmless.
+                let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    };
+    let mut signalled: Vec<i32> = Vec::new();
+    let deadline = Instant::now() + grace;
+    let mut sig = Signal::SIGTERM;
+    // After SIGKILL, give the kernel a bounded while to finish them.
+    let hard_deadline = deadline + Duration::from_secs(5);
+    loop {
+        let left = tree();
+        if left.is_empty() || Instant::now() > hard_deadline {
+            break;
+        }
+        if sig == Signal::SIGTERM && Instant::now() > deadline {
+            sig = Signal::SIGKILL;
+            signalled.clear();
+        }
+        for &pid in &left {
+            if !signalled.contains(&pid) {
+                let _ = kill(Pid::from_raw(pid), sig);
+                signalled.push(pid);
+            }
+        }
+        reap_adopted();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reap_adopted();
 }
 
 /// `root` and every process below it, parents before children.
