@@ -140,3 +140,84 @@ pub struct Sample {
     pub timestamp_us: u64,
     pub threads: Vec<ThreadSample>,
 }
+
+/// What is being measured (`--mode`); the numbers are the reference's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Wall,
+    Cpu,
+    Gil,
+    /// Everything, nothing skipped (dump, gecko).
+    All,
+    Exception,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Wall => "wall",
+            Mode::Cpu => "cpu",
+            Mode::Gil => "gil",
+            Mode::All => "all",
+            Mode::Exception => "exception",
+        }
+    }
+
+    /// The reference's numeric code (binary files store it).
+    pub fn code(self) -> u32 {
+        match self {
+            Mode::Wall => 0,
+            Mode::Cpu => 1,
+            Mode::Gil => 2,
+            Mode::All => 3,
+            Mode::Exception => 4,
+        }
+    }
+}
+
+/// What the sampler measured about itself.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// The requested interval between samples.
+    pub interval_us: u64,
+    /// Wall time from the first sample to the end.
+    pub duration_s: f64,
+    /// Samples attempted, including failed ones.
+    pub attempts: u64,
+    /// Samples that failed (torn or unreadable stacks).
+    pub failures: u64,
+    pub mode: Mode,
+    /// Sampling ended on Ctrl-C/SIGTERM rather than by time or exit.
+    pub interrupted: bool,
+}
+
+impl RunStats {
+    /// Samples expected at the requested rate over the run.
+    pub fn expected(&self) -> u64 {
+        if self.interval_us == 0 {
+            return 0;
+        }
+        (self.duration_s * 1e6 / self.interval_us as f64) as u64
+    }
+
+    /// Failed samples as a percentage of attempts.
+    pub fn error_rate_pct(&self) -> f64 {
+        if self.attempts == 0 {
+            0.0
+        } else {
+            self.failures as f64 * 100.0 / self.attempts as f64
+        }
+    }
+
+    /// Samples not taken (the profiler fell behind), as a percentage of the
+    /// expected count.
+    pub fn missed_pct(&self) -> f64 {
+        let e = self.expected();
+        if e == 0 || self.attempts >= e {
+            0.0
+        } else {
+            (e - self.attempts) as f64 * 100.0 / e as f64
+        }
+    }
+}

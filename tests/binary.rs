@@ -24,8 +24,9 @@ use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 use tachyon::binfmt::writer::{BinaryWriter, WriterOptions};
 use tachyon::binfmt::{CaptureConfig, Compression, StoredStats};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
-use tachyon::collect::{Collector, Mode, Output, RunStats};
+use tachyon::collect::{Collector, Output};
 use tachyon::model::{FrameKind, FrameTable, Sample};
+use tachyon::model::{Mode, RunStats};
 use tachyon::unwind::UnwindOptions;
 
 /// Threads with changing stacks (recursion up and down, callbacks from C,

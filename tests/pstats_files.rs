@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions};
-use tachyon::collect::{Collector, Output, RunStats};
+use tachyon::collect::{Collector, Output};
+use tachyon::model::RunStats;
 
 /// The collectors' scenario loader, shared with the unit tests: it names
 /// `crate::model`, which here is the library's.

@@ -21,8 +21,8 @@
 pub mod reader;
 pub mod writer;
 
-use crate::collect::{Mode, RunStats};
 use crate::error::Error;
+use crate::model::{Mode, RunStats};
 
 /// `"HCAT"` on disk: the magic number written in little-endian order.
 pub const MAGIC: u32 = 0x5441_4348;

@@ -17,8 +17,8 @@ use super::{
     MIN_FRAME_ENTRY, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION,
     decode_config, invalid, unzigzag,
 };
-use crate::collect::RunStats;
 use crate::error::{Error, Result};
+use crate::model::RunStats;
 use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample, ThreadSample};
 
 /// The words of the replay command for a file that is not a profile at all.

@@ -15,8 +15,8 @@ use super::{
     TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, encode_config, put_varint, zigzag,
 };
 use crate::binfmt::CaptureConfig;
-use crate::collect::Mode;
 use crate::error::{Error, Result};
+use crate::model::Mode;
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, StrId};
 
 /// Pending REPEAT entries of one thread are written out at this size.

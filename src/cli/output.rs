@@ -14,7 +14,8 @@ use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
-use tachyon::collect::{Collector, Mode, Output};
+use tachyon::collect::{Collector, Output};
+use tachyon::model::Mode;
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko"])))]

@@ -11,7 +11,8 @@ use clap::{Args, ValueEnum};
 use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
-use tachyon::collect::{Collector, Mode, Output};
+use tachyon::collect::{Collector, Output};
+use tachyon::model::Mode;
 
 use super::output::OutputArgs;
 use tachyon::process::linux::LinuxProcess;
@@ -300,7 +301,7 @@ fn profile(
     let started = std::time::Instant::now();
     let mut unwinder = first;
     let mut seen = vec![unwinder.pid()];
-    let mut total = tachyon::collect::RunStats::default();
+    let mut total = tachyon::model::RunStats::default();
     let reason = loop {
         let pid = unwinder.pid();
         let mut cfg = args.config();

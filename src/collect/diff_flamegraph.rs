@@ -42,11 +42,11 @@ use inferno::flamegraph::Options;
 use inferno::flamegraph::color::{BackgroundColor, Color};
 
 use super::flamegraph::{clean, draw, page, short_file, swatch};
-use super::{Collector, Mode, Output, RunStats};
+use super::{Collector, Output};
 use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
 use crate::error::{Error, Result};
-use crate::model::{FrameId, FrameKind, FrameTable, Sample};
+use crate::model::{FrameId, FrameKind, FrameTable, Mode, RunStats, Sample};
 
 /// The page's and the graph's title.
 pub const TITLE: &str = "tachyon differential flame graph";

@@ -568,7 +568,7 @@ fn html_page(svg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::Mode;
+    use crate::model::Mode;
     use crate::model::{Frame, ThreadSample};
 
     struct Fixture {

@@ -415,9 +415,9 @@ mod tests {
 
     use serde_json::Value;
 
-    use super::super::Mode;
     use super::*;
     use crate::collect::scenarios as fixtures;
+    use crate::model::Mode;
     use crate::model::{Frame, FrameKind, ThreadSample};
 
     /// A scenario of `fixtures/reference/scenarios.json` or

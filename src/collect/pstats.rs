@@ -35,9 +35,9 @@ use std::fmt::{self, Write as _};
 use std::io::IsTerminal;
 use std::str::FromStr;
 
-use super::{Collector, Mode, Output, RunStats, write_stdout};
+use super::{Collector, Output, write_stdout};
 use crate::error::Result;
-use crate::model::{FrameId, FrameTable, Sample, StrId};
+use crate::model::{FrameId, FrameTable, Mode, RunStats, Sample, StrId};
 
 /// Row order of the table: the reference's `--sort` choices, same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

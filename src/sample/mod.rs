@@ -13,9 +13,10 @@ pub mod signals;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::collect::{Collector, Mode, RunStats};
+use crate::collect::Collector;
 use crate::error::Error;
 use crate::model::Sample;
+use crate::model::{Mode, RunStats};
 use crate::process::ProcessMemory;
 use crate::unwind::Unwinder;
 
