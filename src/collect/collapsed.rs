@@ -14,22 +14,22 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::pstats::basename;
-use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
+use super::stacks::StackCounts;
+use super::{Collector, Output, RunStats};
 use crate::error::Result;
 use crate::model::{FrameTable, Sample, StrId};
 
 /// Counts distinct stacks per thread; see the module documentation.
 pub struct CollapsedCollector {
     output: Output,
-    /// tid → leaf-first frame ids → samples.
-    stacks: ThreadStacks,
+    counts: StackCounts,
 }
 
 impl CollapsedCollector {
     pub fn new(output: Output) -> Self {
         CollapsedCollector {
             output,
-            stacks: HashMap::new(),
+            counts: StackCounts::new(),
         }
     }
 
@@ -38,17 +38,17 @@ impl CollapsedCollector {
         // Merge stacks equal as (file, line, func) sequences.
         type Loc = (StrId, i32, StrId);
         let mut merged: HashMap<(u64, Vec<Loc>), u64> = HashMap::new();
-        for (&tid, stacks) in &self.stacks {
-            for (stack, &n) in stacks {
-                let locs = stack
-                    .iter()
-                    .map(|&id| {
-                        let f = frames.frame(id);
-                        (f.file, f.line, f.func)
-                    })
-                    .collect();
-                *merged.entry((tid, locs)).or_insert(0) += n;
-            }
+        for cell in self.counts.cells() {
+            let locs = self
+                .counts
+                .stack(cell.stack)
+                .iter()
+                .map(|&id| {
+                    let f = frames.frame(id);
+                    (f.file, f.line, f.func)
+                })
+                .collect();
+            *merged.entry((cell.tid, locs)).or_insert(0) += cell.count;
         }
         let mut lines: Vec<(String, u64)> = merged
             .into_iter()
@@ -76,7 +76,7 @@ impl CollapsedCollector {
 
 impl Collector for CollapsedCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
-        count_stacks(&mut self.stacks, sample);
+        self.counts.add(sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {

@@ -33,7 +33,8 @@ use std::fmt::Write as _;
 use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self as inferno_fg, Options, Palette, TextTruncateDirection};
 
-use super::{Collector, Output, RunStats, ThreadStacks, count_stacks};
+use super::stacks::StackCounts;
+use super::{Collector, Output, RunStats};
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, status};
 
@@ -45,8 +46,7 @@ pub const TITLE: &str = "tachyon flame graph";
 pub struct FlamegraphCollector {
     output: Output,
     thread_roots: bool,
-    /// tid → leaf-first frame ids → samples.
-    stacks: ThreadStacks,
+    counts: StackCounts,
     /// Threads seen with the main-thread flag.
     main_threads: Vec<u64>,
 }
@@ -56,7 +56,7 @@ impl FlamegraphCollector {
         FlamegraphCollector {
             output,
             thread_roots: false,
-            stacks: HashMap::new(),
+            counts: StackCounts::new(),
             main_threads: Vec::new(),
         }
     }
@@ -73,38 +73,45 @@ impl FlamegraphCollector {
         let mut tree = Tree::default();
         tree.nodes.push(Node::default());
         let mut label_of: Vec<u32> = vec![u32::MAX; frames.len()];
-        let mut tids: Vec<u64> = self.stacks.keys().copied().collect();
-        tids.sort_unstable();
-        for tid in tids {
-            let mut stacks: Vec<(&[FrameId], u64)> = self.stacks[&tid]
-                .iter()
-                .map(|(s, &n)| (&s[..], n))
-                .collect();
-            stacks.sort_unstable();
-            let base = if self.thread_roots {
+        // Threads in id order, each one's stacks in frame order: the same
+        // tree, box for box, whatever order the samples came in.
+        let mut cells: Vec<(u64, &[FrameId], u64)> = self
+            .counts
+            .cells()
+            .iter()
+            .map(|c| (c.tid, self.counts.stack(c.stack), c.count))
+            .collect();
+        cells.sort_unstable();
+        let mut thread_base: Option<(u64, usize)> = None;
+        for (tid, stack, n) in cells {
+            let base = if !self.thread_roots {
+                0
+            } else if let Some((t, b)) = thread_base
+                && t == tid
+            {
+                b
+            } else {
                 let main = if self.main_threads.contains(&tid) {
                     " (main)"
                 } else {
                     ""
                 };
                 let label = tree.intern(format!("thread {tid}{main}"), Kind::Thread);
-                tree.child(0, label)
-            } else {
-                0
+                let b = tree.child(0, label);
+                thread_base = Some((tid, b));
+                b
             };
-            for (stack, n) in stacks {
-                let mut node = base;
-                for &id in stack.iter().rev() {
-                    let slot = &mut label_of[id as usize];
-                    if *slot == u32::MAX {
-                        let (text, kind) = label(frames, id);
-                        *slot = tree.intern(text, kind);
-                    }
-                    node = tree.child(node, *slot);
+            let mut node = base;
+            for &id in stack.iter().rev() {
+                let slot = &mut label_of[id as usize];
+                if *slot == u32::MAX {
+                    let (text, kind) = label(frames, id);
+                    *slot = tree.intern(text, kind);
                 }
-                tree.nodes[node].self_samples += n;
-                tree.total += n;
+                node = tree.child(node, *slot);
             }
+            tree.nodes[node].self_samples += n;
+            tree.total += n;
         }
         if tree.total == 0 {
             return None;
@@ -134,7 +141,7 @@ impl FlamegraphCollector {
         }
         let mut opts = Options::default();
         opts.title = TITLE.to_string();
-        opts.subtitle = Some(subtitle(stats, self.stacks.len()));
+        opts.subtitle = Some(subtitle(stats, self.counts.threads()));
         opts.colors = Palette::Multi(inferno_fg::color::MultiPalette::Python);
         opts.bgcolors = Some(BackgroundColor::Grey);
         opts.deterministic = true;
@@ -158,7 +165,7 @@ impl Collector for FlamegraphCollector {
                 self.main_threads.push(t.tid);
             }
         }
-        count_stacks(&mut self.stacks, sample);
+        self.counts.add(sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {

@@ -34,16 +34,15 @@ use std::io::{self, Read, Write};
 use serde::Serialize;
 
 use super::atomic::AtomicFile;
+use super::stacks::StackCounts;
 use super::{Collector, Output, RunStats, write_stdout};
 use crate::error::{Error, Result};
-use crate::model::{FrameId, FrameTable, Sample, StrId};
+use crate::model::{FrameTable, Sample, StrId};
 
 /// Entries per `string_table`, `frame_table` and `agg` record.
 const CHUNK_SIZE: usize = 256;
 /// The records' schema version (`"v"`).
 const SCHEMA_VERSION: u32 = 0;
-/// "Not interned yet" in the id caches.
-const NONE: u32 = u32::MAX;
 
 /// One exported frame; also its identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -65,19 +64,17 @@ struct JFrame {
 pub struct JsonlCollector {
     output: Output,
     run_id: String,
-    /// Tachyon string id → exported string id (`NONE`: not yet).
-    str_ids: Vec<u32>,
+    counts: StackCounts,
+}
+
+/// What the records carry, in the reference's first-seen order.
+struct Export {
     /// Exported string id → tachyon string id.
     strings: Vec<StrId>,
-    /// Tachyon frame id → exported frame id (`NONE`: not yet).
-    frame_ids: Vec<u32>,
-    frame_index: HashMap<JFrame, u32>,
-    /// Exported frame id → frame, self and cumulative samples, and the last
-    /// sample that counted it cumulatively.
+    /// Exported frame id → frame, self and cumulative samples.
     frames: Vec<JFrame>,
     self_counts: Vec<u64>,
     cumulative: Vec<u64>,
-    last_seen: Vec<u64>,
     samples_total: u64,
 }
 
@@ -86,15 +83,7 @@ impl JsonlCollector {
         JsonlCollector {
             output,
             run_id: uuid4_hex(),
-            str_ids: Vec::new(),
-            strings: Vec::new(),
-            frame_ids: Vec::new(),
-            frame_index: HashMap::new(),
-            frames: Vec::new(),
-            self_counts: Vec::new(),
-            cumulative: Vec::new(),
-            last_seen: Vec::new(),
-            samples_total: 0,
+            counts: StackCounts::new(),
         }
     }
 
@@ -103,50 +92,38 @@ impl JsonlCollector {
         &self.run_id
     }
 
-    fn str_id(&mut self, id: StrId) -> u32 {
-        let slot = id as usize;
-        if slot >= self.str_ids.len() {
-            self.str_ids.resize(slot + 1, NONE);
-        }
-        if self.str_ids[slot] == NONE {
-            self.str_ids[slot] = self.strings.len() as u32;
-            self.strings.push(id);
-        }
-        self.str_ids[slot]
-    }
-
-    fn frame_id(&mut self, id: FrameId, table: &FrameTable) -> usize {
-        let slot = id as usize;
-        if let Some(&j) = self.frame_ids.get(slot)
-            && j != NONE
-        {
-            return j as usize;
-        }
-        let f = *table.frame(id);
-        // The reference interns the function name first.
-        let func = self.str_id(f.func);
-        let path = self.str_id(f.file);
-        let key = JFrame {
-            path,
-            func,
-            line: f.line,
-            end_line: (f.end_line > 0).then_some(f.end_line),
-            col: (f.col >= 0).then_some(f.col),
-            end_col: (f.end_col >= 0).then_some(f.end_col),
+    /// Strings and frames numbered as the reference numbers them while it
+    /// streams (frames in first-seen order, a frame's function name
+    /// before its file), with their counts.
+    fn export(&self, table: &FrameTable) -> Export {
+        let mut strings: Vec<StrId> = Vec::new();
+        let mut str_ids: HashMap<StrId, u32> = HashMap::new();
+        let mut str_id = |id: StrId| {
+            *str_ids.entry(id).or_insert_with(|| {
+                strings.push(id);
+                (strings.len() - 1) as u32
+            })
         };
-        let next = self.frames.len() as u32;
-        let j = *self.frame_index.entry(key).or_insert(next);
-        if j == next {
-            self.frames.push(key);
-            self.self_counts.push(0);
-            self.cumulative.push(0);
-            self.last_seen.push(0);
+        let k = self.counts.self_and_cumulative(|id| {
+            let f = table.frame(id);
+            let func = str_id(f.func);
+            let path = str_id(f.file);
+            JFrame {
+                path,
+                func,
+                line: f.line,
+                end_line: (f.end_line > 0).then_some(f.end_line),
+                col: (f.col >= 0).then_some(f.col),
+                end_col: (f.end_col >= 0).then_some(f.end_col),
+            }
+        });
+        Export {
+            strings,
+            frames: k.keys,
+            self_counts: k.direct,
+            cumulative: k.cumulative,
+            samples_total: self.counts.total(),
         }
-        if slot >= self.frame_ids.len() {
-            self.frame_ids.resize(slot + 1, NONE);
-        }
-        self.frame_ids[slot] = j;
-        j as usize
     }
 
     /// Every record, one a line.
@@ -156,6 +133,7 @@ impl JsonlCollector {
         table: &FrameTable,
         stats: &RunStats,
     ) -> io::Result<()> {
+        let x = self.export(table);
         let run_id = self.run_id.as_str();
         let head = |kind| Head {
             kind,
@@ -170,7 +148,7 @@ impl JsonlCollector {
                 mode: stats.mode.as_str(),
             },
         )?;
-        for (n, chunk) in self.strings.chunks(CHUNK_SIZE).enumerate() {
+        for (n, chunk) in x.strings.chunks(CHUNK_SIZE).enumerate() {
             let strings: Vec<StrEntry> = chunk
                 .iter()
                 .enumerate()
@@ -187,7 +165,7 @@ impl JsonlCollector {
                 },
             )?;
         }
-        for (n, chunk) in self.frames.chunks(CHUNK_SIZE).enumerate() {
+        for (n, chunk) in x.frames.chunks(CHUNK_SIZE).enumerate() {
             let frames: Vec<FrameEntry> = chunk
                 .iter()
                 .enumerate()
@@ -204,13 +182,13 @@ impl JsonlCollector {
                 },
             )?;
         }
-        for start in (0..self.frames.len()).step_by(CHUNK_SIZE) {
-            let end = (start + CHUNK_SIZE).min(self.frames.len());
+        for start in (0..x.frames.len()).step_by(CHUNK_SIZE) {
+            let end = (start + CHUNK_SIZE).min(x.frames.len());
             let entries: Vec<AggEntry> = (start..end)
                 .map(|j| AggEntry {
                     frame_id: j as u32,
-                    self_: self.self_counts[j],
-                    cumulative: self.cumulative[j],
+                    self_: x.self_counts[j],
+                    cumulative: x.cumulative[j],
                 })
                 .collect();
             write_record(
@@ -219,7 +197,7 @@ impl JsonlCollector {
                     head: head("agg"),
                     kind: "frame",
                     scope: "final",
-                    samples_total: self.samples_total,
+                    samples_total: x.samples_total,
                     entries,
                 },
             )?;
@@ -228,7 +206,7 @@ impl JsonlCollector {
             w,
             &End {
                 head: head("end"),
-                samples_total: self.samples_total,
+                samples_total: x.samples_total,
             },
         )
     }
@@ -243,25 +221,8 @@ impl JsonlCollector {
 }
 
 impl Collector for JsonlCollector {
-    fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
-        for t in &sample.threads {
-            if t.frames.is_empty() {
-                continue;
-            }
-            self.samples_total += 1;
-            // Stamps start at 1; `last_seen` starts at 0.
-            let stamp = self.samples_total;
-            for (i, &id) in t.frames.iter().enumerate() {
-                let j = self.frame_id(id, frames);
-                if i == 0 {
-                    self.self_counts[j] += 1;
-                }
-                if self.last_seen[j] != stamp {
-                    self.last_seen[j] = stamp;
-                    self.cumulative[j] += 1;
-                }
-            }
-        }
+    fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.counts.add(sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
@@ -676,11 +637,12 @@ mod tests {
             }],
         };
         col.collect(&sample, &t);
-        assert_eq!(col.frames.len(), 2);
+        let x = col.export(&t);
+        assert_eq!(x.frames.len(), 2);
         // a and b are one frame: self 1, cumulative 1 (once per sample).
-        assert_eq!((col.self_counts[0], col.cumulative[0]), (1, 1));
-        assert_eq!((col.self_counts[1], col.cumulative[1]), (0, 1));
+        assert_eq!((x.self_counts[0], x.cumulative[0]), (1, 1));
+        assert_eq!((x.self_counts[1], x.cumulative[1]), (0, 1));
         // The function name is interned before the file.
-        assert_eq!(col.strings, vec![func, file]);
+        assert_eq!(x.strings, vec![func, file]);
     }
 }

@@ -15,6 +15,7 @@ pub mod jsonl;
 pub mod pstats;
 #[cfg(test)]
 pub(crate) mod scenarios;
+pub mod stacks;
 
 use std::path::PathBuf;
 
@@ -51,28 +52,6 @@ impl Output {
 pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
     crate::console::write_stdout(bytes)
         .map_err(|e| crate::error::Error::io("cannot write to standard output", e))
-}
-
-/// Distinct stacks counted per thread, keyed by their frame-id sequence:
-/// what collapsed stacks and flame graphs aggregate, with no string built
-/// per sample.
-pub type ThreadStacks =
-    std::collections::HashMap<u64, std::collections::HashMap<Box<[crate::model::FrameId]>, u64>>;
-
-/// Count each non-empty thread stack of `sample` once into `stacks`.
-pub fn count_stacks(stacks: &mut ThreadStacks, sample: &Sample) {
-    for t in &sample.threads {
-        if t.frames.is_empty() {
-            continue;
-        }
-        let per_thread = stacks.entry(t.tid).or_default();
-        match per_thread.get_mut(&t.frames[..]) {
-            Some(n) => *n += 1,
-            None => {
-                per_thread.insert(t.frames.as_slice().into(), 1);
-            }
-        }
-    }
 }
 
 pub trait Collector {

@@ -35,6 +35,7 @@ use std::fmt::{self, Write as _};
 use std::io::IsTerminal;
 use std::str::FromStr;
 
+use super::stacks::StackCounts;
 use super::{Collector, Output, write_stdout};
 use crate::error::Result;
 use crate::model::{FrameId, FrameTable, Mode, RunStats, Sample, StrId};
@@ -133,8 +134,14 @@ struct LocStats {
     key: LocKey,
     direct: u64,
     cumulative: u64,
-    /// The last thread stack that counted this key (cumulative once each).
-    seen: u64,
+}
+
+/// The rows and caller edges, from the distinct stacks at the end.
+struct Aggregate {
+    /// In the order the reference's dict first sees them (leaf to root).
+    locs: Vec<LocStats>,
+    /// `(callee, caller, count)` in first-seen order.
+    edges: Vec<(u32, u32, u64)>,
 }
 
 /// Aggregates samples into pstats rows; see the module documentation.
@@ -143,15 +150,7 @@ pub struct PstatsCollector {
     opts: PstatsOptions,
     sampled_marker: bool,
     color: Option<bool>,
-    /// `FrameId` → index in `locs`, plus one (0: not seen yet).
-    loc_of_frame: Vec<u32>,
-    loc_index: HashMap<LocKey, u32>,
-    /// In the order the reference's dict first sees them (leaf to root).
-    locs: Vec<LocStats>,
-    stack_no: u64,
-    edge_index: HashMap<(u32, u32), usize>,
-    /// `(callee, caller, count)` in first-seen order.
-    edges: Vec<(u32, u32, u64)>,
+    counts: StackCounts,
 }
 
 impl PstatsCollector {
@@ -161,12 +160,7 @@ impl PstatsCollector {
             opts,
             sampled_marker: false,
             color: None,
-            loc_of_frame: Vec::new(),
-            loc_index: HashMap::new(),
-            locs: Vec::new(),
-            stack_no: 0,
-            edge_index: HashMap::new(),
-            edges: Vec::new(),
+            counts: StackCounts::new(),
         }
     }
 
@@ -185,70 +179,50 @@ impl PstatsCollector {
         self
     }
 
-    fn loc(&mut self, id: FrameId, frames: &FrameTable) -> u32 {
-        let i = id as usize;
-        if i >= self.loc_of_frame.len() {
-            self.loc_of_frame.resize(frames.len().max(i + 1), 0);
-        }
-        match self.loc_of_frame[i] {
-            0 => {
-                let f = frames.frame(id);
-                let key = (f.file, f.line, f.func);
-                let next = self.locs.len() as u32;
-                let loc = *self.loc_index.entry(key).or_insert(next);
-                if loc == next {
-                    self.locs.push(LocStats {
-                        key,
-                        direct: 0,
-                        cumulative: 0,
-                        seen: 0,
-                    });
-                }
-                self.loc_of_frame[i] = loc + 1;
-                loc
-            }
-            n => n - 1,
-        }
-    }
-
-    fn process_stack(&mut self, stack: &[FrameId], frames: &FrameTable) {
-        if stack.is_empty() {
-            return;
-        }
-        self.stack_no += 1;
-        let mut callee: Option<u32> = None;
-        for (depth, &id) in stack.iter().enumerate() {
-            let loc = self.loc(id, frames);
-            let st = &mut self.locs[loc as usize];
-            if st.seen != self.stack_no {
-                st.seen = self.stack_no;
-                st.cumulative += 1;
-            }
-            if depth == 0 {
-                st.direct += 1;
-            }
-            if let Some(callee) = callee {
-                let next = self.edges.len();
-                let e = *self.edge_index.entry((callee, loc)).or_insert(next);
+    /// Rows keyed by `(file, line, func)`, and the caller edges between
+    /// them, counted once per distinct stack.
+    fn aggregate(&self, frames: &FrameTable) -> Aggregate {
+        let loc_key = |id: FrameId| {
+            let f = frames.frame(id);
+            (f.file, f.line, f.func)
+        };
+        let k = self.counts.self_and_cumulative(loc_key);
+        let locs = (0..k.len())
+            .map(|i| LocStats {
+                key: k.keys[i],
+                direct: k.direct[i],
+                cumulative: k.cumulative[i],
+            })
+            .collect();
+        let mut edge_index: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut edges: Vec<(u32, u32, u64)> = Vec::new();
+        for cell in self.counts.cells() {
+            let stack = self.counts.stack(cell.stack);
+            for pair in stack.windows(2) {
+                let pos = |id| k.position(&loc_key(id)).unwrap_or_default() as u32;
+                let (callee, caller) = (pos(pair[0]), pos(pair[1]));
+                let next = edges.len();
+                let e = *edge_index.entry((callee, caller)).or_insert(next);
                 if e == next {
-                    self.edges.push((callee, loc, 0));
+                    edges.push((callee, caller, 0));
                 }
-                self.edges[e].2 += 1;
+                edges[e].2 += cell.count;
             }
-            callee = Some(loc);
         }
+        Aggregate { locs, edges }
     }
 
     /// The table (and summary) exactly as the reference prints it.
     fn render_text(&self, frames: &FrameTable, stats: &RunStats, color: bool) -> String {
+        let agg = self.aggregate(frames);
         let c = if color { Colors::ON } else { Colors::OFF };
         let interval_s = stats.interval_us as f64 / 1e6;
         let mut out = String::new();
 
         // strip_dirs(): basenames, coinciding rows merged in first-seen order.
-        let mut rows: Vec<Row<'_>> = Vec::with_capacity(self.locs.len());
+        let mut rows: Vec<Row<'_>> = Vec::with_capacity(agg.locs.len());
         let mut index: HashMap<(&str, i32, &str), usize> = HashMap::new();
-        for l in &self.locs {
+        for l in &agg.locs {
             let (file, line, func) = l.key;
             let key = (basename(frames.str(file)), line, frames.str(func));
             let tt = l.direct as f64 * interval_s;
@@ -359,14 +333,15 @@ impl PstatsCollector {
 
     /// The marshal bytes of the stats dict (full paths, callers).
     fn marshal_bytes(&self, frames: &FrameTable, interval_us: u64) -> Vec<u8> {
+        let Aggregate { locs, edges } = self.aggregate(frames);
         let interval_s = interval_us as f64 / 1e6;
-        let mut callers: Vec<Vec<(u32, u64)>> = vec![Vec::new(); self.locs.len()];
-        for &(callee, caller, n) in &self.edges {
+        let mut callers: Vec<Vec<(u32, u64)>> = vec![Vec::new(); locs.len()];
+        for &(callee, caller, n) in &edges {
             callers[callee as usize].push((caller, n));
         }
         let mut m = Marshal::default();
         m.dict_start();
-        for (l, callers) in self.locs.iter().zip(&callers) {
+        for (l, callers) in locs.iter().zip(&callers) {
             m.key(l.key, frames);
             m.tuple(5);
             m.int(l.direct);
@@ -375,7 +350,7 @@ impl PstatsCollector {
             m.float(l.cumulative as f64 * interval_s);
             m.dict_start();
             for &(caller, n) in callers {
-                m.key(self.locs[caller as usize].key, frames);
+                m.key(locs[caller as usize].key, frames);
                 m.int(n);
             }
             m.dict_end();
@@ -391,10 +366,8 @@ impl PstatsCollector {
 }
 
 impl Collector for PstatsCollector {
-    fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
-        for t in &sample.threads {
-            self.process_stack(&t.frames, frames);
-        }
+    fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.counts.add(sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
