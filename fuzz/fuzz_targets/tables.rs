@@ -33,7 +33,7 @@ pub fn offsets(i: u8) -> Offsets {
 pub fn check(o: &Offsets) {
     let inside = |name: &str, off: u64, width: u64, size: u64| {
         assert!(
-            off % width == 0 && off.checked_add(width).is_some_and(|e| e <= size),
+            off.is_multiple_of(width) && off.checked_add(width).is_some_and(|e| e <= size),
             "{name} = {off} (width {width}) escapes its struct of {size} bytes: {o:?}"
         );
     };
