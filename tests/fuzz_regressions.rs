@@ -2,9 +2,6 @@
 //! decoder of untrusted input, fed to the same public API. Each must give
 //! an error or a correct result, never a panic (tests build with overflow
 //! checks, like the fuzz targets).
-//!
-//! A test marked ignored is a finding whose fix is pending; the reason
-//! names who owns it.
 
 use tachyon::unwind::linetable::{entries, locate};
 
@@ -14,7 +11,6 @@ use tachyon::unwind::linetable::{entries, locate};
 /// overflow"; a release build wraps to a negative line instead). Both come
 /// from the target's memory.
 #[test]
-#[ignore = "finding in unwind, fix pending"]
 fn linetable_line_overflow_past_i32_max() {
     // The fuzzer's input: firstlineno (i32 LE), address (u32 LE), table.
     let found: &[u8] = &[
@@ -39,7 +35,6 @@ fn linetable_line_overflow_past_i32_max() {
 /// 31 (`2 << 30` in its sixth 6-bit group) reads as i32::MIN, and the
 /// `- 1` that turns it into a 0-based column overflows.
 #[test]
-#[ignore = "finding in unwind, fix pending"]
 fn linetable_column_overflow_in_long_form() {
     // 1 << 31 as a 6-bit varint: five empty groups with "more", then 2.
     let big = [0x40, 0x40, 0x40, 0x40, 0x40, 0x02];

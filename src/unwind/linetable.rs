@@ -104,7 +104,7 @@ impl Entries<'_> {
         }
         let code = (first >> 3) & 0x0f;
         let start = self.addr;
-        let end = start + (first & 7) as u32 + 1;
+        let end = start.checked_add((first & 7) as u32 + 1)?;
         let loc = match code {
             0..=9 => {
                 let b = self.r.byte()?;
@@ -120,7 +120,7 @@ impl Entries<'_> {
                 }
             }
             10..=12 => {
-                self.line += code as i32 - 10;
+                self.line = self.line.checked_add(code as i32 - 10)?;
                 let col = self.r.byte()? as i32;
                 let end_col = self.r.byte()? as i32;
                 Location {
@@ -142,8 +142,9 @@ impl Entries<'_> {
             14 => {
                 self.line = self.line.checked_add(self.r.svarint()?)?;
                 let end_line = self.line.checked_add(self.r.varint()? as i32)?;
-                let col = self.r.varint()? as i32 - 1;
-                let end_col = self.r.varint()? as i32 - 1;
+                // Columns are stored plus one; past i32 they are garbage.
+                let col = i32::try_from(self.r.varint()?).ok()? - 1;
+                let end_col = i32::try_from(self.r.varint()?).ok()? - 1;
                 Location {
                     line: self.line,
                     end_line,
