@@ -42,6 +42,7 @@ use inferno::flamegraph::Options;
 use inferno::flamegraph::color::{BackgroundColor, Color};
 
 use super::flamegraph::{clean, draw, page, short_file, swatch};
+use super::stacks::StackCounts;
 use super::{Collector, Output};
 use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
@@ -121,32 +122,29 @@ impl Keys {
 /// Root-first key paths → samples ending there.
 type Paths = HashMap<Box<[u32]>, u64>;
 
-/// Count one leaf-first stack.
-fn add_stack(
-    paths: &mut Paths,
-    keys: &mut Keys,
-    cache: &mut Vec<u32>,
-    buf: &mut Vec<u32>,
-    stack: &[FrameId],
-    frames: &FrameTable,
-) {
-    if cache.len() < frames.len() {
-        cache.resize(frames.len(), u32::MAX);
-    }
-    buf.clear();
-    for &id in stack.iter().rev() {
-        let slot = &mut cache[id as usize];
-        if *slot == u32::MAX {
-            *slot = keys.of(frames, id);
+/// The counted stacks as root-first key paths, threads merged; keys are
+/// interned in the order first seen, as a streaming count would.
+fn key_paths(counts: &StackCounts, frames: &FrameTable, keys: &mut Keys) -> Paths {
+    let mut key_of = vec![u32::MAX; frames.len()];
+    let mut paths = Paths::new();
+    let mut buf = Vec::new();
+    for cell in counts.cells() {
+        buf.clear();
+        for &id in counts.stack(cell.stack).iter().rev() {
+            let slot = &mut key_of[id as usize];
+            if *slot == u32::MAX {
+                *slot = keys.of(frames, id);
+            }
+            buf.push(*slot);
         }
-        buf.push(*slot);
-    }
-    match paths.get_mut(&buf[..]) {
-        Some(n) => *n += 1,
-        None => {
-            paths.insert(buf.as_slice().into(), 1);
+        match paths.get_mut(&buf[..]) {
+            Some(n) => *n += cell.count,
+            None => {
+                paths.insert(buf.as_slice().into(), cell.count);
+            }
         }
     }
+    paths
 }
 
 /// Renders this run against a baseline `.bin`; see the module
@@ -159,10 +157,7 @@ pub struct DiffFlamegraphCollector {
     baseline_capture: Option<CaptureConfig>,
     keys: Keys,
     baseline: Paths,
-    current: Paths,
-    /// This run's frame id → key (`u32::MAX`: not yet seen).
-    cache: Vec<u32>,
-    buf: Vec<u32>,
+    current: StackCounts,
 }
 
 impl DiffFlamegraphCollector {
@@ -179,18 +174,10 @@ impl DiffFlamegraphCollector {
         };
         let mut reader = BinaryReader::open(baseline).map_err(named)?;
         let info = reader.info().clone();
+        let mut counts = StackCounts::new();
+        reader.replay(|s, _| counts.add(s)).map_err(named)?;
         let mut keys = Keys::default();
-        let mut paths = Paths::new();
-        let (mut cache, mut buf) = (Vec::new(), Vec::new());
-        reader
-            .replay(|s, frames| {
-                for t in s.threads.iter().filter(|t| !t.frames.is_empty()) {
-                    add_stack(
-                        &mut paths, &mut keys, &mut cache, &mut buf, &t.frames, frames,
-                    );
-                }
-            })
-            .map_err(named)?;
+        let paths = key_paths(&counts, reader.frames(), &mut keys);
         Ok(DiffFlamegraphCollector {
             output,
             baseline_path: baseline.to_path_buf(),
@@ -199,9 +186,7 @@ impl DiffFlamegraphCollector {
             baseline_capture: info.capture,
             keys,
             baseline: paths,
-            current: Paths::new(),
-            cache: Vec::new(),
-            buf: Vec::new(),
+            current: StackCounts::new(),
         })
     }
 
@@ -251,9 +236,14 @@ impl DiffFlamegraphCollector {
 
     /// The page and the numbers for the closing line; `None` when this run
     /// has no samples.
-    fn render(&self, stats: &RunStats) -> Result<Option<(String, Summary)>> {
+    fn render(
+        &mut self,
+        frames: &FrameTable,
+        stats: &RunStats,
+    ) -> Result<Option<(String, Summary)>> {
         let scale = self.scale(stats.interval_us);
-        let tree = Tree::build(&self.current, &self.baseline, scale, &self.keys);
+        let current = key_paths(&self.current, frames, &mut self.keys);
+        let tree = Tree::build(&current, &self.baseline, scale, &self.keys);
         let root = &tree.nodes[0];
         if root.cur_total == 0 {
             return Ok(None);
@@ -297,26 +287,21 @@ impl DiffFlamegraphCollector {
 }
 
 impl Collector for DiffFlamegraphCollector {
-    fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
-        for t in sample.threads.iter().filter(|t| !t.frames.is_empty()) {
-            add_stack(
-                &mut self.current,
-                &mut self.keys,
-                &mut self.cache,
-                &mut self.buf,
-                &t.frames,
-                frames,
-            );
-        }
+    fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.current.add(sample);
     }
 
-    fn finish(&mut self, _frames: &FrameTable, stats: &RunStats) -> Result<()> {
+    fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
         self.check(stats.mode, None)?;
-        let say = |s: String| match self.output {
-            Output::Stdout => crate::errln!("{s}"),
-            Output::File(_) => crate::outln!("{s}"),
+        let on_stdout = self.output == Output::Stdout;
+        let say = move |s: String| {
+            if on_stdout {
+                crate::errln!("{s}")
+            } else {
+                crate::outln!("{s}")
+            }
         };
-        let Some((html, sum)) = self.render(stats)? else {
+        let Some((html, sum)) = self.render(frames, stats)? else {
             say("Warning: No functions found in profiling data. \
                  Check if sampling captured any data. No flame graph written."
                 .into());
@@ -743,7 +728,7 @@ mod tests {
 
     /// The current run: `work` 60 (its line moved), `decode` 10, `main`
     /// itself 5.
-    fn current(c: &mut DiffFlamegraphCollector) {
+    fn current(c: &mut DiffFlamegraphCollector) -> FrameTable {
         let mut t = FrameTable::new();
         // Other ids than the baseline's, on purpose.
         let _pad = py(&mut t, "/app/other.py", "pad", 1);
@@ -755,6 +740,7 @@ mod tests {
                 c.collect(&sample(stack), &t);
             }
         }
+        t
     }
 
     /// Each box's title and fill, from the SVG.
@@ -784,8 +770,8 @@ mod tests {
         let mut c = DiffFlamegraphCollector::new(&path, Output::Stdout).unwrap();
         let _ = std::fs::remove_file(&path);
         c.check(Mode::Cpu, Some(CaptureConfig::default())).unwrap();
-        current(&mut c);
-        let (page, sum) = c.render(&stats(1000, 75, Mode::Cpu)).unwrap().unwrap();
+        let t = current(&mut c);
+        let (page, sum) = c.render(&t, &stats(1000, 75, Mode::Cpu)).unwrap().unwrap();
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("<title>tachyon differential flame graph</title>"));
         let start = page.find("<svg").unwrap();
@@ -833,8 +819,8 @@ mod tests {
         let path = baseline("half.bin", 500, Mode::Wall, CaptureConfig::default());
         let mut c = DiffFlamegraphCollector::new(&path, Output::Stdout).unwrap();
         let _ = std::fs::remove_file(&path);
-        current(&mut c);
-        let (page, sum) = c.render(&stats(1000, 75, Mode::Wall)).unwrap().unwrap();
+        let t = current(&mut c);
+        let (page, sum) = c.render(&t, &stats(1000, 75, Mode::Wall)).unwrap().unwrap();
         assert_eq!(sum.scale, 0.5);
         let b = boxes(&page);
         // decode: 20 × 0.5 = 10 → unchanged, (inferno's) white.
@@ -930,9 +916,8 @@ mod tests {
         assert!(!out.exists(), "no samples, no file");
         let mut c = DiffFlamegraphCollector::new(&path, Output::File(out.clone())).unwrap();
         let _ = std::fs::remove_file(&path);
-        current(&mut c);
-        c.finish(&FrameTable::new(), &stats(1000, 75, Mode::Wall))
-            .unwrap();
+        let t = current(&mut c);
+        c.finish(&t, &stats(1000, 75, Mode::Wall)).unwrap();
         let got = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_file(&out);
         assert!(got.trim_end().ends_with("</html>"));
