@@ -14,12 +14,12 @@ pub mod linetable;
 pub mod objects;
 pub mod threads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
 use crate::offsets::Offsets;
-use crate::process::{LocalBytes, ProcessMemory, ReadReq};
+use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
@@ -49,8 +49,32 @@ impl Default for UnwindOptions {
     }
 }
 
+/// Reads one sample may ask of the target, before the grants below: the
+/// steady state needs one to three (see `sample_once`), a changed stack a
+/// few more. Past the budget the sample fails with
+/// [`Error::ReadBudget`], whatever the memory holds.
+pub const READ_BUDGET: u32 = 48;
+/// Bytes one sample may read, before the grants below.
+pub const BYTE_BUDGET: u64 = 32 << 20;
+/// Granted per thread in the list (all-threads mode; the first
+/// [`BUDGET_THREADS`] threads): its state and its chunk, read alone when a
+/// guess or a batch missed.
+pub const READS_PER_THREAD: u32 = 2;
+pub const BYTES_PER_THREAD: u64 = 2 << 20;
+pub const BUDGET_THREADS: usize = 256;
+pub use frames::{BYTES_PER_CODE_LOAD, READS_PER_CODE_LOAD};
+
+/// The most reads one sample may make, given the threads it found and the
+/// code objects it loaded.
+pub fn read_budget(threads: usize, code_loads: u64) -> u64 {
+    READ_BUDGET as u64
+        + READS_PER_THREAD as u64 * threads.min(BUDGET_THREADS) as u64
+        + READS_PER_CODE_LOAD as u64 * code_loads
+}
+
 pub struct Unwinder<M: ProcessMemory> {
-    mem: M,
+    /// The reader, metered: each sample has a read budget.
+    mem: Metered<M>,
     pid: i32,
     runtime: Runtime,
     pub opts: UnwindOptions,
@@ -88,6 +112,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// system call.
     thread_guess: HashMap<u64, Vec<u64>>,
     order: Vec<usize>,
+    /// Scratch for cycle checks (frames outside the data stack; threads).
+    seen: HashSet<u64>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -179,7 +205,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             chunks: Chunks::default(),
         }];
         Unwinder {
-            mem,
+            mem: Metered::new(mem),
             pid,
             runtime,
             opts,
@@ -202,6 +228,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             slots,
             thread_guess: HashMap::new(),
             order: Vec::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -227,7 +254,12 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     pub fn memory(&self) -> &M {
-        &self.mem
+        self.mem.inner()
+    }
+
+    /// Reads (calls, bytes) the last sample asked of the target.
+    pub fn reads_used(&self) -> (u32, u64) {
+        self.mem.used()
     }
 
     /// Code-object cache (hits, misses, entries), for statistics.
@@ -238,6 +270,20 @@ impl<M: ProcessMemory> Unwinder<M> {
     /// Take one sample of the selected threads into `out.threads`
     /// (cleared first; its buffers are reused).
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
+        self.mem.start(READ_BUDGET, BYTE_BUDGET);
+        let r = self.sample_checked(out);
+        if self.mem.spent() {
+            // A read was refused, whatever the walk made of that.
+            out.threads.clear();
+            return Err(self.mem.budget_error());
+        }
+        if r.is_err() {
+            out.threads.clear();
+        }
+        r
+    }
+
+    fn sample_checked(&mut self, out: &mut Sample) -> Result<()> {
         let r = self.sample_once(out);
         if r.is_ok() && self.runtime.offsets.interp_code_object_generation.is_none() {
             // 3.13: no generation counter; re-validate the code objects this
@@ -406,6 +452,9 @@ impl<M: ProcessMemory> Unwinder<M> {
                 return Err(Error::corrupt("thread list too long or cyclic"));
             }
             into.push(t);
+            if into.len() <= BUDGET_THREADS {
+                self.mem.grant(1, 8);
+            }
             t = self.mem.read_u64(t.wrapping_add(o.tstate_next))?;
         }
         Ok(())
@@ -449,11 +498,15 @@ impl<M: ProcessMemory> Unwinder<M> {
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
         self.order.clear();
+        self.seen.clear();
         let mut extra = guess.len();
         let mut t = interp.threads_head;
         while t != 0 {
-            if self.order.len() >= MAX_THREADS {
+            if self.order.len() >= MAX_THREADS || !self.seen.insert(t) {
                 return Err(Error::corrupt("thread list too long or cyclic"));
+            }
+            if self.order.len() < BUDGET_THREADS {
+                self.mem.grant(READS_PER_THREAD, BYTES_PER_THREAD);
             }
             let k = self.order.len();
             let hit = if !guessed_ok {
@@ -539,7 +592,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             let slot = &mut self.slots[idx];
             // After a failed batch each thread reads alone, so one bad
             // address costs only its own thread's prefetch.
-            slot.chunks.complete(&self.mem, batch_ok)?;
+            let mem = &self.mem;
+            slot.chunks
+                .complete(mem, batch_ok, &|c, b| mem.grant(c, b))?;
             let tstate = slot.tstate;
             self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
@@ -576,8 +631,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let ts = &self.slots[idx];
+        let mem = &self.mem;
+        let grant = |calls, bytes| mem.grant(calls, bytes);
         let mut walk = Walk {
-            mem: &self.mem,
+            mem,
+            grant: &grant,
+            seen: &mut self.seen,
             offs: o,
             code: &mut self.code,
             table: &mut self.table,
@@ -639,10 +698,18 @@ impl<M: ProcessMemory> Unwinder<M> {
                 .chunks
                 .accept_guess(first, t.current_frame, o.frame_size)
         {
-            slot.chunks.complete(&self.mem, true)?;
+            let mem = &self.mem;
+            slot.chunks.complete(mem, true, &|c, b| mem.grant(c, b))?;
         } else {
-            slot.chunks
-                .load(&self.mem, first, t.current_frame, o.frame_size, prefetch)?;
+            let mem = &self.mem;
+            slot.chunks.load(
+                mem,
+                first,
+                t.current_frame,
+                o.frame_size,
+                prefetch,
+                &|c, b| mem.grant(c, b),
+            )?;
         }
         // Remember where the stack was, and how high it reached lately
         // (decaying, so one deep moment does not inflate reads for ever).
