@@ -505,18 +505,21 @@ impl Walk<'_> {
             if truncated {
                 continue;
             }
-            // Room for this frame's markers and frame, and `<truncated>`.
-            if out.len() + 3 > MAX_DEPTH {
+            let gc = self.gc_frame != 0 && last_addr == self.gc_frame;
+            // The entry frame of an eval-loop invocation: C called into
+            // Python here. It holds no code of its own.
+            let native = entry && self.native && previous != 0 && previous != self.gc_frame;
+            let shown = !entry && executable != 0;
+            // Room for what this frame shows, and `<truncated>` after it.
+            if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
                 truncated = true;
                 continue;
             }
-            if self.gc_frame != 0 && last_addr == self.gc_frame {
+            if gc {
                 out.push(self.markers.gc);
             }
             if entry {
-                // The entry frame of an eval-loop invocation: C called into
-                // Python here. It holds no code of its own.
-                if self.native && previous != 0 && previous != self.gc_frame {
+                if native {
                     out.push(self.markers.native);
                 }
             } else if executable == 0 {
