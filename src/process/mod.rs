@@ -108,6 +108,11 @@ impl<M> Metered<M> {
         (self.calls.get(), self.bytes.get())
     }
 
+    /// The budget (calls, bytes), grants included.
+    pub fn limit(&self) -> (u32, u64) {
+        (self.max_calls.get(), self.max_bytes.get())
+    }
+
     /// True once a read was refused: whatever the caller made of that
     /// failure, the sample is over budget.
     pub fn spent(&self) -> bool {

@@ -17,7 +17,7 @@ use crate::process::{LocalBytes, ProcessMemory, ReadReq};
 /// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
 const CHUNK_HEADER: u64 = 24;
 /// The interpreter's chunk size; most chunks are exactly this.
-const CHUNK_GUESS: usize = 16 * 1024;
+pub const CHUNK_GUESS: usize = 16 * 1024;
 /// Largest chunk we believe: CPython's chunks are 16 KiB unless one frame
 /// needs more, and no real frame needs a megabyte. A corrupt size must not
 /// turn one sample into a 16 MiB copy.
@@ -62,7 +62,8 @@ pub struct Chunks {
     cut: bool,
 }
 
-/// Most older chunks per load whose reads are granted beyond the budget.
+/// Most older chunks per sample whose reads are granted beyond the budget
+/// (see [`Chunks::complete`]).
 pub const MAX_GRANTED_CHUNKS: usize = 256;
 
 /// Most older chunks read speculatively in the first system call.
@@ -217,11 +218,10 @@ impl Chunks {
     /// not: check the first chunk, read it again alone if needed, and copy
     /// the older chunks.
     ///
-    /// Older chunks not read speculatively are read one by one: `grant`
-    /// adds to the sample's read budget for each (up to
-    /// [`MAX_GRANTED_CHUNKS`]), as a deep stack's first sample needs a read
-    /// per chunk; how many there can be is bounded by [`MAX_CHUNKS`] and
-    /// [`MAX_STACK_BYTES`].
+    /// Older chunks not read speculatively are read one by one: `grant` is
+    /// called for each, to add to the sample's read budget (the caller
+    /// grants up to [`MAX_GRANTED_CHUNKS`] per sample), as a deep stack's
+    /// first sample needs a read per chunk.
     pub fn complete(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -272,7 +272,7 @@ impl Chunks {
                 // and the walk finds the chain torn there.
                 break;
             }
-            if !fresh && self.used > 0 && self.used <= MAX_GRANTED_CHUNKS {
+            if !fresh && self.used > 0 {
                 grant(2, CHUNK_GUESS as u64);
             }
             let (slot_addr, buf) = &mut self.bufs[self.used];

@@ -14,6 +14,7 @@ pub mod linetable;
 pub mod objects;
 pub mod threads;
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
@@ -62,14 +63,33 @@ pub const BYTE_BUDGET: u64 = 32 << 20;
 pub const READS_PER_THREAD: u32 = 2;
 pub const BYTES_PER_THREAD: u64 = 2 << 20;
 pub const BUDGET_THREADS: usize = 256;
-pub use frames::{BYTES_PER_CODE_LOAD, READS_PER_CODE_LOAD};
+/// Granted per older data-stack chunk read alone (the first
+/// [`frames::MAX_GRANTED_CHUNKS`] of a sample): a deep stack's first
+/// sample, before the chunks are read speculatively.
+pub const READS_PER_CHUNK: u32 = 2;
+pub use frames::{BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, READS_PER_CODE_LOAD};
 
-/// The most reads one sample may make, given the threads it found and the
-/// code objects it loaded.
-pub fn read_budget(threads: usize, code_loads: u64) -> u64 {
+/// The most reads one sample may make, given the threads it found, the
+/// code objects it loaded and the older chunks it had to read one by one.
+pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
     READ_BUDGET as u64
         + READS_PER_THREAD as u64 * threads.min(BUDGET_THREADS) as u64
         + READS_PER_CODE_LOAD as u64 * code_loads
+        + READS_PER_CHUNK as u64 * chunks.min(MAX_GRANTED_CHUNKS) as u64
+}
+
+/// The most reads any sample may make, whatever the memory holds, given
+/// the code objects it loaded (each load is bounded by itself).
+pub fn max_reads(code_loads: u64) -> u64 {
+    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+}
+
+/// The most bytes any sample may read, given the code objects it loaded.
+pub fn max_bytes_allowed(code_loads: u64) -> u64 {
+    BYTE_BUDGET
+        + BYTES_PER_THREAD * BUDGET_THREADS as u64
+        + BYTES_PER_CODE_LOAD * code_loads
+        + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
 }
 
 pub struct Unwinder<M: ProcessMemory> {
@@ -114,6 +134,8 @@ pub struct Unwinder<M: ProcessMemory> {
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
+    /// Older chunks granted reads in this sample.
+    chunk_grants: Cell<usize>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -127,6 +149,20 @@ struct ThreadSlot {
 /// Extra bytes read beyond the recent high-water mark of the live stack,
 /// so a slightly deeper stack still fits the speculative read.
 const CHUNK_SLACK: usize = 1024;
+
+/// The grant for an older chunk read alone: [`READS_PER_CHUNK`] reads, for
+/// the first [`MAX_GRANTED_CHUNKS`] of a sample.
+fn chunk_grant<'a, M: ProcessMemory>(
+    mem: &'a Metered<M>,
+    granted: &'a Cell<usize>,
+) -> impl Fn(u32, u64) + 'a {
+    move |_, bytes| {
+        if granted.get() < MAX_GRANTED_CHUNKS {
+            granted.set(granted.get() + 1);
+            mem.grant(READS_PER_CHUNK, bytes);
+        }
+    }
+}
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
 /// joining neighbours closer than a cache line.
@@ -229,6 +265,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             thread_guess: HashMap::new(),
             order: Vec::new(),
             seen: HashSet::new(),
+            chunk_grants: Cell::new(0),
         }
     }
 
@@ -262,6 +299,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.mem.used()
     }
 
+    /// The read budget (calls, bytes) the last sample had, grants included.
+    pub fn reads_allowed(&self) -> (u32, u64) {
+        self.mem.limit()
+    }
+
     /// Code-object cache (hits, misses, entries), for statistics.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
         (self.code.hits, self.code.misses, self.code.len())
@@ -271,6 +313,7 @@ impl<M: ProcessMemory> Unwinder<M> {
     /// (cleared first; its buffers are reused).
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
         self.mem.start(READ_BUDGET, BYTE_BUDGET);
+        self.chunk_grants.set(0);
         let r = self.sample_checked(out);
         if self.mem.spent() {
             // A read was refused, whatever the walk made of that.
@@ -592,9 +635,10 @@ impl<M: ProcessMemory> Unwinder<M> {
             let slot = &mut self.slots[idx];
             // After a failed batch each thread reads alone, so one bad
             // address costs only its own thread's prefetch.
-            let mem = &self.mem;
-            slot.chunks
-                .complete(mem, batch_ok, &|c, b| mem.grant(c, b))?;
+            {
+                let grant = chunk_grant(&self.mem, &self.chunk_grants);
+                slot.chunks.complete(&self.mem, batch_ok, &grant)?;
+            }
             let tstate = slot.tstate;
             self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
@@ -698,17 +742,17 @@ impl<M: ProcessMemory> Unwinder<M> {
                 .chunks
                 .accept_guess(first, t.current_frame, o.frame_size)
         {
-            let mem = &self.mem;
-            slot.chunks.complete(mem, true, &|c, b| mem.grant(c, b))?;
+            let grant = chunk_grant(&self.mem, &self.chunk_grants);
+            slot.chunks.complete(&self.mem, true, &grant)?;
         } else {
-            let mem = &self.mem;
+            let grant = chunk_grant(&self.mem, &self.chunk_grants);
             slot.chunks.load(
-                mem,
+                &self.mem,
                 first,
                 t.current_frame,
                 o.frame_size,
                 prefetch,
-                &|c, b| mem.grant(c, b),
+                &grant,
             )?;
         }
         // Remember where the stack was, and how high it reached lately
