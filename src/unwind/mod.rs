@@ -131,6 +131,9 @@ pub struct Unwinder<M: ProcessMemory> {
     /// as the last sample found them; the next sample reads them all in one
     /// system call.
     thread_guess: HashMap<u64, Vec<u64>>,
+    /// All-threads mode: per thread state, its first chunk and a
+    /// high-water mark of its live length, read with the state next time.
+    chunk_guess: HashMap<u64, (u64, usize)>,
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
@@ -263,6 +266,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             outside: Vec::new(),
             slots,
             thread_guess: HashMap::new(),
+            chunk_guess: HashMap::new(),
             order: Vec::new(),
             seen: HashSet::new(),
             chunk_grants: Cell::new(0),
@@ -310,7 +314,9 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     /// Take one sample of the selected threads into `out.threads`
-    /// (cleared first; its buffers are reused).
+    /// (cleared first; its buffers are reused). Every stack in it is
+    /// complete; a torn one fails the sample, and so
+    /// does a sample that needs more reads than its budget.
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
         self.mem.start(READ_BUDGET, BYTE_BUDGET);
         self.chunk_grants.set(0);
@@ -521,8 +527,20 @@ impl<M: ProcessMemory> Unwinder<M> {
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
         }
-        let guessed_ok = !guess.is_empty() && {
-            let mut reqs = Vec::with_capacity(guess.len());
+        // The thread states the last sample found and, in the same system
+        // call, each one's first chunk as far as its stack reached lately
+        // and its frames outside the data stack: when the guesses hold, a
+        // thread's frames are read in the same instant as its state, which
+        // leaves the least time for them to change in between. If a
+        // guessed chunk is gone (its thread ended), the states are read
+        // again alone.
+        let mut chunks_ok = false;
+        let mut guessed_ok = false;
+        for with_chunks in [true, false] {
+            if guess.is_empty() || guessed_ok {
+                break;
+            }
+            let mut reqs = Vec::with_capacity(guess.len() * 2);
             for (slot, &t) in self.slots.iter_mut().zip(&guess) {
                 slot.tstate = t;
                 slot.buf.resize(tsize, 0);
@@ -530,13 +548,25 @@ impl<M: ProcessMemory> Unwinder<M> {
                     addr: t,
                     buf: &mut slot.buf[..],
                 });
+                match self.chunk_guess.get(&t) {
+                    Some(&(chunk, hw)) if with_chunks => {
+                        let pre = self.prefetch.get(&t).map_or(&[][..], |v| &v[..]);
+                        slot.chunks
+                            .prepare_guess(chunk, hw + CHUNK_SLACK, o.frame_size, pre);
+                        slot.chunks.requests(&mut reqs);
+                    }
+                    _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
+                }
             }
             match self.mem.read_many(&mut reqs) {
-                Ok(()) => true,
+                Ok(()) => {
+                    guessed_ok = true;
+                    chunks_ok = with_chunks;
+                }
                 Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => false,
+                Err(_) => {}
             }
-        };
+        }
 
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
@@ -589,57 +619,79 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         self.thread_guess.insert(interp_addr, new_guess);
 
-        // Every thread's current chunk and outside frames, in one call.
+        // Every other thread's current chunk and outside frames, in one
+        // call.
         if self.prefetch.len() > 4 * MAX_THREADS {
             self.prefetch.clear();
         }
+        if self.chunk_guess.len() > 4 * MAX_THREADS {
+            self.chunk_guess.clear();
+        }
         let mut facts = Vec::with_capacity(self.order.len());
+        let mut ready = vec![false; self.slots.len()];
         for &i in &self.order {
             let slot = &mut self.slots[i];
             let f = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
-            let pre = self.prefetch.entry(slot.tstate).or_default();
             let first = if f.current_frame != 0 {
                 f.datastack_chunk
             } else {
                 0
             };
-            slot.chunks
-                .prepare(first, f.current_frame, o.frame_size, pre);
-            facts.push(f);
+            // Read with the state, from a guess that holds.
+            ready[i] = chunks_ok
+                && i < guess.len()
+                && first != 0
+                && slot
+                    .chunks
+                    .accept_guess(first, f.current_frame, o.frame_size);
+            if !ready[i] {
+                let pre = self.prefetch.entry(slot.tstate).or_default();
+                slot.chunks
+                    .prepare(first, f.current_frame, o.frame_size, pre);
+            }
+            facts.push((f, first));
         }
         let batch_ok = {
             let mut reqs = Vec::new();
-            let mut selected: Vec<&mut ThreadSlot> = Vec::with_capacity(self.order.len());
             let mut in_order = vec![false; self.slots.len()];
             for &i in &self.order {
                 in_order[i] = true;
             }
             for (i, slot) in self.slots.iter_mut().enumerate() {
-                if in_order[i] {
-                    selected.push(slot);
+                if in_order[i] && !ready[i] {
+                    slot.chunks.requests(&mut reqs);
                 }
             }
-            for slot in selected {
-                slot.chunks.requests(&mut reqs);
-            }
-            match self.mem.read_many(&mut reqs) {
-                Ok(()) => true,
-                Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => false,
-            }
+            reqs.is_empty()
+                || match self.mem.read_many(&mut reqs) {
+                    Ok(()) => true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => false,
+                }
         };
 
-        for (k, f) in facts.into_iter().enumerate() {
+        for (k, (f, first)) in facts.into_iter().enumerate() {
             let idx = self.order[k];
             let slot = &mut self.slots[idx];
             // After a failed batch each thread reads alone, so one bad
             // address costs only its own thread's prefetch.
             {
                 let grant = chunk_grant(&self.mem, &self.chunk_grants);
-                slot.chunks.complete(&self.mem, batch_ok, &grant)?;
+                slot.chunks
+                    .complete(&self.mem, ready[idx] || batch_ok, &grant)?;
             }
             let tstate = slot.tstate;
+            // Next time, guess the same first chunk, as far as the stack
+            // reached lately (decaying, as in main-thread mode).
+            if first != 0 {
+                let live = slot.chunks.live_len();
+                let hw = self.chunk_guess.get(&tstate).map_or(0, |&(_, hw)| hw);
+                self.chunk_guess
+                    .insert(tstate, (first, live.max(hw - hw / 64)));
+            } else {
+                self.chunk_guess.remove(&tstate);
+            }
             self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
         Ok(())
