@@ -315,12 +315,22 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// Take one sample of the selected threads into `out.threads`
     /// (cleared first; its buffers are reused). Every stack in it is
-    /// complete; a torn one fails the sample, and so
+    /// complete; a torn one fails the sample (after one retry), and so
     /// does a sample that needs more reads than its budget.
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
         self.mem.start(READ_BUDGET, BYTE_BUDGET);
         self.chunk_grants.set(0);
-        let r = self.sample_checked(out);
+        let mut r = self.sample_checked(out);
+        if let Err(e) = &r
+            && !e.is_fatal()
+            && !self.mem.spent()
+        {
+            // Torn: the target moved while we read. Once more at once,
+            // within the same budget; what the first try learnt (thread
+            // states, chunks) makes the second cheap, and much less
+            // likely to meet the same moment.
+            r = self.sample_checked(out);
+        }
         if self.mem.spent() {
             // A read was refused, whatever the walk made of that.
             out.threads.clear();
