@@ -264,10 +264,7 @@ impl Chunks {
                     None => false,
                 };
             }
-            if !addr.is_multiple_of(8)
-                || !(USER_START..USER_END).contains(&addr)
-                || self.bufs[..self.used].iter().any(|(a, _)| *a == addr)
-            {
+            if !plausible(addr) || self.bufs[..self.used].iter().any(|(a, _)| *a == addr) {
                 // Not a chunk (or a cycle): frames beyond are not copied,
                 // and the walk finds the chain torn there.
                 break;
@@ -371,6 +368,14 @@ impl Markers {
 const USER_END: u64 = 1 << 56;
 const USER_START: u64 = 4096;
 
+/// Could a structure of the interpreter (frame, chunk, thread or
+/// interpreter state) lie at `addr`? All are 8-aligned in user space. A
+/// pointer that fails this is not followed: it would cost a read for
+/// nothing.
+pub fn plausible(addr: u64) -> bool {
+    addr.is_multiple_of(8) && (USER_START..USER_END).contains(&addr)
+}
+
 /// Reads granted to a walk for each code object it loads: the code object,
 /// its type's name (once), two strings and a byte string, each at most a
 /// speculative read, an exact read and a data read.
@@ -441,7 +446,7 @@ impl Walk<'_> {
         let mut truncated = false;
         self.seen.clear();
         while addr != 0 {
-            if !addr.is_multiple_of(8) || !(USER_START..USER_END).contains(&addr) {
+            if !plausible(addr) {
                 return Err(Torn::BadAddress { addr }.into());
             }
             let pos = self.chunks.find(addr, fsize);

@@ -443,6 +443,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut n_interps = 0;
         while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
             n_interps += 1;
+            if !frames::plausible(interp_addr) {
+                return Err(Error::corrupt(format!(
+                    "interpreter state at impossible address {interp_addr:#x}"
+                )));
+            }
             if !(first && speculated && interp_addr == guess_interp) {
                 let mut reqs = Vec::with_capacity(self.interp_ranges.len());
                 push_ranges(
@@ -507,8 +512,8 @@ impl<M: ProcessMemory> Unwinder<M> {
     fn list_threads(&self, o: &Offsets, head: u64, into: &mut Vec<u64>) -> Result<()> {
         let mut t = head;
         while t != 0 {
-            if into.len() >= MAX_THREADS || into.contains(&t) {
-                return Err(Error::corrupt("thread list too long or cyclic"));
+            if into.len() >= MAX_THREADS || into.contains(&t) || !frames::plausible(t) {
+                return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
             into.push(t);
             if into.len() <= BUDGET_THREADS {
@@ -585,8 +590,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut extra = guess.len();
         let mut t = interp.threads_head;
         while t != 0 {
-            if self.order.len() >= MAX_THREADS || !self.seen.insert(t) {
-                return Err(Error::corrupt("thread list too long or cyclic"));
+            if self.order.len() >= MAX_THREADS || !frames::plausible(t) || !self.seen.insert(t) {
+                return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
             if self.order.len() < BUDGET_THREADS {
                 self.mem.grant(READS_PER_THREAD, BYTES_PER_THREAD);
@@ -782,6 +787,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
+        if !frames::plausible(tstate) {
+            return Err(Error::corrupt(format!(
+                "thread state at impossible address {tstate:#x}"
+            )));
+        }
         let slot = &mut self.slots[0];
         slot.tstate = tstate;
         if !prefetched {
