@@ -341,6 +341,11 @@ impl Chunks {
     pub fn cut(&self) -> bool {
         self.cut
     }
+
+    /// How many chunks the last load copied.
+    pub fn copied(&self) -> usize {
+        self.used
+    }
 }
 
 /// Interned ids of the synthetic frames a walk may emit.
@@ -494,8 +499,10 @@ impl Walk<'_> {
                 return Err(Torn::UnknownOwner { addr, owner }.into());
             }
             if owner == o.owners.thread && pos.is_none() {
-                if self.chunks.cut() && !truncated {
-                    // Beyond what we copy of a huge stack: keep what we have.
+                if self.chunks.cut() && last_pos.map(|(i, _)| i + 1) == Some(self.chunks.copied()) {
+                    // A stack larger than we copy, walked down through its
+                    // oldest copied chunk: keep what we have, truncated.
+                    // (Its root cannot be checked.)
                     out.push(self.markers.truncated);
                     return Ok(());
                 }
