@@ -74,6 +74,21 @@ pub enum Error {
     #[error("inconsistent target memory: {0}")]
     Corrupt(String),
 
+    /// A thread's frame chain is not one intact stack: the target changed
+    /// it while it was read (or its memory is corrupt). A reported stack
+    /// is always complete, so this costs the sample.
+    #[error("torn stack (the target changed it while it was read): {0}")]
+    Torn(#[from] Torn),
+
+    /// One sample asked for more reads of target memory than any intact
+    /// set of stacks needs: the pointers followed lead through torn or
+    /// corrupt memory. The sample is given up rather than let it cost
+    /// without bound.
+    #[error(
+        "a sample needed more than {calls} reads or {bytes} bytes of target memory (torn or corrupt memory)"
+    )]
+    ReadBudget { calls: u32, bytes: u64 },
+
     /// A binary profile (`.bin`) that cannot be read: what is wrong with it
     /// (the message says it is about a binary profile).
     #[error("{0}")]
@@ -86,6 +101,29 @@ pub enum Error {
         context: String,
         cause: std::io::Error,
     },
+}
+
+/// Why a frame chain is not one intact stack (see [`Error::Torn`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Torn {
+    #[error("the frame at {addr:#x} cannot be read")]
+    UnreadableFrame { addr: u64 },
+    #[error("the frame at {addr:#x} is at an impossible address")]
+    BadAddress { addr: u64 },
+    #[error("the frame at {addr:#x} has owner {owner}, which no frame in a stack has")]
+    UnknownOwner { addr: u64, owner: u8 },
+    #[error("the frame at {addr:#x} belongs to the thread's data stack but lies outside it")]
+    OutsideDataStack { addr: u64 },
+    #[error("the frame at {addr:#x} lies above its callee in the data stack")]
+    OutOfOrder { addr: u64 },
+    #[error("the frame at {addr:#x} was reached twice (a cycle)")]
+    Cycle { addr: u64 },
+    #[error("the code object at {code:#x} of the frame at {addr:#x} cannot be read: {cause}")]
+    UnreadableCode { addr: u64, code: u64, cause: String },
+    #[error("the chain did not end in an entry frame")]
+    NoEntryFrame,
+    #[error("the chain did not reach the thread's base frame")]
+    NoBaseFrame,
 }
 
 impl Error {

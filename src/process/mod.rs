@@ -13,7 +13,9 @@ pub mod linux;
 #[cfg(target_os = "linux")]
 pub mod ptrace;
 
-use crate::error::Result;
+use std::cell::Cell;
+
+use crate::error::{Error, Result};
 
 /// One range to read: the remote address and the local buffer to fill.
 pub struct ReadReq<'a> {
@@ -46,6 +48,113 @@ pub trait ProcessMemory {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Requests to the reader per system call: `read_many` is charged one
+/// call per this many ranges (Linux's `IOV_MAX`).
+pub const RANGES_PER_CALL: usize = 1024;
+
+/// A reader that counts the calls and bytes asked of it and refuses more
+/// than a budget: every read from the moment the budget is spent fails
+/// with [`Error::ReadBudget`], so no pointer chase in torn memory can make
+/// one sample cost without bound.
+pub struct Metered<M> {
+    inner: M,
+    calls: Cell<u32>,
+    bytes: Cell<u64>,
+    max_calls: Cell<u32>,
+    max_bytes: Cell<u64>,
+    spent: Cell<bool>,
+}
+
+impl<M> Metered<M> {
+    /// A reader with no budget set: it refuses nothing until [`Metered::start`].
+    pub fn new(inner: M) -> Self {
+        Metered {
+            inner,
+            calls: Cell::new(0),
+            bytes: Cell::new(0),
+            max_calls: Cell::new(u32::MAX),
+            max_bytes: Cell::new(u64::MAX),
+            spent: Cell::new(false),
+        }
+    }
+
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    /// Start counting afresh with a budget of `calls` and `bytes`.
+    pub fn start(&self, calls: u32, bytes: u64) {
+        self.calls.set(0);
+        self.bytes.set(0);
+        self.max_calls.set(calls);
+        self.max_bytes.set(bytes);
+        self.spent.set(false);
+    }
+
+    /// Add to the budget: for work whose reads are bounded elsewhere (a
+    /// code object loaded, a thread found in the list).
+    pub fn grant(&self, calls: u32, bytes: u64) {
+        self.max_calls
+            .set(self.max_calls.get().saturating_add(calls));
+        self.max_bytes
+            .set(self.max_bytes.get().saturating_add(bytes));
+    }
+
+    /// Calls and bytes asked for since [`Metered::start`].
+    pub fn used(&self) -> (u32, u64) {
+        (self.calls.get(), self.bytes.get())
+    }
+
+    /// The budget (calls, bytes), grants included.
+    pub fn limit(&self) -> (u32, u64) {
+        (self.max_calls.get(), self.max_bytes.get())
+    }
+
+    /// True once a read was refused: whatever the caller made of that
+    /// failure, the sample is over budget.
+    pub fn spent(&self) -> bool {
+        self.spent.get()
+    }
+
+    /// The error a refused read gives.
+    pub fn budget_error(&self) -> Error {
+        Error::ReadBudget {
+            calls: self.max_calls.get(),
+            bytes: self.max_bytes.get(),
+        }
+    }
+
+    fn charge(&self, calls: u32, bytes: u64) -> Result<()> {
+        let c = self.calls.get().saturating_add(calls);
+        let b = self.bytes.get().saturating_add(bytes);
+        if self.spent.get() || c > self.max_calls.get() || b > self.max_bytes.get() {
+            self.spent.set(true);
+            return Err(self.budget_error());
+        }
+        self.calls.set(c);
+        self.bytes.set(b);
+        Ok(())
+    }
+}
+
+impl<M: ProcessMemory> ProcessMemory for Metered<M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        self.charge(1, buf.len() as u64)?;
+        self.inner.read(addr, buf)
+    }
+
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
+        let ranges = reqs.iter().filter(|r| !r.buf.is_empty()).count();
+        let bytes = reqs.iter().map(|r| r.buf.len() as u64).sum();
+        self.charge(ranges.div_ceil(RANGES_PER_CALL) as u32, bytes)?;
+        self.inner.read_many(reqs)
+    }
+
+    fn os_thread_state(&self, tid: u64) -> Option<char> {
+        self.inner.os_thread_state(tid)
     }
 }
 

@@ -98,6 +98,11 @@ impl CodeCache {
         self.codes.is_empty()
     }
 
+    /// Is the code object at `code` cached (no reads to make a frame of it)?
+    pub fn contains(&self, code: u64) -> bool {
+        self.codes.contains_key(&code)
+    }
+
     pub fn clear(&mut self) {
         self.codes.clear();
     }

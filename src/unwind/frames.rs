@@ -6,8 +6,10 @@
 //! coroutine frames inside their objects, entry frames on the C stack, the
 //! 3.15 base frame inside the thread state) are read one by one.
 
+use std::collections::HashSet;
+
 use super::code::CodeCache;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Torn};
 use crate::model::{FrameId, FrameKind, FrameTable};
 use crate::offsets::Offsets;
 use crate::process::{LocalBytes, ProcessMemory, ReadReq};
@@ -15,7 +17,7 @@ use crate::process::{LocalBytes, ProcessMemory, ReadReq};
 /// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
 const CHUNK_HEADER: u64 = 24;
 /// The interpreter's chunk size; most chunks are exactly this.
-const CHUNK_GUESS: usize = 16 * 1024;
+pub const CHUNK_GUESS: usize = 16 * 1024;
 /// Largest chunk we believe: CPython's chunks are 16 KiB unless one frame
 /// needs more, and no real frame needs a megabyte. A corrupt size must not
 /// turn one sample into a 16 MiB copy.
@@ -48,11 +50,29 @@ pub struct Chunks {
     /// only its live part is read.
     pending: u64,
     pending_live: bool,
+    /// The older chunks (all but the first) the last load found, as
+    /// (address, length): a load reads them again in its first system call,
+    /// since older chunks change only when the stack shrinks below them.
+    last_chain: Vec<(u64, usize)>,
+    /// Speculative copies of those chunks; the first `spec_n` are in use.
+    spec: Vec<(u64, Vec<u8>)>,
+    spec_n: usize,
+    /// The last load stopped at our own caps (chunks or bytes), not at the
+    /// end of the chain: frames beyond it are not in the copies.
+    cut: bool,
 }
+
+/// Most older chunks per sample whose reads are granted beyond the budget
+/// (see [`Chunks::complete`]).
+pub const MAX_GRANTED_CHUNKS: usize = 256;
+
+/// Most older chunks read speculatively in the first system call.
+const MAX_SPEC_CHUNKS: usize = 512;
 
 impl Chunks {
     /// Copy the chain of chunks starting at `first`. A chunk that cannot be
-    /// read ends the chain: frames in it are then read one by one.
+    /// read ends the chain: a walk that needs frames beyond it finds the
+    /// stack torn.
     ///
     /// `current` is the thread's current frame. When it lies in the first
     /// chunk, only the chunk up to the end of that frame is copied: every
@@ -66,6 +86,7 @@ impl Chunks {
         current: u64,
         frame_size: u64,
         prefetch: &[u64],
+        grant: &dyn Fn(u32, u64),
     ) -> Result<()> {
         self.prepare(first, current, frame_size, prefetch);
         let mut reqs = Vec::with_capacity(prefetch.len() + 1);
@@ -74,7 +95,7 @@ impl Chunks {
         drop(reqs);
         match r {
             Err(e) if e.is_fatal() => Err(e),
-            r => self.complete(mem, r.is_ok()),
+            r => self.complete(mem, r.is_ok(), grant),
         }
     }
 
@@ -104,6 +125,19 @@ impl Chunks {
         self.extra_buf.resize(prefetch.len() * fs, 0);
         self.extra
             .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
+        self.spec_n = 0;
+        for &(a, len) in &self.last_chain {
+            if a == first || self.spec_n >= MAX_SPEC_CHUNKS {
+                continue;
+            }
+            if self.spec.len() <= self.spec_n {
+                self.spec.push((0, Vec::new()));
+            }
+            let (addr, buf) = &mut self.spec[self.spec_n];
+            *addr = a;
+            buf.resize(len, 0);
+            self.spec_n += 1;
+        }
     }
 
     /// Like [`Chunks::prepare`], before the thread state is known: guess
@@ -172,27 +206,72 @@ impl Chunks {
                 buf: piece,
             });
         }
+        for (a, buf) in &mut self.spec[..self.spec_n] {
+            reqs.push(ReadReq {
+                addr: *a,
+                buf: &mut buf[..],
+            });
+        }
     }
 
     /// Finish a prepared load after its requests were read (`read_ok`) or
     /// not: check the first chunk, read it again alone if needed, and copy
     /// the older chunks.
-    pub fn complete(&mut self, mem: &dyn ProcessMemory, read_ok: bool) -> Result<()> {
+    ///
+    /// Older chunks not read speculatively are read one by one: `grant` is
+    /// called for each, to add to the sample's read budget (the caller
+    /// grants up to [`MAX_GRANTED_CHUNKS`] per sample), as a deep stack's
+    /// first sample needs a read per chunk.
+    pub fn complete(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        read_ok: bool,
+        grant: &dyn Fn(u32, u64),
+    ) -> Result<()> {
         let first = std::mem::take(&mut self.pending);
         if first == 0 {
             return Ok(());
         }
         if !read_ok {
             self.extra.clear();
+            self.spec_n = 0;
         }
+        self.cut = false;
         let mut addr = first;
         let mut fresh = read_ok;
         let mut copied = 0usize;
-        while addr != 0 && self.used < MAX_CHUNKS && copied < MAX_STACK_BYTES {
+        while addr != 0 {
+            if self.used >= MAX_CHUNKS || copied >= MAX_STACK_BYTES {
+                self.cut = true;
+                break;
+            }
             if self.bufs.len() <= self.used {
                 self.bufs.push((0, Vec::new()));
             }
             let live = self.used == 0 && self.pending_live;
+            if self.used > 0 {
+                // An older chunk: take the speculative copy if there is one.
+                let used = self.used;
+                fresh = match self.spec[..self.spec_n]
+                    .iter()
+                    .position(|(a, _)| *a == addr)
+                {
+                    Some(k) => {
+                        std::mem::swap(&mut self.bufs[used].1, &mut self.spec[k].1);
+                        self.spec[k].0 = 0;
+                        true
+                    }
+                    None => false,
+                };
+            }
+            if !plausible(addr) || self.bufs[..self.used].iter().any(|(a, _)| *a == addr) {
+                // Not a chunk (or a cycle): frames beyond are not copied,
+                // and the walk finds the chain torn there.
+                break;
+            }
+            if !fresh && self.used > 0 {
+                grant(2, CHUNK_GUESS as u64);
+            }
             let (slot_addr, buf) = &mut self.bufs[self.used];
             if !fresh {
                 if !live {
@@ -228,6 +307,13 @@ impl Chunks {
             addr = buf.u64_at(0).unwrap_or(0);
             self.used += 1;
         }
+        self.spec_n = 0;
+        self.last_chain.clear();
+        self.last_chain.extend(
+            self.bufs[1.min(self.used)..self.used]
+                .iter()
+                .map(|(a, b)| (*a, b.len())),
+        );
         Ok(())
     }
 
@@ -237,14 +323,28 @@ impl Chunks {
         self.extra_buf.get(off..off + len as usize)
     }
 
-    /// The `len` bytes at remote `addr`, if they lie inside a copied chunk.
-    pub fn find(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        self.bufs[..self.used].iter().find_map(|(base, buf)| {
-            let start = addr.checked_sub(*base)?;
-            let end = start.checked_add(len)?;
-            (start >= CHUNK_HEADER && end <= buf.len() as u64)
-                .then(|| &buf[start as usize..end as usize])
-        })
+    /// The `len` bytes at remote `addr`, if they lie inside a copied
+    /// chunk, with the chunk's place in the chain (0: the newest).
+    pub fn find(&self, addr: u64, len: u64) -> Option<(usize, &[u8])> {
+        self.bufs[..self.used]
+            .iter()
+            .enumerate()
+            .find_map(|(i, (base, buf))| {
+                let start = addr.checked_sub(*base)?;
+                let end = start.checked_add(len)?;
+                (start >= CHUNK_HEADER && end <= buf.len() as u64)
+                    .then(|| (i, &buf[start as usize..end as usize]))
+            })
+    }
+
+    /// Did the last load stop at our caps rather than at the chain's end?
+    pub fn cut(&self) -> bool {
+        self.cut
+    }
+
+    /// How many chunks the last load copied.
+    pub fn copied(&self) -> usize {
+        self.used
     }
 }
 
@@ -253,41 +353,48 @@ impl Chunks {
 pub struct Markers {
     pub gc: FrameId,
     pub native: FrameId,
-    pub unreadable_frame: FrameId,
-    pub unknown_code: FrameId,
+    /// At the outer end of a stack deeper than [`MAX_DEPTH`]: the frames
+    /// beyond it were left out.
+    pub truncated: FrameId,
 }
 
 impl Markers {
     pub fn new(table: &mut FrameTable) -> Self {
-        let gc = table.synthetic(FrameKind::Gc, "<GC>");
-        let native = table.synthetic(FrameKind::Native, "<native>");
-        let file = table.intern_str("<unknown file>");
-        let mut unreadable = |name: &str| {
-            let func = table.intern_str(name);
-            table.intern(crate::model::Frame {
-                kind: FrameKind::Unreadable,
-                file,
-                func,
-                line: -1,
-                end_line: -1,
-                col: -1,
-                end_col: -1,
-            })
-        };
-        let unreadable_frame = unreadable("<unreadable frame>");
-        let unknown_code = unreadable("<unknown function>");
         Markers {
-            gc,
-            native,
-            unreadable_frame,
-            unknown_code,
+            gc: table.synthetic(FrameKind::Gc, "<GC>"),
+            native: table.synthetic(FrameKind::Native, "<native>"),
+            truncated: table.synthetic(FrameKind::Native, "<truncated>"),
         }
     }
 }
 
+/// Above this, an address is not a user-space address on x86-64 (even
+/// with five-level page tables); below 4 KiB lies the unmapped NULL page.
+const USER_END: u64 = 1 << 56;
+const USER_START: u64 = 4096;
+
+/// Could a structure of the interpreter (frame, chunk, thread or
+/// interpreter state) lie at `addr`? All are 8-aligned in user space. A
+/// pointer that fails this is not followed: it would cost a read for
+/// nothing.
+pub fn plausible(addr: u64) -> bool {
+    addr.is_multiple_of(8) && (USER_START..USER_END).contains(&addr)
+}
+
+/// Reads granted to a walk for each code object it loads: the code object,
+/// its type's name (once), two strings and a byte string, each at most a
+/// speculative read, an exact read and a data read.
+pub const READS_PER_CODE_LOAD: u32 = 16;
+/// Bytes granted per code object loaded: its largest location table and
+/// names, with room to spare.
+pub const BYTES_PER_CODE_LOAD: u64 = 128 * 1024;
+
 /// What one walk needs besides the memory.
 pub struct Walk<'a> {
     pub mem: &'a dyn ProcessMemory,
+    /// Adds to the sample's read budget (calls, bytes) before a code
+    /// object is loaded: those reads are bounded by the load itself.
+    pub grant: &'a dyn Fn(u32, u64),
     pub offs: &'a Offsets,
     pub code: &'a mut CodeCache,
     pub table: &'a mut FrameTable,
@@ -305,11 +412,28 @@ pub struct Walk<'a> {
     /// Frames outside the data stack and the thread state that this walk
     /// visited: the next sample prefetches them.
     pub outside: &'a mut Vec<u64>,
+    /// Scratch: frames outside the data stack seen in this walk (cycles).
+    pub seen: &'a mut HashSet<u64>,
 }
 
 impl Walk<'_> {
     /// Walk the chain from `current` to the bottom, pushing frames leaf
     /// first onto `out`. `base_frame` (3.15) is where a complete chain ends.
+    ///
+    /// Only a complete chain is a stack: one that ends where the
+    /// interpreter roots it (3.13/3.14: an entry frame with no previous
+    /// frame; 3.15: the thread's base frame). Every frame on the way must
+    /// be readable, have an owner a frame in a stack has, and (for frames
+    /// of the thread's data stack) lie in the data stack below its callee;
+    /// no frame may be reached twice. Anything else is a torn read, an
+    /// error that costs the sample. These checks come before each read, so
+    /// garbage pointers cost no system calls. Only frames whose code slot
+    /// is NULL are skipped: they are being pushed or popped this instant,
+    /// and the chain through them is intact.
+    ///
+    /// A stack deeper than [`MAX_DEPTH`] keeps its innermost frames and
+    /// ends in `<truncated>`; the walk still follows the chain to its root
+    /// to check it is complete.
     pub fn run(
         &mut self,
         current: u64,
@@ -322,35 +446,45 @@ impl Walk<'_> {
         let mut addr = current;
         let mut last_addr = 0u64;
         let mut last_was_entry = false;
-        let mut depth = 0usize;
+        // Where the last data-stack frame was: (chunk, address).
+        let mut last_pos: Option<(usize, u64)> = None;
+        let mut truncated = false;
+        self.seen.clear();
         while addr != 0 {
-            depth += 1;
-            if depth > MAX_DEPTH {
-                return Err(Error::corrupt(format!(
-                    "frame chain deeper than {MAX_DEPTH} frames (a cycle in torn memory?)"
-                )));
+            if !plausible(addr) {
+                return Err(Torn::BadAddress { addr }.into());
+            }
+            let pos = self.chunks.find(addr, fsize);
+            if let Some((i, _)) = pos {
+                // The data stack is a stack: a caller lies below its callee,
+                // in the same chunk or an older one.
+                if let Some((li, la)) = last_pos
+                    && (i < li || (i == li && addr >= la))
+                {
+                    return Err(Torn::OutOfOrder { addr }.into());
+                }
+                last_pos = Some((i, addr));
+            } else if !self.seen.insert(addr) {
+                return Err(Torn::Cycle { addr }.into());
             }
             let in_tstate = addr.checked_sub(self.tstate.0).and_then(|off| {
                 self.tstate
                     .1
                     .get(off as usize..off.checked_add(fsize)? as usize)
             });
-            let local_copy = self.chunks.find(addr, fsize).or(in_tstate);
-            if local_copy.is_none() && self.outside.len() < MAX_PREFETCH {
-                self.outside.push(addr);
-            }
+            let local_copy = pos.map(|(_, b)| b).or(in_tstate);
             let fb: &[u8] = match local_copy.or_else(|| self.chunks.prefetched(addr, fsize)) {
                 Some(b) => b,
                 None => {
-                    let buf = &mut local[..fsize as usize];
+                    let buf = local
+                        .get_mut(..fsize as usize)
+                        .ok_or_else(|| Error::corrupt("frame size larger than 512 bytes"))?;
                     match self.mem.read(addr, buf) {
                         Ok(()) => buf,
-                        Err(e) if e.is_fatal() => return Err(e),
-                        Err(_) => {
-                            // Without the frame there is no way further down.
-                            out.push(self.markers.unreadable_frame);
-                            return Ok(());
+                        Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
+                            return Err(e);
                         }
+                        Err(_) => return Err(Torn::UnreadableFrame { addr }.into()),
                     }
                 }
             };
@@ -360,23 +494,54 @@ impl Walk<'_> {
             let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
             let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
 
-            if self.gc_frame != 0 && addr == self.gc_frame {
+            let entry = o.owners.is_entry(owner);
+            if !entry && !o.owners.is_code(owner) {
+                return Err(Torn::UnknownOwner { addr, owner }.into());
+            }
+            if owner == o.owners.thread && pos.is_none() {
+                if self.chunks.cut() && last_pos.map(|(i, _)| i + 1) == Some(self.chunks.copied()) {
+                    // A stack larger than we copy, walked down through its
+                    // oldest copied chunk: keep what we have, truncated.
+                    // (Its root cannot be checked.)
+                    out.push(self.markers.truncated);
+                    return Ok(());
+                }
+                return Err(Torn::OutsideDataStack { addr }.into());
+            }
+            if local_copy.is_none() && self.outside.len() < MAX_PREFETCH {
+                self.outside.push(addr);
+            }
+            last_was_entry = entry;
+            last_addr = addr;
+            addr = previous;
+            if truncated {
+                continue;
+            }
+            let gc = self.gc_frame != 0 && last_addr == self.gc_frame;
+            // The entry frame of an eval-loop invocation: C called into
+            // Python here. It holds no code of its own.
+            let native = entry && self.native && previous != 0 && previous != self.gc_frame;
+            let shown = !entry && executable != 0;
+            // Room for what this frame shows, and `<truncated>` after it.
+            if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
+                truncated = true;
+                continue;
+            }
+            if gc {
                 out.push(self.markers.gc);
             }
-            last_was_entry = o.owners.is_entry(owner);
-            if last_was_entry {
-                // The entry frame of an eval-loop invocation: C called into
-                // Python here. It holds no code of its own.
-                if self.native && previous != 0 && previous != self.gc_frame {
+            if entry {
+                if native {
                     out.push(self.markers.native);
                 }
-            } else if !o.owners.is_code(owner) {
-                out.push(self.markers.unreadable_frame);
             } else if executable == 0 {
                 // A frame being pushed or popped at this very instant: its
                 // code slot is already (or still) NULL. Its caller below is
                 // intact, so skip it rather than lose the sample.
             } else {
+                if !self.code.contains(executable) {
+                    (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
+                }
                 match self
                     .code
                     .frame(self.mem, o, self.table, executable, instr_ptr)
@@ -385,23 +550,29 @@ impl Walk<'_> {
                         out.push(id);
                         self.used_codes.push(executable);
                     }
-                    Err(e) if e.is_fatal() => return Err(e),
-                    Err(_) => out.push(self.markers.unknown_code),
+                    Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
+                        return Err(e);
+                    }
+                    Err(e) => {
+                        return Err(Torn::UnreadableCode {
+                            addr: last_addr,
+                            code: executable,
+                            cause: e.to_string(),
+                        }
+                        .into());
+                    }
                 }
             }
-            last_addr = addr;
-            addr = previous;
+        }
+        if truncated {
+            out.push(self.markers.truncated);
         }
         if current == 0 {
             return Ok(());
         }
         match base_frame {
-            Some(base) if base != 0 && last_addr != base => Err(Error::corrupt(
-                "incomplete stack: the chain did not reach the thread's base frame",
-            )),
-            None if !last_was_entry => Err(Error::corrupt(
-                "incomplete stack: the chain did not end in an entry frame",
-            )),
+            Some(base) if base == 0 || last_addr != base => Err(Torn::NoBaseFrame.into()),
+            None if !last_was_entry => Err(Torn::NoEntryFrame.into()),
             _ => Ok(()),
         }
     }

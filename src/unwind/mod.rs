@@ -14,12 +14,13 @@ pub mod linetable;
 pub mod objects;
 pub mod threads;
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
 use crate::offsets::Offsets;
-use crate::process::{LocalBytes, ProcessMemory, ReadReq};
+use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
@@ -49,8 +50,51 @@ impl Default for UnwindOptions {
     }
 }
 
+/// Reads one sample may ask of the target, before the grants below: the
+/// steady state needs one to three (see `sample_once`), a changed stack a
+/// few more. Past the budget the sample fails with
+/// [`Error::ReadBudget`], whatever the memory holds.
+pub const READ_BUDGET: u32 = 48;
+/// Bytes one sample may read, before the grants below.
+pub const BYTE_BUDGET: u64 = 32 << 20;
+/// Granted per thread in the list (all-threads mode; the first
+/// [`BUDGET_THREADS`] threads): its state and its chunk, read alone when a
+/// guess or a batch missed.
+pub const READS_PER_THREAD: u32 = 2;
+pub const BYTES_PER_THREAD: u64 = 2 << 20;
+pub const BUDGET_THREADS: usize = 256;
+/// Granted per older data-stack chunk read alone (the first
+/// [`frames::MAX_GRANTED_CHUNKS`] of a sample): a deep stack's first
+/// sample, before the chunks are read speculatively.
+pub const READS_PER_CHUNK: u32 = 2;
+pub use frames::{BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, READS_PER_CODE_LOAD};
+
+/// The most reads one sample may make, given the threads it found, the
+/// code objects it loaded and the older chunks it had to read one by one.
+pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
+    READ_BUDGET as u64
+        + READS_PER_THREAD as u64 * threads.min(BUDGET_THREADS) as u64
+        + READS_PER_CODE_LOAD as u64 * code_loads
+        + READS_PER_CHUNK as u64 * chunks.min(MAX_GRANTED_CHUNKS) as u64
+}
+
+/// The most reads any sample may make, whatever the memory holds, given
+/// the code objects it loaded (each load is bounded by itself).
+pub fn max_reads(code_loads: u64) -> u64 {
+    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+}
+
+/// The most bytes any sample may read, given the code objects it loaded.
+pub fn max_bytes_allowed(code_loads: u64) -> u64 {
+    BYTE_BUDGET
+        + BYTES_PER_THREAD * BUDGET_THREADS as u64
+        + BYTES_PER_CODE_LOAD * code_loads
+        + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
+}
+
 pub struct Unwinder<M: ProcessMemory> {
-    mem: M,
+    /// The reader, metered: each sample has a read budget.
+    mem: Metered<M>,
     pid: i32,
     runtime: Runtime,
     pub opts: UnwindOptions,
@@ -87,7 +131,14 @@ pub struct Unwinder<M: ProcessMemory> {
     /// as the last sample found them; the next sample reads them all in one
     /// system call.
     thread_guess: HashMap<u64, Vec<u64>>,
+    /// All-threads mode: per thread state, its first chunk and a
+    /// high-water mark of its live length, read with the state next time.
+    chunk_guess: HashMap<u64, (u64, usize)>,
     order: Vec<usize>,
+    /// Scratch for cycle checks (frames outside the data stack; threads).
+    seen: HashSet<u64>,
+    /// Older chunks granted reads in this sample.
+    chunk_grants: Cell<usize>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -101,6 +152,20 @@ struct ThreadSlot {
 /// Extra bytes read beyond the recent high-water mark of the live stack,
 /// so a slightly deeper stack still fits the speculative read.
 const CHUNK_SLACK: usize = 1024;
+
+/// The grant for an older chunk read alone: [`READS_PER_CHUNK`] reads, for
+/// the first [`MAX_GRANTED_CHUNKS`] of a sample.
+fn chunk_grant<'a, M: ProcessMemory>(
+    mem: &'a Metered<M>,
+    granted: &'a Cell<usize>,
+) -> impl Fn(u32, u64) + 'a {
+    move |_, bytes| {
+        if granted.get() < MAX_GRANTED_CHUNKS {
+            granted.set(granted.get() + 1);
+            mem.grant(READS_PER_CHUNK, bytes);
+        }
+    }
+}
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
 /// joining neighbours closer than a cache line.
@@ -179,7 +244,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             chunks: Chunks::default(),
         }];
         Unwinder {
-            mem,
+            mem: Metered::new(mem),
             pid,
             runtime,
             opts,
@@ -201,7 +266,10 @@ impl<M: ProcessMemory> Unwinder<M> {
             outside: Vec::new(),
             slots,
             thread_guess: HashMap::new(),
+            chunk_guess: HashMap::new(),
             order: Vec::new(),
+            seen: HashSet::new(),
+            chunk_grants: Cell::new(0),
         }
     }
 
@@ -227,7 +295,17 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     pub fn memory(&self) -> &M {
-        &self.mem
+        self.mem.inner()
+    }
+
+    /// Reads (calls, bytes) the last sample asked of the target.
+    pub fn reads_used(&self) -> (u32, u64) {
+        self.mem.used()
+    }
+
+    /// The read budget (calls, bytes) the last sample had, grants included.
+    pub fn reads_allowed(&self) -> (u32, u64) {
+        self.mem.limit()
     }
 
     /// Code-object cache (hits, misses, entries), for statistics.
@@ -236,8 +314,35 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     /// Take one sample of the selected threads into `out.threads`
-    /// (cleared first; its buffers are reused).
+    /// (cleared first; its buffers are reused). Every stack in it is
+    /// complete; a torn one fails the sample (after one retry), and so
+    /// does a sample that needs more reads than its budget.
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
+        self.mem.start(READ_BUDGET, BYTE_BUDGET);
+        self.chunk_grants.set(0);
+        let mut r = self.sample_checked(out);
+        if let Err(e) = &r
+            && !e.is_fatal()
+            && !self.mem.spent()
+        {
+            // Torn: the target moved while we read. Once more at once,
+            // within the same budget; what the first try learnt (thread
+            // states, chunks) makes the second cheap, and much less
+            // likely to meet the same moment.
+            r = self.sample_checked(out);
+        }
+        if self.mem.spent() {
+            // A read was refused, whatever the walk made of that.
+            out.threads.clear();
+            return Err(self.mem.budget_error());
+        }
+        if r.is_err() {
+            out.threads.clear();
+        }
+        r
+    }
+
+    fn sample_checked(&mut self, out: &mut Sample) -> Result<()> {
         let r = self.sample_once(out);
         if r.is_ok() && self.runtime.offsets.interp_code_object_generation.is_none() {
             // 3.13: no generation counter; re-validate the code objects this
@@ -338,6 +443,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut n_interps = 0;
         while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
             n_interps += 1;
+            if !frames::plausible(interp_addr) {
+                return Err(Error::corrupt(format!(
+                    "interpreter state at impossible address {interp_addr:#x}"
+                )));
+            }
             if !(first && speculated && interp_addr == guess_interp) {
                 let mut reqs = Vec::with_capacity(self.interp_ranges.len());
                 push_ranges(
@@ -402,10 +512,13 @@ impl<M: ProcessMemory> Unwinder<M> {
     fn list_threads(&self, o: &Offsets, head: u64, into: &mut Vec<u64>) -> Result<()> {
         let mut t = head;
         while t != 0 {
-            if into.len() >= MAX_THREADS || into.contains(&t) {
-                return Err(Error::corrupt("thread list too long or cyclic"));
+            if into.len() >= MAX_THREADS || into.contains(&t) || !frames::plausible(t) {
+                return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
             into.push(t);
+            if into.len() <= BUDGET_THREADS {
+                self.mem.grant(1, 8);
+            }
             t = self.mem.read_u64(t.wrapping_add(o.tstate_next))?;
         }
         Ok(())
@@ -429,8 +542,20 @@ impl<M: ProcessMemory> Unwinder<M> {
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
         }
-        let guessed_ok = !guess.is_empty() && {
-            let mut reqs = Vec::with_capacity(guess.len());
+        // The thread states the last sample found and, in the same system
+        // call, each one's first chunk as far as its stack reached lately
+        // and its frames outside the data stack: when the guesses hold, a
+        // thread's frames are read in the same instant as its state, which
+        // leaves the least time for them to change in between. If a
+        // guessed chunk is gone (its thread ended), the states are read
+        // again alone.
+        let mut chunks_ok = false;
+        let mut guessed_ok = false;
+        for with_chunks in [true, false] {
+            if guess.is_empty() || guessed_ok {
+                break;
+            }
+            let mut reqs = Vec::with_capacity(guess.len() * 2);
             for (slot, &t) in self.slots.iter_mut().zip(&guess) {
                 slot.tstate = t;
                 slot.buf.resize(tsize, 0);
@@ -438,22 +563,38 @@ impl<M: ProcessMemory> Unwinder<M> {
                     addr: t,
                     buf: &mut slot.buf[..],
                 });
+                match self.chunk_guess.get(&t) {
+                    Some(&(chunk, hw)) if with_chunks => {
+                        let pre = self.prefetch.get(&t).map_or(&[][..], |v| &v[..]);
+                        slot.chunks
+                            .prepare_guess(chunk, hw + CHUNK_SLACK, o.frame_size, pre);
+                        slot.chunks.requests(&mut reqs);
+                    }
+                    _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
+                }
             }
             match self.mem.read_many(&mut reqs) {
-                Ok(()) => true,
+                Ok(()) => {
+                    guessed_ok = true;
+                    chunks_ok = with_chunks;
+                }
                 Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => false,
+                Err(_) => {}
             }
-        };
+        }
 
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
         self.order.clear();
+        self.seen.clear();
         let mut extra = guess.len();
         let mut t = interp.threads_head;
         while t != 0 {
-            if self.order.len() >= MAX_THREADS {
-                return Err(Error::corrupt("thread list too long or cyclic"));
+            if self.order.len() >= MAX_THREADS || !frames::plausible(t) || !self.seen.insert(t) {
+                return Err(Error::corrupt("thread list too long, cyclic or broken"));
+            }
+            if self.order.len() < BUDGET_THREADS {
+                self.mem.grant(READS_PER_THREAD, BYTES_PER_THREAD);
             }
             let k = self.order.len();
             let hit = if !guessed_ok {
@@ -493,54 +634,79 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         self.thread_guess.insert(interp_addr, new_guess);
 
-        // Every thread's current chunk and outside frames, in one call.
+        // Every other thread's current chunk and outside frames, in one
+        // call.
         if self.prefetch.len() > 4 * MAX_THREADS {
             self.prefetch.clear();
         }
+        if self.chunk_guess.len() > 4 * MAX_THREADS {
+            self.chunk_guess.clear();
+        }
         let mut facts = Vec::with_capacity(self.order.len());
+        let mut ready = vec![false; self.slots.len()];
         for &i in &self.order {
             let slot = &mut self.slots[i];
             let f = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
-            let pre = self.prefetch.entry(slot.tstate).or_default();
             let first = if f.current_frame != 0 {
                 f.datastack_chunk
             } else {
                 0
             };
-            slot.chunks
-                .prepare(first, f.current_frame, o.frame_size, pre);
-            facts.push(f);
+            // Read with the state, from a guess that holds.
+            ready[i] = chunks_ok
+                && i < guess.len()
+                && first != 0
+                && slot
+                    .chunks
+                    .accept_guess(first, f.current_frame, o.frame_size);
+            if !ready[i] {
+                let pre = self.prefetch.entry(slot.tstate).or_default();
+                slot.chunks
+                    .prepare(first, f.current_frame, o.frame_size, pre);
+            }
+            facts.push((f, first));
         }
         let batch_ok = {
             let mut reqs = Vec::new();
-            let mut selected: Vec<&mut ThreadSlot> = Vec::with_capacity(self.order.len());
             let mut in_order = vec![false; self.slots.len()];
             for &i in &self.order {
                 in_order[i] = true;
             }
             for (i, slot) in self.slots.iter_mut().enumerate() {
-                if in_order[i] {
-                    selected.push(slot);
+                if in_order[i] && !ready[i] {
+                    slot.chunks.requests(&mut reqs);
                 }
             }
-            for slot in selected {
-                slot.chunks.requests(&mut reqs);
-            }
-            match self.mem.read_many(&mut reqs) {
-                Ok(()) => true,
-                Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => false,
-            }
+            reqs.is_empty()
+                || match self.mem.read_many(&mut reqs) {
+                    Ok(()) => true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => false,
+                }
         };
 
-        for (k, f) in facts.into_iter().enumerate() {
+        for (k, (f, first)) in facts.into_iter().enumerate() {
             let idx = self.order[k];
             let slot = &mut self.slots[idx];
             // After a failed batch each thread reads alone, so one bad
             // address costs only its own thread's prefetch.
-            slot.chunks.complete(&self.mem, batch_ok)?;
+            {
+                let grant = chunk_grant(&self.mem, &self.chunk_grants);
+                slot.chunks
+                    .complete(&self.mem, ready[idx] || batch_ok, &grant)?;
+            }
             let tstate = slot.tstate;
+            // Next time, guess the same first chunk, as far as the stack
+            // reached lately (decaying, as in main-thread mode).
+            if first != 0 {
+                let live = slot.chunks.live_len();
+                let hw = self.chunk_guess.get(&tstate).map_or(0, |&(_, hw)| hw);
+                self.chunk_guess
+                    .insert(tstate, (first, live.max(hw - hw / 64)));
+            } else {
+                self.chunk_guess.remove(&tstate);
+            }
             self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
         Ok(())
@@ -576,8 +742,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let ts = &self.slots[idx];
+        let mem = &self.mem;
+        let grant = |calls, bytes| mem.grant(calls, bytes);
         let mut walk = Walk {
-            mem: &self.mem,
+            mem,
+            grant: &grant,
+            seen: &mut self.seen,
             offs: o,
             code: &mut self.code,
             table: &mut self.table,
@@ -617,6 +787,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
+        if !frames::plausible(tstate) {
+            return Err(Error::corrupt(format!(
+                "thread state at impossible address {tstate:#x}"
+            )));
+        }
         let slot = &mut self.slots[0];
         slot.tstate = tstate;
         if !prefetched {
@@ -639,10 +814,18 @@ impl<M: ProcessMemory> Unwinder<M> {
                 .chunks
                 .accept_guess(first, t.current_frame, o.frame_size)
         {
-            slot.chunks.complete(&self.mem, true)?;
+            let grant = chunk_grant(&self.mem, &self.chunk_grants);
+            slot.chunks.complete(&self.mem, true, &grant)?;
         } else {
-            slot.chunks
-                .load(&self.mem, first, t.current_frame, o.frame_size, prefetch)?;
+            let grant = chunk_grant(&self.mem, &self.chunk_grants);
+            slot.chunks.load(
+                &self.mem,
+                first,
+                t.current_frame,
+                o.frame_size,
+                prefetch,
+                &grant,
+            )?;
         }
         // Remember where the stack was, and how high it reached lately
         // (decaying, so one deep moment does not inflate reads for ever).
