@@ -156,6 +156,7 @@ fn report_py_finds_the_hotspot_in_wall_and_cpu_mode_on_every_version() {
         assert!(captured(&stdout) >= fetch.direct, "{}:\n{stdout}", it.name);
         assert!(error_rate(&stdout) < 1.0, "{}:\n{stdout}", it.name);
 
+        let wall_sleep = fetch.direct;
         // In CPU mode the sleep disappears and the hot loop still leads.
         let out = run_in_root(
             &it,
@@ -176,9 +177,13 @@ fn report_py_finds_the_hotspot_in_wall_and_cpu_mode_on_every_version() {
             .filter(|r| r.key.contains("fetch_upstream"))
             .map(|r| r.direct)
             .sum();
+        // A few samples catch the thread around its sleep, more on a busy
+        // machine (woken, it waits runnable for a CPU, and runnable counts
+        // as on CPU, as in the reference): a small part of the wall-mode
+        // count, never most of it.
         assert!(
-            sleeping < 20,
-            "{} cpu: fetch_upstream has {sleeping} samples:\n{stdout}",
+            sleeping * 10 < wall_sleep,
+            "{} cpu: fetch_upstream has {sleeping} samples, wall mode {wall_sleep}:\n{stdout}",
             it.name
         );
     }
