@@ -140,13 +140,14 @@ pub fn format_dump(
                 continue;
             }
             let shown = display_filename(file, cwd.as_deref());
-            if f.line > 0 {
-                let _ = writeln!(out, "  File \"{shown}\", line {}, in {name}", f.line);
+            let line = f.line();
+            if line > 0 {
+                let _ = writeln!(out, "  File \"{shown}\", line {line}, in {name}");
             } else {
                 let _ = writeln!(out, "  File \"{shown}\", in {name}");
             }
             if f.kind == FrameKind::Python
-                && let Some(line) = src.line(file, f.line)
+                && let Some(line) = src.line(file, line)
                 && !line.trim().is_empty()
             {
                 // Like the reference (and tracebacks): strip the indentation only.

@@ -24,17 +24,34 @@ pub enum FrameKind {
     Unreadable,
 }
 
-/// One frame: where in which function. Lines and columns are -1 when the
-/// location table has no location for the instruction.
+/// Where in its source an instruction is: lines 1-based, columns 0-based,
+/// a column -1 when the location table gives the line only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub line: i32,
+    pub end_line: i32,
+    pub col: i32,
+    pub end_col: i32,
+}
+
+/// One frame: where in which function. `location` is `None` when there is
+/// none to give: synthetic frames (`<GC>`, `<native>`, `<truncated>`),
+/// unreadable frames, and instructions the location table does not place.
+/// Each file format turns `None` into its own sentinel at its boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Frame {
     pub kind: FrameKind,
     pub file: StrId,
     pub func: StrId,
-    pub line: i32,
-    pub end_line: i32,
-    pub col: i32,
-    pub end_col: i32,
+    pub location: Option<Location>,
+}
+
+impl Frame {
+    /// The line the reference's text outputs show: 0 without a location
+    /// (its `location=None`).
+    pub fn line(&self) -> i32 {
+        self.location.map_or(0, |l| l.line)
+    }
 }
 
 /// Interned frames and strings for one profile.
@@ -79,10 +96,7 @@ impl FrameTable {
             kind,
             file,
             func,
-            line: 0,
-            end_line: 0,
-            col: -1,
-            end_col: -1,
+            location: None,
         })
     }
 
@@ -137,8 +151,19 @@ pub struct ThreadSample {
 /// Every sampled thread at one instant.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
+    /// When, in microseconds since the Unix epoch: the sampling loop's
+    /// wall-clock start plus its monotonic clock, so times only grow, also
+    /// across the processes of one profile, and a recording replays with
+    /// the times it was taken at.
     pub timestamp_us: u64,
     pub threads: Vec<ThreadSample>,
+}
+
+/// The wall clock, in microseconds since the Unix epoch.
+pub fn epoch_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// What is being measured (`--mode`); the numbers are the reference's.

@@ -193,15 +193,12 @@ fn sample_target(it: &Interp, n: usize) -> (Vec<Sample>, FrameTable) {
     (out, u.into_frames())
 }
 
-/// A frame as text with every field, the way a reader gives it back: a
-/// Python frame without a location (line -1) reads back as the
-/// reference's `location=None`, tachyon's line 0.
+/// A frame as text with every field, the way a reader gives it back.
 fn frame_text(t: &FrameTable, id: u32) -> String {
     let f = t.frame(id);
-    let (line, end_line, col, end_col) = if f.line == -1 {
-        (0, 0, -1, -1)
-    } else {
-        (f.line, f.end_line, f.col, f.end_col)
+    let (line, end_line, col, end_col) = match f.location {
+        None => (0, 0, -1, -1),
+        Some(l) => (l.line, l.end_line, l.col, l.end_col),
     };
     let kind = match f.kind {
         FrameKind::Python | FrameKind::Unreadable => "py",
@@ -419,10 +416,12 @@ fn binary_collector_file_replays_in_the_reference() {
             kind: FrameKind::Python,
             file,
             func,
-            line,
-            end_line: line,
-            col: 4,
-            end_col: 9,
+            location: Some(tachyon::model::Location {
+                line,
+                end_line: line,
+                col: 4,
+                end_col: 9,
+            }),
         })
     };
     let main = py(file, "<module>", 1);

@@ -115,8 +115,9 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn as_tuple(l: Location) -> [i32; 4] {
-    [l.line, l.end_line, l.col, l.end_col]
+/// A location as Python's `co_positions()` gives it, -1 for None.
+fn as_tuple(l: Option<Location>) -> [i32; 4] {
+    l.map_or([-1; 4], |l| [l.line, l.end_line, l.col, l.end_col])
 }
 
 #[derive(Default)]
@@ -171,7 +172,7 @@ fn check(c: &CodeDump, n: &mut Counts, bad: &mut Vec<String>) {
     }
     for (i, want) in c.pos.iter().enumerate() {
         let got = expanded.get(i).copied().map(as_tuple);
-        let located = locate(&table, c.first, i as u32).map(as_tuple);
+        let located = Some(as_tuple(locate(&table, c.first, i as u32)));
         if got != Some(*want) || located != Some(*want) {
             bad.push(format!(
                 "{} (firstlineno {}, table {}): unit {i}: Python {want:?}, entries {got:?}, locate {located:?}",

@@ -57,7 +57,7 @@ fn resolve<M: tachyon::process::ProcessMemory>(
                     (
                         table.str(f.file).to_owned(),
                         table.str(f.func).to_owned(),
-                        f.line as i64,
+                        f.line() as i64,
                     )
                 })
                 .collect();

@@ -33,7 +33,7 @@ fn main_stack<M: tachyon::process::ProcessMemory>(
             (
                 u.frames().str(f.file).to_string(),
                 u.frames().str(f.func).to_string(),
-                f.line,
+                f.line(),
             )
         })
         .collect()

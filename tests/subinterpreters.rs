@@ -67,7 +67,7 @@ fn threads_of_subinterpreters_are_sampled_with_their_interpreter() {
         });
         let f = u.frames().frame(th.frames[0]);
         assert_eq!(u.frames().str(f.func), "subfn", "{}", it.name);
-        assert_eq!(f.line, 3, "{}", it.name);
+        assert_eq!(f.line(), 3, "{}", it.name);
         let interps: std::collections::HashSet<i64> =
             s.threads.iter().map(|t| t.interpreter_id).collect();
         assert!(

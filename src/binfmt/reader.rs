@@ -18,8 +18,9 @@ use super::{
     decode_config, invalid, unzigzag,
 };
 use crate::error::{Error, Result};
-use crate::model::RunStats;
-use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample, ThreadSample};
+use crate::model::{
+    Frame, FrameId, FrameKind, FrameTable, Location, RunStats, Sample, ThreadSample,
+};
 
 /// The words of the replay command for a file that is not a profile at all.
 pub const NOT_A_PROFILE: &str = "Input file is not a binary sampling profile. The replay command only accepts files created with --binary";
@@ -407,10 +408,7 @@ fn parse_tables(
                 kind,
                 file,
                 func,
-                line: 0,
-                end_line: 0,
-                col: -1,
-                end_col: -1,
+                location: None,
             }
         } else {
             let overflow = || invalid(format!("{what}: location out of range"));
@@ -418,10 +416,12 @@ fn parse_tables(
                 kind: FrameKind::Python,
                 file,
                 func,
-                line,
-                end_line: line.checked_add(end_delta).ok_or_else(overflow)?,
-                col,
-                end_col: col.checked_add(end_col_delta).ok_or_else(overflow)?,
+                location: Some(Location {
+                    line,
+                    end_line: line.checked_add(end_delta).ok_or_else(overflow)?,
+                    col,
+                    end_col: col.checked_add(end_col_delta).ok_or_else(overflow)?,
+                }),
             }
         };
         frame_ids.push(table.intern(frame));
@@ -798,10 +798,12 @@ mod tests {
                     kind: FrameKind::Python,
                     file,
                     func,
-                    line: i + 1,
-                    end_line: i + 2,
-                    col: 0,
-                    end_col: 5,
+                    location: Some(crate::model::Location {
+                        line: i + 1,
+                        end_line: i + 2,
+                        col: 0,
+                        end_col: 5,
+                    }),
                 })
             })
             .collect();
@@ -885,14 +887,15 @@ mod tests {
                 assert_eq!(g.timestamp_us, w.timestamp_us);
                 let (gt, wt) = (&g.threads[0], &w.threads[0]);
                 assert_eq!((gt.tid, gt.status), (wt.tid, wt.status));
-                let names = |tab: &FrameTable, ids: &[FrameId]| -> Vec<(String, i32, i32)> {
-                    ids.iter()
-                        .map(|&i| {
-                            let fr = tab.frame(i);
-                            (tab.str(fr.func).to_owned(), fr.line, fr.end_line)
-                        })
-                        .collect()
-                };
+                let names =
+                    |tab: &FrameTable, ids: &[FrameId]| -> Vec<(String, Option<Location>)> {
+                        ids.iter()
+                            .map(|&i| {
+                                let fr = tab.frame(i);
+                                (tab.str(fr.func).to_owned(), fr.location)
+                            })
+                            .collect()
+                    };
                 assert_eq!(names(r.frames(), &gt.frames), names(&t, &wt.frames));
             }
         }

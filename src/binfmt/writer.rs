@@ -277,9 +277,12 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let f = table.frame(id);
         let file = self.string(f.file, table);
         let func = self.string(f.func, table);
-        let no_location = matches!(f.kind, FrameKind::Gc | FrameKind::Native) || f.line == -1;
-        let bin = if no_location {
-            BinFrame {
+        // The format's "no location" is -1 in every field.
+        let location = f
+            .location
+            .filter(|_| !matches!(f.kind, FrameKind::Gc | FrameKind::Native));
+        let bin = match location {
+            None => BinFrame {
                 file,
                 func,
                 line: -1,
@@ -287,17 +290,16 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 col: -1,
                 end_col: -1,
                 opcode: OPCODE_NONE,
-            }
-        } else {
-            BinFrame {
+            },
+            Some(l) => BinFrame {
                 file,
                 func,
-                line: f.line,
-                end_line: f.end_line,
-                col: f.col,
-                end_col: f.end_col,
+                line: l.line,
+                end_line: l.end_line,
+                col: l.col,
+                end_col: l.end_col,
                 opcode: OPCODE_NONE,
-            }
+            },
         };
         let next = self.frames.len() as u32;
         let idx = *self.frame_index.entry(bin).or_insert(next);

@@ -48,6 +48,9 @@ impl BinaryCollector {
                 compression: opts.compression,
                 python_version: opts.python_version.unwrap_or((0, 0, 0)),
                 capture: opts.capture,
+                // Sample times are since the epoch: deltas from now are
+                // small, and a replay gets the times back.
+                start_time_us: crate::model::epoch_us(),
                 ..WriterOptions::default()
             },
         )?;

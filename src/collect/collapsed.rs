@@ -45,7 +45,7 @@ impl CollapsedCollector {
                 .iter()
                 .map(|&id| {
                     let f = frames.frame(id);
-                    (f.file, f.line, f.func)
+                    (f.file, f.line(), f.func)
                 })
                 .collect();
             *merged.entry((cell.tid, locs)).or_insert(0) += cell.count;
@@ -130,10 +130,12 @@ mod tests {
             kind: crate::model::FrameKind::Python,
             file,
             func,
-            line: 3,
-            end_line: 3,
-            col,
-            end_col: col + 1,
+            location: Some(crate::model::Location {
+                line: 3,
+                end_line: 3,
+                col,
+                end_col: col + 1,
+            }),
         };
         let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
         let gc = t.synthetic(crate::model::FrameKind::Gc, "<GC>");

@@ -79,7 +79,7 @@ impl Keys {
     fn of(&mut self, frames: &FrameTable, id: FrameId) -> u32 {
         let f = frames.frame(id);
         let (file, func) = (frames.str(f.file), frames.str(f.func));
-        let synthetic = f.kind != FrameKind::Python || (file == "~" && f.line == 0);
+        let synthetic = f.kind != FrameKind::Python || (file == "~" && f.location.is_none());
         let key = Key {
             file: (!synthetic).then(|| file.into()),
             func: func.into(),
@@ -665,10 +665,12 @@ mod tests {
             kind: FrameKind::Python,
             file,
             func,
-            line,
-            end_line: line,
-            col: 0,
-            end_col: 1,
+            location: Some(crate::model::Location {
+                line,
+                end_line: line,
+                col: 0,
+                end_col: 1,
+            }),
         })
     }
 

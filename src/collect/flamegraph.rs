@@ -312,7 +312,7 @@ impl Tree {
 fn label(frames: &FrameTable, id: FrameId) -> (String, Kind) {
     let f = frames.frame(id);
     let (file, func) = (frames.str(f.file), frames.str(f.func));
-    let synthetic = file == "~" && f.line == 0;
+    let synthetic = file == "~" && f.location.is_none();
     let kind = match f.kind {
         FrameKind::Gc => Kind::Gc,
         FrameKind::Native => Kind::Native,
@@ -323,7 +323,7 @@ fn label(frames: &FrameTable, id: FrameId) -> (String, Kind) {
     let text = if synthetic || f.kind != FrameKind::Python {
         func.to_string()
     } else {
-        format!("{func} ({}:{})", short_file(file), f.line)
+        format!("{func} ({}:{})", short_file(file), f.line())
     };
     (clean(text), kind)
 }
@@ -595,10 +595,12 @@ mod tests {
                 kind: FrameKind::Python,
                 file,
                 func,
-                line,
-                end_line: line,
-                col: 0,
-                end_col: 1,
+                location: Some(crate::model::Location {
+                    line,
+                    end_line: line,
+                    col: 0,
+                    end_col: 1,
+                }),
             })
         }
     }
@@ -863,10 +865,12 @@ mod tests {
             kind: FrameKind::Python,
             file,
             func,
-            line: 3,
-            end_line: 3,
-            col,
-            end_col: col + 1,
+            location: Some(crate::model::Location {
+                line: 3,
+                end_line: 3,
+                col,
+                end_col: col + 1,
+            }),
         };
         let (a, b) = (f.t.intern(mk(1)), f.t.intern(mk(9)));
         let mut c = FlamegraphCollector::new(Output::Stdout);

@@ -9,8 +9,8 @@
 //!
 //! Tables, their order and the order strings are interned in are the
 //! reference's, so for the same samples the JSON is the same apart from
-//! `meta.startTime` (here the wall clock, in ms since the epoch, at the first
-//! sample; the reference's is its own monotonic clock), the machine fields
+//! `meta.startTime` (here the first sample's time, in ms since the epoch;
+//! the reference's is its own monotonic clock), the machine fields
 //! (`abi`, `oscpu`, `platform`, CPU counts) and `pid`, which like the
 //! reference's is the profiler's own unless [`GeckoCollector::with_pid`]
 //! says otherwise. Times are milliseconds from the first sample, as in the
@@ -177,6 +177,8 @@ pub struct GeckoCollector {
     /// The last sample's time, from `base_us`.
     last_us: u64,
     sample_count: u64,
+    /// Distinct sample times: the samples, however their threads came.
+    instants: std::collections::HashSet<u64>,
 }
 
 impl GeckoCollector {
@@ -193,6 +195,7 @@ impl GeckoCollector {
             start_time_ms: epoch_ms(),
             last_us: 0,
             sample_count: 0,
+            instants: std::collections::HashSet::new(),
         };
         c.intern("(root)");
         c
@@ -310,11 +313,13 @@ impl GeckoCollector {
             return i;
         }
         let f = frames.frame(id);
-        // Synthetic frames (and replayed ones without a location) have no
-        // line: the reference's `location=None`.
-        let no_location = matches!(f.kind, FrameKind::Gc | FrameKind::Native) || f.line == 0;
-        let line = (!no_location).then_some(f.line);
-        let column = (!no_location && f.col >= 0).then_some(f.col);
+        // Synthetic frames, and frames without a location, have no line:
+        // the reference's `location=None`.
+        let location = f
+            .location
+            .filter(|_| !matches!(f.kind, FrameKind::Gc | FrameKind::Native));
+        let line = location.map(|l| l.line);
+        let column = location.map(|l| l.col).filter(|&c| c >= 0);
         let func = self.func(th, f.file, f.func, line, frames);
         let t = &mut self.threads[th];
         let i = match t.frame_index.get(&(func, line, column)) {
@@ -365,9 +370,13 @@ impl GeckoCollector {
         }
     }
 
+    /// The mean time between samples. A sample is an instant: a replayed
+    /// recording brings the threads of one instant one at a time (and a
+    /// thread's repeated stacks in a batch), so instants are counted from
+    /// the threads' times, not from the calls.
     fn interval_ms(&self) -> f64 {
-        if self.sample_count > 0 && self.last_us > 0 {
-            ms(self.last_us) / self.sample_count as f64
+        if !self.instants.is_empty() && self.last_us > 0 {
+            ms(self.last_us) / self.instants.len() as f64
         } else {
             1.0
         }
@@ -484,11 +493,13 @@ fn platform() -> &'static str {
 impl Collector for GeckoCollector {
     fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
         let base = *self.base_us.get_or_insert_with(|| {
-            self.start_time_ms = epoch_ms();
+            self.start_time_ms = sample.timestamp_us as f64 / 1000.0;
             sample.timestamp_us
         });
         let now = sample.timestamp_us.saturating_sub(base);
-        self.last_us = now;
+        self.sample_count += 1;
+        self.instants.insert(now);
+        self.last_us = self.last_us.max(now);
         for ts in &sample.threads {
             let th = self.thread(ts.tid, ts.status);
             let has_gil = ts.status & status::HAS_GIL != 0;
@@ -537,7 +548,6 @@ impl Collector for GeckoCollector {
             t.sample_stack.push(stack);
             t.sample_time.push(now);
         }
-        self.sample_count += 1;
     }
 
     fn finish(&mut self, _frames: &FrameTable, _stats: &RunStats) -> Result<()> {
@@ -961,20 +971,26 @@ mod tests {
             return t.synthetic(kind, func);
         }
         let col = e.get(3).and_then(Value::as_i64).unwrap_or(0) as i32;
+        // Line -1 in a scenario: a frame that could not be read, which
+        // the reference was fed as a location with line -1.
         let kind = if line == -1 {
             FrameKind::Unreadable
         } else {
             FrameKind::Python
         };
+        let end_col = if col < 0 { -1 } else { col + 1 };
+        let location = Some(crate::model::Location {
+            line,
+            end_line: line,
+            col,
+            end_col,
+        });
         let (file, func) = (t.intern_str(file), t.intern_str(func));
         t.intern(Frame {
             kind,
             file,
             func,
-            line,
-            end_line: line,
-            col,
-            end_col: if col < 0 { -1 } else { col + 1 },
+            location,
         })
     }
 
@@ -1278,10 +1294,12 @@ mod tests {
             kind: FrameKind::Python,
             file,
             func,
-            line: 3,
-            end_line: 3,
-            col: 4,
-            end_col: 5,
+            location: Some(crate::model::Location {
+                line: 3,
+                end_line: 3,
+                col: 4,
+                end_col: 5,
+            }),
         });
         let gil_cpu = status::HAS_GIL | status::ON_CPU | status::MAIN_THREAD;
         let steps: [(u64, u32, Vec<FrameId>); 6] = [
@@ -1349,10 +1367,12 @@ mod tests {
             kind: FrameKind::Python,
             file,
             func,
-            line,
-            end_line: line,
-            col: 1,
-            end_col,
+            location: Some(crate::model::Location {
+                line,
+                end_line: line,
+                col: 1,
+                end_col,
+            }),
         };
         let root = t.intern(mk(f, 1, 2));
         let root_other_end = t.intern(mk(f, 1, 9));
@@ -1411,6 +1431,8 @@ mod tests {
         assert_eq!(normalize(got), reference("states"));
         let msg = written_message(Path::new("FILE"));
         assert_eq!(msg, fixtures::read("gecko-states.stdout"));
-        assert!(c.start_time_ms > 1.6e12, "startTime is epoch milliseconds");
+        // The first sample's time: live, the epoch-based sampling clock.
+        let first = sc.samples[0].timestamp_us as f64 / 1000.0;
+        assert_eq!(c.start_time_ms, first);
     }
 }

@@ -111,10 +111,10 @@ impl JsonlCollector {
             JFrame {
                 path,
                 func,
-                line: f.line,
-                end_line: (f.end_line > 0).then_some(f.end_line),
-                col: (f.col >= 0).then_some(f.col),
-                end_col: (f.end_col >= 0).then_some(f.end_col),
+                line: f.line(),
+                end_line: f.location.map(|l| l.end_line).filter(|&l| l > 0),
+                col: f.location.map(|l| l.col).filter(|&c| c >= 0),
+                end_col: f.location.map(|l| l.end_col).filter(|&c| c >= 0),
             }
         });
         Export {
@@ -619,10 +619,12 @@ mod tests {
             kind,
             file,
             func,
-            line: 3,
-            end_line,
-            col,
-            end_col: -1,
+            location: Some(crate::model::Location {
+                line: 3,
+                end_line,
+                col,
+                end_col: -1,
+            }),
         };
         let a = t.intern(mk(FrameKind::Python, 0, -1));
         let b = t.intern(mk(FrameKind::Unreadable, -1, -5));

@@ -184,7 +184,7 @@ impl PstatsCollector {
     fn aggregate(&self, frames: &FrameTable) -> Aggregate {
         let loc_key = |id: FrameId| {
             let f = frames.frame(id);
-            (f.file, f.line, f.func)
+            (f.file, f.line(), f.func)
         };
         let k = self.counts.self_and_cumulative(loc_key);
         let locs = (0..k.len())

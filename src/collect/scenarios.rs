@@ -109,9 +109,11 @@ fn frame(t: &mut FrameTable, e: &Value) -> u32 {
         kind: FrameKind::Python,
         file,
         func,
-        line,
-        end_line,
-        col,
-        end_col,
+        location: Some(crate::model::Location {
+            line,
+            end_line,
+            col,
+            end_col,
+        }),
     })
 }

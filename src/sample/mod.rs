@@ -126,6 +126,7 @@ pub fn run<M: ProcessMemory>(
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_timerslack(1);
     let start = Instant::now();
+    let epoch_start = crate::model::epoch_us();
     let mut next = start;
     let mut sample = Sample::default();
     let mut stats = RunStats {
@@ -177,7 +178,7 @@ pub fn run<M: ProcessMemory>(
         };
         match taken {
             Ok(()) => {
-                sample.timestamp_us = now.duration_since(start).as_micros() as u64;
+                sample.timestamp_us = epoch_start + now.duration_since(start).as_micros() as u64;
                 filter_by_mode(&mut sample, cfg.mode);
                 collector.collect(&sample, unwinder.frames());
                 // The collector reports the error itself when it finishes.

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use super::linetable::{self, Location};
+use super::linetable;
 use super::objects::{read_bytes, read_cstr, read_str};
 use crate::error::{Error, Result};
 use crate::model::{Frame, FrameId, FrameKind, FrameTable, StrId};
@@ -168,20 +168,15 @@ impl CodeCache {
             self.loaded.push(code);
         }
         let info = self.codes.get_mut(&code).expect("inserted above");
-        let loc = match (addrq, &info.linetable) {
-            (Some(a), Some(t)) => {
-                linetable::locate(t, info.firstlineno, a).unwrap_or(Location::NONE)
-            }
-            _ => Location::NONE,
+        let location = match (addrq, &info.linetable) {
+            (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
+            _ => None,
         };
         let id = table.intern(Frame {
             kind: FrameKind::Python,
             file: info.file,
             func: info.func,
-            line: loc.line,
-            end_line: loc.end_line,
-            col: loc.col,
-            end_col: loc.end_col,
+            location,
         });
         if let Some(a) = addrq {
             info.locs.insert(a, id);

@@ -10,23 +10,7 @@
 //! The bytes come from the target, so every read is bounds-checked and a
 //! malformed table ends the walk with `None` rather than a panic.
 
-/// A source location; every field is -1 when unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Location {
-    pub line: i32,
-    pub end_line: i32,
-    pub col: i32,
-    pub end_col: i32,
-}
-
-impl Location {
-    pub const NONE: Location = Location {
-        line: -1,
-        end_line: -1,
-        col: -1,
-        end_col: -1,
-    };
-}
+pub use crate::model::Location;
 
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -62,12 +46,13 @@ impl Reader<'_> {
     }
 }
 
-/// One decoded entry: code units `[start, end)` have `loc`.
+/// One decoded entry: code units `[start, end)` have `loc` (`None`: the
+/// table's "no location" form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     pub start: u32,
     pub end: u32,
-    pub loc: Location,
+    pub loc: Option<Location>,
 }
 
 /// Iterates the entries of a table.
@@ -112,32 +97,32 @@ impl Entries<'_> {
                     return None;
                 }
                 let col = code as i32 * 8 + ((b >> 4) & 7) as i32;
-                Location {
+                Some(Location {
                     line: self.line,
                     end_line: self.line,
                     col,
                     end_col: col + (b & 15) as i32,
-                }
+                })
             }
             10..=12 => {
                 self.line = self.line.checked_add(code as i32 - 10)?;
                 let col = self.r.byte()? as i32;
                 let end_col = self.r.byte()? as i32;
-                Location {
+                Some(Location {
                     line: self.line,
                     end_line: self.line,
                     col,
                     end_col,
-                }
+                })
             }
             13 => {
                 self.line = self.line.checked_add(self.r.svarint()?)?;
-                Location {
+                Some(Location {
                     line: self.line,
                     end_line: self.line,
                     col: -1,
                     end_col: -1,
-                }
+                })
             }
             14 => {
                 self.line = self.line.checked_add(self.r.svarint()?)?;
@@ -145,14 +130,14 @@ impl Entries<'_> {
                 // Columns are stored plus one; past i32 they are garbage.
                 let col = i32::try_from(self.r.varint()?).ok()? - 1;
                 let end_col = i32::try_from(self.r.varint()?).ok()? - 1;
-                Location {
+                Some(Location {
                     line: self.line,
                     end_line,
                     col,
                     end_col,
-                }
+                })
             }
-            _ => Location::NONE,
+            _ => None,
         };
         self.addr = end;
         Some(Entry { start, end, loc })
@@ -176,11 +161,11 @@ impl Iterator for Entries<'_> {
 }
 
 /// The location of the instruction at code unit `addrq`, or `None` when the
-/// table does not cover it (or is malformed before reaching it).
+/// table gives none, does not cover it, or is malformed before reaching it.
 pub fn locate(table: &[u8], firstlineno: i32, addrq: u32) -> Option<Location> {
     entries(table, firstlineno)
         .find(|e| e.start <= addrq && addrq < e.end)
-        .map(|e| e.loc)
+        .and_then(|e| e.loc)
 }
 
 #[cfg(test)]
@@ -213,45 +198,45 @@ mod tests {
         assert_eq!(got.len(), 5);
         assert_eq!(
             got[0].loc,
-            Location {
+            Some(Location {
                 line: 10,
                 end_line: 10,
                 col: 19,
                 end_col: 23
-            }
+            })
         );
         assert_eq!((got[1].start, got[1].end), (1, 3));
         assert_eq!(
             got[1].loc,
-            Location {
+            Some(Location {
                 line: 11,
                 end_line: 11,
                 col: 5,
                 end_col: 9
-            }
+            })
         );
         assert_eq!(
             got[2].loc,
-            Location {
+            Some(Location {
                 line: 9,
                 end_line: 9,
                 col: -1,
                 end_col: -1
-            }
+            })
         );
         assert_eq!(
             got[3].loc,
-            Location {
+            Some(Location {
                 line: 12,
                 end_line: 13,
                 col: 0,
                 end_col: 3
-            }
+            })
         );
-        assert_eq!(got[4].loc, Location::NONE);
+        assert_eq!(got[4].loc, None);
         assert_eq!(locate(&t, 10, 2).unwrap().line, 11);
         assert_eq!(locate(&t, 10, 6).unwrap().end_line, 13);
-        assert_eq!(locate(&t, 10, 7), Some(Location::NONE));
+        assert_eq!(locate(&t, 10, 7), None);
         assert_eq!(locate(&t, 10, 99), None);
     }
 
