@@ -6,7 +6,9 @@
 # the machines are shared and noisy.
 #
 # Usage: sudo scripts/compare.sh [SECONDS] [RATE_HZ]
-# Workloads: fib (recursive, call-heavy), and report.py from fixtures/.
+# Workloads: fib (recursive, call-heavy), and threads (20 threads that
+# recurse 1-30 deep and sleep, started and ended all the time: stacks that
+# tear under the reader).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
@@ -29,6 +31,26 @@ while True:
     fib(25)
 PY
 
+cat > "$WORK/threads.py" <<'PY'
+import random, threading, time
+def down(n):
+    if n:
+        return down(n - 1)
+    time.sleep(random.random() / 100)
+def worker():
+    for _ in range(50):
+        down(random.randrange(1, 30))
+def keep(i):
+    while True:
+        t = threading.Thread(target=worker, name=f"w{i}")
+        t.start()
+        t.join()
+for i in range(20):
+    threading.Thread(target=keep, args=(i,), daemon=True).start()
+while True:
+    time.sleep(1)
+PY
+
 # cpu_of CMD...: run it, print the CPU seconds it and its children used
 # (perf's task-clock where perf works, else /usr/bin/time's 10 ms ticks).
 if perf stat -e task-clock true >/dev/null 2>&1; then
@@ -44,10 +66,11 @@ else
 fi
 
 row() { printf '%-10s %-9s %-12s %10s %12s %10s\n' "$@"; }
-echo "workload: recursive fib, ${SECS}s at ${RATE} Hz, all threads"
+for workload in fib threads; do
+echo "workload: $workload, ${SECS}s at ${RATE} Hz, all threads"
 row python profiler "" "error %" "cpu s" "cpu ratio"
 for v in 3.13 3.14 3.15; do
-    chroot "$ROOT" "/usr/bin/python$v" "/tmp/$(basename "$WORK")/fib.py" &
+    chroot "$ROOT" "/usr/bin/python$v" "/tmp/$(basename "$WORK")/$workload.py" &
     pid=$!; pids+=("$pid"); sleep 0.5
     t_cpu=$(cpu_of "$TACHYON" attach -a -d "$SECS" -r "$RATE" --collapsed -o /dev/null "$pid")
     t_err=$(sed -n 's/^Error rate: //p' "$WORK/out")
@@ -69,4 +92,5 @@ for v in 3.13 3.14 3.15; do
         row "$v" py-spy "" "$p_pct" "$p_cpu" "$(awk -v a="$p_cpu" -v b="$t_cpu" 'BEGIN{printf "%.2f", a/b}')"
     fi
     kill "$pid"; wait "$pid" 2>/dev/null || true
+done
 done

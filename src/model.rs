@@ -159,6 +159,12 @@ pub struct Sample {
     pub threads: Vec<ThreadSample>,
 }
 
+/// The most frames a sample's stack holds (a deeper one keeps its innermost
+/// frames and ends in `<truncated>`), and the most a recording may hold.
+/// CPython's default recursion limit is 1000; this leaves room for raised
+/// limits while bounding a corrupt (cyclic) chain.
+pub const MAX_DEPTH: usize = 16 * 1024;
+
 /// The wall clock, in microseconds since the Unix epoch.
 pub fn epoch_us() -> u64 {
     std::time::SystemTime::now()

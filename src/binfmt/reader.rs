@@ -39,7 +39,7 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             max_decompressed: DEFAULT_MAX_DECOMPRESSED,
-            max_depth: crate::unwind::frames::MAX_DEPTH,
+            max_depth: crate::model::MAX_DEPTH,
         }
     }
 }

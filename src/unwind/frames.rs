@@ -26,9 +26,7 @@ const MAX_CHUNKS: usize = 1024;
 /// Most bytes of data stack copied per thread and sample: a corrupt chain
 /// of chunk pointers must not make one sample copy gigabytes.
 const MAX_STACK_BYTES: usize = 8 * 1024 * 1024;
-/// Deepest stack we walk. CPython's default recursion limit is 1000; this
-/// leaves room for raised limits while bounding a corrupt (cyclic) chain.
-pub const MAX_DEPTH: usize = 16 * 1024;
+pub use crate::model::MAX_DEPTH;
 
 /// Most frames outside the data stack remembered per thread for the next
 /// sample's prefetch.
