@@ -15,6 +15,7 @@ pub mod jsonl;
 pub mod pstats;
 #[cfg(test)]
 pub(crate) mod scenarios;
+pub mod speedscope;
 pub mod stacks;
 
 use std::path::PathBuf;
