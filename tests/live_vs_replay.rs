@@ -18,6 +18,7 @@ use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
+use tachyon::collect::pprof::PprofCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions};
 use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
@@ -71,6 +72,7 @@ fn collectors(dir: &Path) -> Vec<(&'static str, Box<dyn Collector>)> {
             "speedscope",
             Box::new(SpeedscopeCollector::new(f("speedscope.json"))),
         ),
+        ("pprof", Box::new(PprofCollector::new(f("pprof.pb.gz")))),
     ]
 }
 
@@ -81,6 +83,7 @@ fn file_of(name: &str) -> &'static str {
         "flamegraph" => "flame.html",
         "jsonl" => "profile.jsonl",
         "speedscope" => "speedscope.json",
+        "pprof" => "pprof.pb.gz",
         _ => "gecko.json",
     }
 }

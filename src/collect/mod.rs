@@ -12,6 +12,7 @@ pub mod diff_flamegraph;
 pub mod flamegraph;
 pub mod gecko;
 pub mod jsonl;
+pub mod pprof;
 pub mod pstats;
 #[cfg(test)]
 pub(crate) mod scenarios;
