@@ -449,6 +449,37 @@ mod tests {
     }
 
     #[test]
+    fn extreme_values_from_a_file_saturate_never_panic() {
+        let mut t = FrameTable::new();
+        let (file, f) = (t.intern_str("x.py"), t.intern_str("f"));
+        let frame = t.intern(crate::model::Frame {
+            kind: FrameKind::Python,
+            file,
+            func: f,
+            location: Some(Location {
+                line: i32::MIN,
+                end_line: i32::MAX,
+                col: -1,
+                end_col: -1,
+            }),
+        });
+        let mut c = PprofCollector::new(Output::Stdout);
+        c.collect(&sample(u64::MAX, &[(u64::MAX, &[frame, frame])]), &t);
+        c.collect(&sample(0, &[(0, &[frame])]), &t);
+        for duration_s in [f64::NAN, f64::INFINITY, -1.0, 1e300] {
+            let stats = RunStats {
+                interval_us: u64::MAX,
+                duration_s,
+                ..RunStats::default()
+            };
+            let p = decoded(&c.render(&t, &stats).unwrap());
+            assert_eq!(p.period, i64::MAX);
+            assert_eq!(p.time_nanos, 0);
+            assert!(p.duration_nanos >= 0);
+        }
+    }
+
+    #[test]
     fn an_empty_run_is_a_valid_profile() {
         let c = PprofCollector::new(Output::Stdout);
         let p = decoded(&c.render(&FrameTable::new(), &RunStats::default()).unwrap());

@@ -317,6 +317,18 @@ mod tests {
     }
 
     #[test]
+    fn extreme_values_from_a_file_saturate_never_panic() {
+        let mut t = FrameTable::new();
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let mut c = SpeedscopeCollector::new(Output::Stdout);
+        c.collect(&sample(u64::MAX, &[(u64::MAX, 0, &[gc])]), &t);
+        c.collect(&sample(u64::MAX, &[(u64::MAX, 0, &[gc])]), &t);
+        let v: Value = serde_json::from_slice(&c.render(&t, &stats(u64::MAX))).unwrap();
+        assert_eq!(v["profiles"][0]["weights"], json!([u64::MAX]));
+        assert_eq!(v["profiles"][0]["endValue"], json!(u64::MAX));
+    }
+
+    #[test]
     fn no_samples_is_a_valid_empty_file() {
         let mut c = SpeedscopeCollector::new(Output::Stdout);
         let t = FrameTable::new();
