@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install (once, cached) the third-party tools the tests and comparisons
-# use, from PyPI into /var/cache/tachyon/tools:
-#   uv      - `tachyon run -- uv run app.py` is tested against the real thing
-#   py-spy  - the peer in scripts/compare.sh
+# use, into /var/cache/tachyon/tools:
+#   uv          (PyPI)   - `tachyon run -- uv run app.py` is tested against the real thing
+#   py-spy      (PyPI)   - the peer in scripts/compare.sh
+#   speedscope  (npm)    - ships the speedscope file format's JSON schema
+#   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
+#   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
 # Fails loudly when an install fails: a test must not skip quietly.
 set -euo pipefail
 TOOLS=${TACHYON_TOOLS:-/var/cache/tachyon/tools}
@@ -19,4 +22,38 @@ install() { # name version
 }
 install uv 0.13.9
 install py-spy 0.4.3
+
+apt_install() { # package...
+    export DEBIAN_FRONTEND=noninteractive
+    echo "provision-tools: installing $* from Debian" >&2
+    apt-get install -y -qq "$@" >&2 ||
+        { apt-get update -qq >&2 && apt-get install -y -qq "$@" >&2; } ||
+        { echo "provision-tools: ERROR: $* did not install" >&2; exit 1; }
+}
+
+# npm packages, pinned, into $TOOLS/node/node_modules.
+NODE_PKGS="speedscope@1.25.0 ajv@8.20.0"
+node_dir="$TOOLS/node"
+if [ "$(cat "$node_dir/.version" 2>/dev/null)" != "$NODE_PKGS" ] ||
+    [ ! -f "$node_dir/node_modules/speedscope/dist/release/file-format-schema.json" ] ||
+    [ ! -f "$node_dir/node_modules/ajv/package.json" ]; then
+    command -v npm >/dev/null || apt_install nodejs npm
+    echo "provision-tools: installing $NODE_PKGS into $node_dir" >&2
+    rm -rf "$node_dir"
+    mkdir -p "$node_dir"
+    # shellcheck disable=SC2086
+    npm install --prefix "$node_dir" --no-audit --no-fund --no-save --loglevel=error $NODE_PKGS >&2
+    [ -f "$node_dir/node_modules/speedscope/dist/release/file-format-schema.json" ] ||
+        { echo "provision-tools: ERROR: speedscope did not install its schema" >&2; exit 1; }
+    [ -f "$node_dir/node_modules/ajv/package.json" ] ||
+        { echo "provision-tools: ERROR: ajv did not install" >&2; exit 1; }
+    echo "$NODE_PKGS" > "$node_dir/.version"
+fi
+
+# go tool pprof, from Debian.
+if ! go tool pprof -h >/dev/null 2>&1; then
+    apt_install golang-go
+    go tool pprof -h >/dev/null 2>&1 ||
+        { echo "provision-tools: ERROR: go tool pprof does not run" >&2; exit 1; }
+fi
 echo "$TOOLS"

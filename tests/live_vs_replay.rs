@@ -18,7 +18,9 @@ use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
+use tachyon::collect::pprof::PprofCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions};
+use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
 use tachyon::model::{FrameTable, Mode, RunStats, Sample};
 use tachyon::unwind::UnwindOptions;
@@ -66,6 +68,11 @@ fn collectors(dir: &Path) -> Vec<(&'static str, Box<dyn Collector>)> {
         ),
         ("jsonl", Box::new(JsonlCollector::new(f("profile.jsonl")))),
         ("gecko", Box::new(GeckoCollector::new(f("gecko.json")))),
+        (
+            "speedscope",
+            Box::new(SpeedscopeCollector::new(f("speedscope.json"))),
+        ),
+        ("pprof", Box::new(PprofCollector::new(f("pprof.pb.gz")))),
     ]
 }
 
@@ -75,6 +82,8 @@ fn file_of(name: &str) -> &'static str {
         "pstats" => "pstats.prof",
         "flamegraph" => "flame.html",
         "jsonl" => "profile.jsonl",
+        "speedscope" => "speedscope.json",
+        "pprof" => "pprof.pb.gz",
         _ => "gecko.json",
     }
 }

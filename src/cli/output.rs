@@ -13,12 +13,14 @@ use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
 use tachyon::collect::jsonl::JsonlCollector;
+use tachyon::collect::pprof::PprofCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
+use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
 use tachyon::model::Mode;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof"])))]
 pub struct OutputArgs {
     /// Print a table of functions by samples (the default), or with -o write a pstats file
     #[arg(long)]
@@ -40,6 +42,14 @@ pub struct OutputArgs {
     /// exception and GC markers (open it at https://profiler.firefox.com)
     #[arg(long)]
     pub gecko: bool,
+    /// Write a speedscope profile: per thread, the stacks in time order,
+    /// weighed in microseconds (open it at https://www.speedscope.app)
+    #[arg(long)]
+    pub speedscope: bool,
+    /// Write a pprof profile (gzipped profile.proto): samples and time per
+    /// stack, with a thread label, for `go tool pprof`, Pyroscope or Parca
+    #[arg(long)]
+    pub pprof: bool,
     /// Where to write the output (default: the table on stdout for pstats, <format>_<pid>.<ext> otherwise)
     #[arg(short = 'o', long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -61,7 +71,9 @@ impl OutputArgs {
             || self.flamegraph
             || self.diff_flamegraph.is_some()
             || self.jsonl
-            || self.gecko)
+            || self.gecko
+            || self.speedscope
+            || self.pprof)
     }
 
     /// The pstats-only options with another format: a usage error of `sub`.
@@ -142,6 +154,14 @@ impl OutputArgs {
                 Some(pid) => c.with_pid(pid),
                 None => c,
             })
+        } else if self.speedscope {
+            Box::new(SpeedscopeCollector::new(self.file(
+                "speedscope",
+                "json",
+                id,
+            )))
+        } else if self.pprof {
+            Box::new(PprofCollector::new(self.file("pprof", "pb.gz", id)))
         } else if self.jsonl {
             Box::new(JsonlCollector::new(self.file("jsonl", "jsonl", id)))
         } else {

@@ -76,7 +76,7 @@ pub struct SampleArgs {
     out: OutputArgs,
     /// Record every sample in the binary format, for `tachyon replay` (and
     /// the reference's replay) to turn into any output later
-    #[arg(long, conflicts_with_all = ["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko"])]
+    #[arg(long, conflicts_with_all = ["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof"])]
     binary: bool,
     /// Binary output: compress with zstd (auto, the default) or not
     #[arg(long, value_enum, value_name = "HOW", requires = "binary")]

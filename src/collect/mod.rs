@@ -12,9 +12,11 @@ pub mod diff_flamegraph;
 pub mod flamegraph;
 pub mod gecko;
 pub mod jsonl;
+pub mod pprof;
 pub mod pstats;
 #[cfg(test)]
 pub(crate) mod scenarios;
+pub mod speedscope;
 pub mod stacks;
 
 use std::path::PathBuf;
