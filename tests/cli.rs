@@ -877,3 +877,63 @@ fn outputs_get_the_default_names() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(cwd2.names(), vec![format!("collapsed_{}.txt", t.pid())]);
 }
+
+#[test]
+fn browser_opens_the_html_output_once_written() {
+    let dir = Dir::in_root("browser", &[("short.py", SHORT)]);
+    // A stand-in browser that notes the page it was asked to open.
+    let log = dir.outside("opened.log");
+    let opener = dir.outside("opener.sh");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let page = dir.outside("f.html");
+    let mut cmd = tachyon_run_cmd(
+        &["--flamegraph", "--browser", "-o", page.to_str().unwrap()],
+        &dir.inside("short.py"),
+        &dir.outside,
+    );
+    cmd.env("BROWSER", &opener);
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(page.is_file(), "no page written");
+    // The browser is started, not waited for.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let opened = loop {
+        let s = std::fs::read_to_string(&log).unwrap_or_default();
+        if !s.is_empty() || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(opened.trim(), page.to_str().unwrap());
+
+    // No browser at all: said in one line, the page written all the same.
+    std::fs::remove_file(&page).unwrap();
+    let mut cmd = tachyon_run_cmd(
+        &["--flamegraph", "--browser", "-o", page.to_str().unwrap()],
+        &dir.inside("short.py"),
+        &dir.outside,
+    );
+    // A PATH with chroot and nothing else: no xdg-open, no open.
+    let bin = dir.outside("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let chroot = ["/usr/sbin/chroot", "/usr/bin/chroot"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("chroot");
+    std::os::unix::fs::symlink(chroot, bin.join("chroot")).unwrap();
+    cmd.env("PATH", &bin).env("BROWSER", "/nonexistent/browser");
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(page.is_file(), "no page written");
+    let err = text(&out.stderr);
+    assert!(err.contains("no browser to open"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    assert_usage_error(&["run", "--collapsed", "--browser", "x.py"], "--browser");
+}

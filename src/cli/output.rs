@@ -62,6 +62,10 @@ pub struct OutputArgs {
     /// pstats: leave out the summary of interesting functions
     #[arg(long)]
     pub no_summary: bool,
+    /// Open the HTML output (--flamegraph, --diff-flamegraph) in a browser
+    /// once written: $BROWSER, else xdg-open
+    #[arg(long)]
+    pub browser: bool,
 }
 
 impl OutputArgs {
@@ -82,6 +86,12 @@ impl OutputArgs {
             super::usage_error(
                 sub,
                 "--sort, --limit and --no-summary only apply to the pstats output",
+            );
+        }
+        if self.browser && !(self.flamegraph || self.diff_flamegraph.is_some()) {
+            super::usage_error(
+                sub,
+                "--browser opens an HTML output: use it with --flamegraph or --diff-flamegraph",
             );
         }
     }
@@ -110,6 +120,28 @@ impl OutputArgs {
             }
         }
         Ok(())
+    }
+
+    /// The HTML file this command writes, if it writes one.
+    pub fn html_file(&self, id: u32) -> Option<PathBuf> {
+        let out = if self.flamegraph {
+            self.file("flamegraph", "html", id)
+        } else if self.diff_flamegraph.is_some() {
+            self.file("diff_flamegraph", "html", id)
+        } else {
+            return None;
+        };
+        match out {
+            Output::File(p) => Some(p),
+            Output::Stdout => None,
+        }
+    }
+
+    /// `--browser`: open the HTML output just written for process `id`.
+    pub fn open_browser(&self, id: u32) {
+        if let Some(page) = self.html_file(id).filter(|p| self.browser && p.exists()) {
+            open_in_browser(&page);
+        }
     }
 
     /// Where a `stem` output for process `id` goes.
@@ -179,4 +211,44 @@ impl OutputArgs {
             ))
         })
     }
+}
+
+/// Open `page` in the user's browser: each command of `$BROWSER` (a
+/// `:`-separated list, `%s` standing for the page, else the page appended)
+/// in turn, else `xdg-open`, else `open`. The browser is left running; when
+/// none starts, say so: the file is written either way.
+fn open_in_browser(page: &Path) {
+    let page_str = page.to_string_lossy();
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    if let Ok(list) = std::env::var("BROWSER") {
+        for entry in list.split(':').filter(|e| !e.trim().is_empty()) {
+            let mut words: Vec<String> = entry.split_whitespace().map(str::to_owned).collect();
+            if words.iter().any(|w| w.contains("%s")) {
+                for w in &mut words {
+                    *w = w.replace("%s", &page_str);
+                }
+            } else {
+                words.push(page_str.to_string());
+            }
+            commands.push(words);
+        }
+    }
+    for opener in ["xdg-open", "open"] {
+        commands.push(vec![opener.to_string(), page_str.to_string()]);
+    }
+    for words in &commands {
+        let started = std::process::Command::new(&words[0])
+            .args(&words[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        if started.is_ok() {
+            return;
+        }
+    }
+    tachyon::errln!(
+        "tachyon: no browser to open {}: set $BROWSER or install xdg-open (the file is written)",
+        page.display()
+    );
 }

@@ -292,7 +292,8 @@ fn profile(
     args: &SampleArgs,
     next: Option<Next<'_>>,
 ) -> Result<StopReason> {
-    let (mut collector, _mode) = args.collector(first.pid(), first.offsets().version)?;
+    let first_pid = first.pid();
+    let (mut collector, _mode) = args.collector(first_pid, first.offsets().version)?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
@@ -356,6 +357,7 @@ fn profile(
     collector
         .finish(unwinder.frames(), &total)
         .context("cannot write the profile (no partial file was left)")?;
+    args.out.open_browser(first_pid as u32);
     Ok(reason)
 }
 

@@ -105,5 +105,6 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
         .finish(reader.frames(), &reader.run_stats())
         .context("cannot write the output")?;
     tachyon::outln!("Replayed {count} samples");
+    a.out.open_browser(std::process::id());
     Ok(ExitCode::SUCCESS)
 }
