@@ -703,6 +703,7 @@ fn run_through_uv_profiles_the_app_after_uvs_interpreter_probe() {
         .filter(|l| l.contains("app.py:work:4"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
+    eprintln!("{work} samples of the app's 400 ms loop");
     // The profile went on from the probe into the app. How many of the
     // loop's 400 ms it saw depends on how soon, on a busy machine, the new
     // interpreter was found: at least some.

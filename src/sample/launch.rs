@@ -434,16 +434,29 @@ pub fn next_python(
     seen: &[i32],
     keep_waiting: &dyn Fn() -> bool,
 ) -> Option<(i32, Runtime)> {
+    // Processes found not to be Python (the wrapper itself, a shell), by
+    // what they run: looked at again only once that changes (an exec, a
+    // libpython loaded). Parsing a 40 MB wrapper binary every half
+    // millisecond made the next interpreter late on a busy machine.
+    let mut not_python: std::collections::HashMap<i32, String> = Default::default();
     loop {
         for pid in descendants_and_self(root) {
             if seen.contains(&pid) {
                 continue;
             }
+            let what = what_it_runs(pid);
+            if not_python.get(&pid) == Some(&what) {
+                continue;
+            }
             let Ok(proc) = LinuxProcess::open(pid) else {
                 continue;
             };
-            if let Ok(rt) = runtime::locate(&proc) {
-                return Some((pid, rt));
+            match runtime::locate(&proc) {
+                Ok(rt) => return Some((pid, rt)),
+                Err(crate::Error::NotPython { .. }) => {
+                    not_python.insert(pid, what);
+                }
+                Err(_) => {}
             }
         }
         if !keep_waiting() {
@@ -451,6 +464,17 @@ pub fn next_python(
         }
         std::thread::sleep(Duration::from_micros(500));
     }
+}
+
+/// What a process runs, as far as finding Python goes: its executable and
+/// how many of its mappings are Python's.
+fn what_it_runs(pid: i32) -> String {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let pythons = maps.lines().filter(|l| l.contains("python")).count();
+    format!("{exe}|{pythons}")
 }
 
 /// Make the processes the program leaves behind (the children of a script
