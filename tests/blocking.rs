@@ -10,13 +10,11 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, sid_interpreters, sid_root, tachyon_bin};
+use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -29,74 +27,6 @@ fn interp(minor: u8, debug: bool) -> Interp {
         .unwrap()
 }
 
-/// A directory inside the sid root (so the chrooted interpreter sees it),
-/// removed on drop.
-struct RootDir {
-    outside: PathBuf,
-    inside: PathBuf,
-}
-
-impl RootDir {
-    fn new(files: &[(&str, &str)]) -> RootDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "tachyon-blocking-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let outside = sid_root().join("tmp").join(&name);
-        std::fs::create_dir_all(&outside).unwrap();
-        for (n, c) in files {
-            std::fs::write(outside.join(n), c).unwrap();
-        }
-        RootDir {
-            outside,
-            inside: Path::new("/tmp").join(name),
-        }
-    }
-    fn inside(&self, f: &str) -> String {
-        self.inside.join(f).to_string_lossy().into_owned()
-    }
-    fn outside(&self, f: &str) -> PathBuf {
-        self.outside.join(f)
-    }
-}
-
-impl Drop for RootDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.outside);
-    }
-}
-
-/// The parent of `pid`, from `/proc/PID/stat`.
-fn ppid(pid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// Every process below `root`.
-fn descendants(root: i32) -> Vec<i32> {
-    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|p| Some((p, ppid(p)?)))
-        .collect();
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        out.extend(all.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    out.remove(0);
-    out
-}
-
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit(')')
@@ -105,89 +35,6 @@ fn alive(pid: i32) -> bool {
             .trim_start()
             .starts_with(['Z', 'X'])
     })
-}
-
-/// A started command whose output two threads collect. On drop it and
-/// every process below it are killed (all started by this test).
-struct Running {
-    child: Child,
-    what: String,
-    out: Option<JoinHandle<Vec<u8>>>,
-    err: Option<JoinHandle<Vec<u8>>>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let what = format!("{cmd:?}");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let reader = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = r.read_to_end(&mut v);
-                v
-            })
-        };
-        let out = reader(Box::new(child.stdout.take().unwrap()));
-        let err = reader(Box::new(child.stderr.take().unwrap()));
-        Running {
-            child,
-            what,
-            out: Some(out),
-            err: Some(err),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn kill_all(&mut self) {
-        for p in descendants(self.pid()).into_iter().rev() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(p),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.child.kill();
-    }
-
-    /// Wait for the command to end (killing it after `timeout`).
-    fn finish(mut self, timeout: Duration) -> Output {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                self.kill_all();
-                let _ = self.child.wait();
-                let out = text(&self.out.take().unwrap().join().unwrap());
-                let err = text(&self.err.take().unwrap().join().unwrap());
-                panic!(
-                    "{} did not finish in {timeout:?}\nstdout:\n{out}\nstderr:\n{err}",
-                    self.what
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        Output {
-            status,
-            stdout: self.out.take().unwrap().join().unwrap(),
-            stderr: self.err.take().unwrap().join().unwrap(),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill_all();
-        let _ = self.child.wait();
-    }
 }
 
 /// A program that keeps starting and joining short-lived threads for
@@ -240,7 +87,7 @@ fn blocking_run_lets_a_thread_churning_program_finish() {
             .arg(sid_root())
             .arg(&it.exe)
             .args([&dir.inside("churn.py"), "5"]);
-        let out = Running::start(cmd).finish(Duration::from_secs(120));
+        let out = Running::start_in_test_group(cmd).finish(Duration::from_secs(120));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(
             stdout.contains("CHURN DONE"),
@@ -263,7 +110,8 @@ fn blocking_attach_lets_a_thread_churning_program_finish() {
     for it in [interp(13, false), interp(15, false)] {
         let dir = RootDir::new(&[("churn.py", CHURN)]);
         let profile = dir.outside("churn.txt");
-        let mut target = Running::start(chroot_cmd(&it, &["-u", &dir.inside("churn.py"), "5"]));
+        let target =
+            Running::start_in_test_group(chroot_cmd(&it, &["-u", &dir.inside("churn.py"), "5"]));
         // Give the interpreter a moment to start its runtime (tachyon
         // retries nothing at attach time).
         let started = Instant::now();
@@ -288,7 +136,7 @@ fn blocking_attach_lets_a_thread_churning_program_finish() {
         ])
         .arg(&profile)
         .arg(target.pid().to_string());
-        let out = Running::start(cmd).finish(Duration::from_secs(120));
+        let out = Running::start_in_test_group(cmd).finish(Duration::from_secs(120));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(
             out.status.code(),
@@ -298,16 +146,9 @@ fn blocking_attach_lets_a_thread_churning_program_finish() {
         );
         assert!(!stderr.contains("error"), "{}: {stderr}", it.name);
         // The target ended on its own: tachyon followed it to the end.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = target.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "{}: target never ended", it.name);
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let tout = text(&target.out.take().unwrap().join().unwrap());
-        let terr = text(&target.err.take().unwrap().join().unwrap());
+        let ended = target.finish(Duration::from_secs(60));
+        let status = ended.status;
+        let (tout, terr) = (text(&ended.stdout), text(&ended.stderr));
         assert_eq!(
             status.code(),
             Some(0),
@@ -343,7 +184,7 @@ fn blocking_says_when_another_tracer_holds_the_target() {
     );
     target.wait_for("READY", Duration::from_secs(30));
     let pid = target.pid();
-    let mut tracer = Running::start(chroot_cmd(
+    let mut tracer = Running::start_in_test_group(chroot_cmd(
         &it,
         &["-u", &dir.inside("tracer.py"), &pid.to_string()],
     ));
@@ -372,7 +213,7 @@ fn blocking_says_when_another_tracer_holds_the_target() {
             cmd.arg(&profile);
         }
         cmd.arg(pid.to_string());
-        let out = Running::start(cmd).finish(Duration::from_secs(60));
+        let out = Running::start_in_test_group(cmd).finish(Duration::from_secs(60));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
@@ -448,7 +289,7 @@ fn run_for_a_duration_ends_every_process_the_command_started_and_exits_0() {
         .arg("chroot")
         .arg(sid_root())
         .args(["bash", &dir.inside("script.sh")]);
-    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    let out = Running::start_in_test_group(cmd).finish(Duration::from_secs(60));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(stray.pid().is_some(), "python never started:\n{stderr}");
     assert!(
@@ -483,7 +324,7 @@ fn run_exits_0_when_the_duration_ended_the_program_and_with_its_code_otherwise()
             .arg(sid_root())
             .arg(&it.exe)
             .arg(dir.inside("sleep.py"));
-        Running::start(cmd)
+        Running::start_in_test_group(cmd)
     };
     let out = run(&["-d", "0.5"]).finish(Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -517,7 +358,7 @@ fn a_thread_id_given_as_the_pid_reads_its_process() {
     assert_ne!(tid, pid);
     let note = format!("{tid} is a thread of process {pid}; reading process {pid}");
 
-    let out = Running::start({
+    let out = Running::start_in_test_group({
         let mut c = Command::new(tachyon_bin());
         c.args(["dump", "-a", &tid.to_string()]);
         c
@@ -538,7 +379,7 @@ fn a_thread_id_given_as_the_pid_reads_its_process() {
     c.args(["attach", "-a", "-d", "0.5", "--collapsed", "-o"])
         .arg(&dir.outside)
         .arg(tid.to_string());
-    let out = Running::start(c).finish(Duration::from_secs(60));
+    let out = Running::start_in_test_group(c).finish(Duration::from_secs(60));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(&note), "{stderr}");
@@ -590,7 +431,7 @@ fn an_unprivileged_user_reads_their_own_python_in_a_chroot() {
         c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
             .arg(tachyon_bin())
             .args(args);
-        Running::start(c).finish(Duration::from_secs(60))
+        Running::start_in_test_group(c).finish(Duration::from_secs(60))
     };
     for it in sid_interpreters() {
         let ready = format!("ready-{}", it.name);
@@ -602,7 +443,7 @@ fn an_unprivileged_user_reads_their_own_python_in_a_chroot() {
             .arg(&it.exe)
             .arg(dir.inside("chrooted.py"))
             .arg(dir.inside(&ready));
-        let target = Running::start(c);
+        let target = Running::start_in_test_group(c);
         let pid = target.pid();
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::fs::read_to_string(dir.outside(&ready)).ok() != Some(pid.to_string()) {

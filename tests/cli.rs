@@ -9,14 +9,11 @@
 
 mod common;
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Interp, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{Interp, Running, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -99,85 +96,6 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.outside);
-    }
-}
-
-/// A started command, in its own process group, whose output is collected
-/// by two reader threads. The whole group is killed on drop.
-struct Running {
-    child: Child,
-    what: String,
-    out: Option<JoinHandle<Vec<u8>>>,
-    err: Option<JoinHandle<Vec<u8>>>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let what = format!("{cmd:?}");
-        cmd.process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let reader = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = r.read_to_end(&mut v);
-                v
-            })
-        };
-        let out = reader(Box::new(child.stdout.take().unwrap()));
-        let err = reader(Box::new(child.stderr.take().unwrap()));
-        Running {
-            child,
-            what,
-            out: Some(out),
-            err: Some(err),
-        }
-    }
-
-    /// Wait for the command to end (killing its group after `timeout`).
-    fn finish(mut self, timeout: Duration) -> Output {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                self.kill_group();
-                let _ = self.child.wait();
-                let out = text(&self.out.take().unwrap().join().unwrap());
-                let err = text(&self.err.take().unwrap().join().unwrap());
-                panic!(
-                    "{} did not finish in {timeout:?}\nstdout:\n{out}\nstderr:\n{err}",
-                    self.what
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        Output {
-            status,
-            stdout: self.out.take().unwrap().join().unwrap(),
-            stderr: self.err.take().unwrap().join().unwrap(),
-        }
-    }
-
-    fn kill_group(&self) {
-        // The group this test started (the command and its children).
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill_group();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -300,7 +300,7 @@ impl RootDir {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!(
-            "tachyon-sampling-{}-{}",
+            "tachyon-test-root-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
@@ -317,10 +317,149 @@ impl RootDir {
     pub fn inside(&self, f: &str) -> String {
         self.inside.join(f).to_string_lossy().into_owned()
     }
+    pub fn outside(&self, f: &str) -> PathBuf {
+        self.outside.join(f)
+    }
 }
 
 impl Drop for RootDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.outside);
     }
+}
+
+/// A started command whose output two threads collect. On drop (and when
+/// `finish` times out) it and every process below it are killed: all
+/// started by the test.
+pub struct Running {
+    pub child: Child,
+    what: String,
+    own_group: bool,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Running {
+    /// Start `cmd` in a process group of its own.
+    pub fn start(cmd: Command) -> Running {
+        Running::spawn(cmd, true)
+    }
+
+    /// Start `cmd` in the test's process group, as a terminal would run it
+    /// (what reaches tachyon's group, reaches it).
+    pub fn start_in_test_group(cmd: Command) -> Running {
+        Running::spawn(cmd, false)
+    }
+
+    fn spawn(mut cmd: Command, own_group: bool) -> Running {
+        use std::io::Read;
+        use std::os::unix::process::CommandExt;
+        let what = format!("{cmd:?}");
+        if own_group {
+            cmd.process_group(0);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let reader = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v);
+                v
+            })
+        };
+        let out = reader(Box::new(child.stdout.take().unwrap()));
+        let err = reader(Box::new(child.stderr.take().unwrap()));
+        Running {
+            child,
+            what,
+            own_group,
+            out: Some(out),
+            err: Some(err),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Kill the command and everything below it.
+    pub fn kill_all(&mut self) {
+        use nix::sys::signal::{Signal, kill, killpg};
+        use nix::unistd::Pid;
+        if self.own_group {
+            let _ = killpg(Pid::from_raw(self.pid()), Signal::SIGKILL);
+        }
+        for p in descendants(self.pid()).into_iter().rev() {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        let _ = self.child.kill();
+    }
+
+    /// Wait for the command to end (killing it after `timeout`).
+    pub fn finish(mut self, timeout: Duration) -> std::process::Output {
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        let deadline = std::time::Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                self.kill_all();
+                let _ = self.child.wait();
+                let out = text(self.out.take().unwrap().join().unwrap());
+                let err = text(self.err.take().unwrap().join().unwrap());
+                panic!(
+                    "{} did not finish in {timeout:?}\nstdout:\n{out}\nstderr:\n{err}",
+                    self.what
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        std::process::Output {
+            status,
+            stdout: self.out.take().unwrap().join().unwrap(),
+            stderr: self.err.take().unwrap().join().unwrap(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill_all();
+        let _ = self.child.wait();
+    }
+}
+
+/// The parent of `pid`, from `/proc/PID/stat`.
+pub fn ppid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process below `root` (not `root` itself), parents first.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|p| Some((p, ppid(p)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(all.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
 }
