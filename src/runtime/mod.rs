@@ -16,7 +16,9 @@ use goblin::elf::Elf;
 use goblin::elf::program_header::PT_LOAD;
 
 use crate::error::{Error, Result};
-use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, layout};
+use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
+
+mod verify;
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::process::maps::MapEntry;
@@ -130,6 +132,7 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
     // (ctypes loading libpython a second time) is only kept as a fallback
     // for a process that has not initialised any runtime yet.
     let mut uninitialised: Option<Runtime> = None;
+    let mut not_yet: Option<Error> = None;
     for m in &cands {
         let file = match proc.open_mapped_file(m) {
             Ok(f) => f,
@@ -163,22 +166,59 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
                 Err(_) => {}
             }
         }
-        if let Some(v) = facts.py_version {
-            let mut b = [0u8; 4];
-            if proc.read(v.wrapping_add(bias), &mut b).is_ok() {
-                found_version = Some(PyVersion::from_hex(u32::from_le_bytes(b) as u64));
-            }
+        let Some(v) = facts.py_version else { continue };
+        let mut b = [0u8; 4];
+        if proc.read(v.wrapping_add(bias), &mut b).is_err() {
+            continue;
+        }
+        let version = PyVersion::from_hex(u32::from_le_bytes(b) as u64);
+        found_version = Some(version);
+        // 3.11, 3.12: no table; the layout tachyon carries for the
+        // version, verified on the live process.
+        let (Some(c), Some(link)) = (
+            carried::for_version(version),
+            facts.symbol.or(facts.section),
+        ) else {
+            continue;
+        };
+        let none = facts.none.map(|n| n.wrapping_add(bias));
+        match carried_runtime(proc, link.wrapping_add(bias), m, none, c, version) {
+            Ok(rt) => return Ok(rt),
+            Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
+            // Not initialised yet (or a second, idle copy of libpython).
+            Err(e) => not_yet = Some(e),
         }
     }
     if let Some(rt) = uninitialised {
         return Ok(rt);
     }
+    if let Some(e) = not_yet {
+        return Err(e);
+    }
+    if found_version.is_none() {
+        // Before 3.11 there is no `Py_Version`: name the version after the
+        // interpreter's file (`python3.10`, `libpython3.10.so.1.0`).
+        found_version = cands
+            .iter()
+            .filter_map(|m| version_from_name(m.basename()?))
+            // 3.11+ export `Py_Version`: without it, their libpython is
+            // not mapped yet.
+            .find(|v| v.minor < 11);
+    }
     match found_version {
-        // Older than the debug offsets table: name the version.
-        Some(v) if v.major == 3 && v.minor < 13 => {
+        // Older than any layout tachyon has: name the version.
+        Some(v)
+            if v.major == 3
+                && (v.minor < 11 || carried::for_version(v).is_none() && v.minor < 13) =>
+        {
             return Err(Error::UnsupportedVersion {
                 pid,
-                found: v.to_string(),
+                found: if v.level == 0 {
+                    // Known from a file name only.
+                    format!("{}.{}", v.major, v.minor)
+                } else {
+                    v.to_string()
+                },
             });
         }
         // New enough to have the table, yet we found none: say so rather
@@ -268,4 +308,45 @@ pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
     let mut bytes = vec![0u8; size];
     proc.read(rt.address, &mut bytes)?;
     Ok(bytes)
+}
+
+/// `3.X` from an interpreter's file name (`python3.10`,
+/// `libpython3.10.so.1.0`), as a version with an unknown micro release.
+fn version_from_name(base: &str) -> Option<PyVersion> {
+    let rest = base
+        .strip_prefix("lib")
+        .unwrap_or(base)
+        .strip_prefix("python3.")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let minor: u8 = digits.parse().ok()?;
+    Some(PyVersion {
+        major: 3,
+        minor,
+        micro: 0,
+        level: 0,
+        serial: 0,
+    })
+}
+
+/// The runtime of a 3.11/3.12 process at `addr`, with the carried layout
+/// `c`, verified on the live process (see [`verify::carried`]).
+fn carried_runtime(
+    proc: &LinuxProcess,
+    addr: u64,
+    m: &MapEntry,
+    none_addr: Option<u64>,
+    c: &carried::Carried,
+    version: PyVersion,
+) -> Result<Runtime> {
+    let raw = c.table(version);
+    let offsets = Offsets::from_carried(proc.pid(), &raw)?;
+    let rt = Runtime {
+        address: addr,
+        binary: m.path.clone().unwrap_or_default(),
+        raw,
+        offsets,
+        none_addr,
+    };
+    verify::carried(proc, &rt)?;
+    Ok(rt)
 }

@@ -168,10 +168,17 @@ impl CodeCache {
             self.loaded.push(code);
         }
         let info = self.codes.get_mut(&code).expect("inserted above");
+        // 3.11, 3.12: a frame that has not started yet points one code
+        // unit before its bytecode; it is at its first line.
+        let not_started = offs.instr_ptr_is_prev && instr_ptr == base.wrapping_sub(2);
         let loc = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => {
                 linetable::locate(t, info.firstlineno, a).unwrap_or(Location::NONE)
             }
+            _ if not_started => Location {
+                line: info.firstlineno,
+                ..Location::NONE
+            },
             _ => Location::NONE,
         };
         let id = table.intern(Frame {

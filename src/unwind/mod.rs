@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
-use crate::offsets::Offsets;
+use crate::offsets::{GilFlag, Offsets};
 use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
@@ -167,6 +167,17 @@ fn chunk_grant<'a, M: ProcessMemory>(
     }
 }
 
+/// 3.11, 3.12: the current frame, read from the thread's `_PyCFrame` (on
+/// its C stack) at `slot_addr`.
+fn read_cframe(mem: &dyn ProcessMemory, slot_addr: u64) -> Result<u64> {
+    if !frames::plausible(slot_addr) {
+        return Err(Error::corrupt(format!(
+            "thread's cframe at impossible address {slot_addr:#x}"
+        )));
+    }
+    mem.read_u64(slot_addr)
+}
+
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
 /// joining neighbours closer than a cache line.
 fn merge_ranges(mut fields: Vec<(u64, usize)>) -> Vec<(u64, usize)> {
@@ -228,11 +239,14 @@ impl<M: ProcessMemory> Unwinder<M> {
             (o.interp_id, 8),
             (o.interp_next, 8),
             (o.interp_threads_head, 8),
-            (o.interp_threads_main, 8),
-            (o.interp_gil_locked, 4),
-            (o.interp_gil_holder, 8),
             (o.interp_gc_collecting, 4),
         ];
+        if !o.threads_main_embedded {
+            fields.push((o.interp_threads_main, 8));
+        }
+        if !o.gil_in_runtime {
+            fields.extend([(o.interp_gil_locked, 4), (o.interp_gil_holder, 8)]);
+        }
         fields.extend(o.interp_code_object_generation.map(|g| (g, 8)));
         fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
         let interp_ranges = merge_ranges(fields);
@@ -366,6 +380,10 @@ impl<M: ProcessMemory> Unwinder<M> {
         // thread state. Each guess is used only if the freshly read pointer
         // to it is unchanged; otherwise that part is read again.
         let mut head = [0u8; 8];
+        // 3.11: the GIL state is in `_PyRuntime`, read in the same call.
+        let mut gil_locked = [0u8; 4];
+        let mut gil_holder = [0u8; 8];
+        let rt = self.runtime.address;
         let guess_interp = self.last_interp;
         let guess_tstate = if self.opts.all_threads {
             0
@@ -377,6 +395,16 @@ impl<M: ProcessMemory> Unwinder<M> {
                 addr: head_addr,
                 buf: &mut head,
             }];
+            if o.gil_in_runtime {
+                reqs.push(ReadReq {
+                    addr: rt.wrapping_add(o.interp_gil_locked),
+                    buf: &mut gil_locked,
+                });
+                reqs.push(ReadReq {
+                    addr: rt.wrapping_add(o.interp_gil_holder),
+                    buf: &mut gil_holder,
+                });
+            }
             if guess_interp != 0 {
                 push_ranges(
                     &mut reqs,
@@ -433,10 +461,29 @@ impl<M: ProcessMemory> Unwinder<M> {
                 Ok(()) => n > 1,
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(_) => {
-                    self.mem.read(head_addr, &mut head)?;
+                    let mut reqs = vec![ReadReq {
+                        addr: head_addr,
+                        buf: &mut head,
+                    }];
+                    if o.gil_in_runtime {
+                        reqs.push(ReadReq {
+                            addr: rt.wrapping_add(o.interp_gil_locked),
+                            buf: &mut gil_locked,
+                        });
+                        reqs.push(ReadReq {
+                            addr: rt.wrapping_add(o.interp_gil_holder),
+                            buf: &mut gil_holder,
+                        });
+                    }
+                    self.mem.read_many(&mut reqs)?;
                     false
                 }
             }
+        };
+        let runtime_gil_holder = if u32::from_le_bytes(gil_locked) != 0 {
+            u64::from_le_bytes(gil_holder)
+        } else {
+            0
         };
         let mut interp_addr = u64::from_le_bytes(head);
         let mut first = true;
@@ -458,7 +505,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
                 self.mem.read_many(&mut reqs)?;
             }
-            let interp = InterpFacts::decode(&o, &self.interp_buf)
+            let interp = InterpFacts::decode(&o, &self.interp_buf, interp_addr, runtime_gil_holder)
                 .ok_or_else(|| Error::corrupt("short interpreter state"))?;
             if let Some(g) = interp.code_generation
                 && self
@@ -642,12 +689,20 @@ impl<M: ProcessMemory> Unwinder<M> {
         if self.chunk_guess.len() > 4 * MAX_THREADS {
             self.chunk_guess.clear();
         }
+        let mut decoded = Vec::with_capacity(self.order.len());
+        for &i in &self.order {
+            decoded.push(
+                ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
+                    .ok_or_else(|| Error::corrupt("short thread state"))?,
+            );
+        }
+        if o.cframe_current_frame.is_some() {
+            self.read_cframes(o, &mut decoded)?;
+        }
         let mut facts = Vec::with_capacity(self.order.len());
         let mut ready = vec![false; self.slots.len()];
-        for &i in &self.order {
+        for (&i, f) in self.order.iter().zip(decoded) {
             let slot = &mut self.slots[i];
-            let f = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
-                .ok_or_else(|| Error::corrupt("short thread state"))?;
             let first = if f.current_frame != 0 {
                 f.datastack_chunk
             } else {
@@ -712,6 +767,42 @@ impl<M: ProcessMemory> Unwinder<M> {
         Ok(())
     }
 
+    /// 3.11, 3.12: every thread's current frame, through its `_PyCFrame`,
+    /// in one system call; alone, each, if that fails.
+    fn read_cframes(&self, o: &Offsets, facts: &mut [ThreadFacts]) -> Result<()> {
+        let slots: Vec<Option<u64>> = facts.iter().map(|f| f.cframe_slot(o)).collect();
+        if let Some(&bad) = slots.iter().flatten().find(|&&a| !frames::plausible(a)) {
+            return Err(Error::corrupt(format!(
+                "thread's cframe at impossible address {bad:#x}"
+            )));
+        }
+        let mut bufs = vec![[0u8; 8]; facts.len()];
+        let batch_ok = {
+            let mut reqs: Vec<ReadReq<'_>> = slots
+                .iter()
+                .zip(bufs.iter_mut())
+                .filter_map(|(a, buf)| Some(ReadReq { addr: (*a)?, buf }))
+                .collect();
+            reqs.is_empty()
+                || match self.mem.read_many(&mut reqs) {
+                    Ok(()) => true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => false,
+                }
+        };
+        for ((f, a), buf) in facts.iter_mut().zip(&slots).zip(&bufs) {
+            if let Some(a) = *a {
+                f.current_frame = if batch_ok {
+                    u64::from_le_bytes(*buf)
+                } else {
+                    self.mem.grant(1, 8);
+                    read_cframe(&self.mem, a)?
+                };
+            }
+        }
+        Ok(())
+    }
+
     /// Status and stack of a thread whose state and chunks are in
     /// `self.slots[idx]`.
     #[allow(clippy::too_many_arguments)]
@@ -730,7 +821,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         } else {
             None
         };
-        let status = t.status(tstate == interp.threads_main, os_state);
+        let is_holder = o.holds_gil == GilFlag::Holder && tstate == interp.gil_holder;
+        let status = t.status(tstate == interp.threads_main, is_holder, os_state);
         if *n == out.threads.len() {
             out.threads.push(ThreadSample::default());
         }
@@ -797,8 +889,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         if !prefetched {
             self.mem.read(tstate, &mut slot.buf)?;
         }
-        let t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
+        let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
+        if let Some(slot_addr) = t.cframe_slot(o) {
+            t.current_frame = read_cframe(&self.mem, slot_addr)?;
+        }
         if self.prefetch.len() > 4 * MAX_THREADS {
             self.prefetch.clear();
         }
