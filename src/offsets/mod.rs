@@ -8,7 +8,9 @@
 //! for lying inside the struct size the same table reports. The handful of
 //! facts older tables lack (3.13's main thread, the GIL bit before 3.15, the
 //! exception slots before 3.15) come from per-version constants that are
-//! cross-checked against fields the table does give.
+//! cross-checked against fields the table does give. 3.11 and 3.12 have
+//! no table: [`carried`] holds their layouts, normalised into the same
+//! [`Offsets`].
 
 pub mod carried;
 pub mod layout;
