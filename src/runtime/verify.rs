@@ -24,11 +24,29 @@ use crate::unwind::frames::plausible;
 use crate::unwind::threads::{MAX_INTERPRETERS, MAX_THREADS};
 use crate::unwind::{UnwindOptions, Unwinder};
 
-/// Walks of the main thread tried before the layout is called wrong: a
-/// running thread tears a walk now and then, a wrong layout every time.
-const WALK_TRIES: usize = 50;
+/// Walks of the main thread tried, per check, before the layout is called
+/// wrong: a running thread tears a walk now and then, a wrong layout every
+/// time.
+const WALK_TRIES: usize = 10;
+
+/// Whole checks tried before the layout is called wrong: threads that
+/// start and end while the lists are read can make one check fail on a
+/// process that fits; a process that does not fit fails every time.
+const CHECK_TRIES: usize = 20;
 
 pub fn carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    let mut last = None;
+    for _ in 0..CHECK_TRIES {
+        match check_once(proc, rt) {
+            Err(e @ Error::LayoutMismatch { .. }) => last = Some(e),
+            other => return other,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Err(last.expect("at least one try"))
+}
+
+fn check_once(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
     let pid = proc.pid();
     let o = &rt.offsets;
     let version = rt.raw.version.to_string();
