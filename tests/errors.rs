@@ -136,6 +136,21 @@ fn assert_dumped(out: &Output, pid: i32, needles: &[&str]) -> String {
     stdout
 }
 
+/// Dump a SLEEPER target once it is in its sleep: it prints READY just
+/// before, so a loaded machine can catch it between the two.
+fn dump_asleep(pid: i32) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = dump(pid);
+        if String::from_utf8_lossy(&out.stdout).contains("time.sleep(600)")
+            || Instant::now() > deadline
+        {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn pid_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -187,7 +202,7 @@ fn old_pythons_dump() {
             interp.name
         );
         let s = assert_dumped(
-            &dump(t.pid()),
+            &dump_asleep(t.pid()),
             t.pid(),
             &["in outer_fn", "in inner_fn", "time.sleep(600)", "target.py"],
         );
@@ -221,7 +236,7 @@ fn pyenv_shared_libpython_dumps() {
     for interp in machine_supported_interpreters() {
         let mut t = spawn(&interp, SLEEPER, &[], &[]);
         t.wait_for("READY ", Duration::from_secs(30));
-        let out = dump(t.pid());
+        let out = dump_asleep(t.pid());
         let s = assert_dumped(
             &out,
             t.pid(),

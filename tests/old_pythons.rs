@@ -167,3 +167,86 @@ fn attach_writes_every_format() {
         println!("{}: every format written", interp.name);
     }
 }
+
+/// Two threads, so the thread list has links to get wrong.
+const SLEEPER: &str = "import threading, time\n\
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
+def inner():\n    print('READY', flush=True)\n    time.sleep(600)\n\
+inner()\n";
+
+/// The carried layout is checked on the live process, not trusted on the
+/// version: the other minor's layout, or the right one with a field the
+/// walk depends on moved, is refused by name (LayoutMismatch), never used.
+#[test]
+fn a_layout_that_does_not_fit_is_refused() {
+    use tachyon::Error;
+    use tachyon::offsets::Offsets;
+    use tachyon::offsets::carried::CARRIED;
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::runtime::check_carried;
+    use tachyon::unwind::UnwindOptions;
+
+    for interp in machine_old_interpreters() {
+        let mut t = spawn(&interp, SLEEPER, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let good = tachyon::attach(t.pid(), UnwindOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", interp.name))
+            .runtime()
+            .clone();
+        check_carried(&proc, &good).unwrap();
+        let version = good.raw.version;
+
+        let mut variants = Vec::new();
+        for c in CARRIED.iter().filter(|c| c.minor != interp.minor) {
+            variants.push((format!("the 3.{} layout", c.minor), c.table(version)));
+        }
+        // Each moved by one field, within its struct. (co_qualname moved
+        // onto co_name would still read as a name: the oracle test, not
+        // this check, holds qualified names.)
+        for (field, delta) in [
+            ("interpreter_state.runtime", -8i64),
+            ("interpreter_state.threads_head", -8),
+            ("thread_state.interp", -8),
+            ("thread_state.next", -8),
+            ("thread_state.cframe", -8),
+            (
+                "cframe.current_frame",
+                if interp.minor == 11 { -8 } else { 8 },
+            ),
+            (
+                "interpreter_frame.executable",
+                if interp.minor == 11 { -8 } else { 8 },
+            ),
+            ("interpreter_frame.previous", -8),
+            ("code_object.qualname", 8),
+            ("code_object.filename", 24),
+        ] {
+            let mut raw = good.raw.clone();
+            let v = raw.get(field).unwrap();
+            let moved = v.checked_add_signed(delta).unwrap();
+            assert!(raw.set(field, moved));
+            variants.push((format!("{field} = {moved} (not {v})"), raw));
+        }
+        for (what, raw) in variants {
+            let Ok(offsets) = Offsets::from_carried(t.pid(), &raw) else {
+                continue; // refused before any read: fine too
+            };
+            let mut rt = good.clone();
+            rt.raw = raw;
+            rt.offsets = offsets;
+            match check_carried(&proc, &rt) {
+                Err(e @ Error::LayoutMismatch { .. }) => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains(&format!("runs Python {version}")),
+                        "{}: {msg}",
+                        interp.name
+                    );
+                    println!("{} with {what}: {msg}", interp.name);
+                }
+                other => panic!("{} with {what}: {other:?}", interp.name),
+            }
+        }
+    }
+}

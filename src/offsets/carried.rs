@@ -67,6 +67,9 @@ const PY311: Carried = Carried {
         ("thread_state.datastack_chunk", 296),
         // exc_state.exc_value: the exception being handled.
         ("thread_state.handled_exception", 320),
+        // The bottom `_PyCFrame`, where `cframe` points while no eval loop
+        // runs on the thread.
+        ("thread_state.root_cframe", 336),
         // _PyCFrame
         ("cframe.current_frame", 8),
         // _PyInterpreterFrame
@@ -136,6 +139,7 @@ const PY312: Carried = Carried {
         ("thread_state.native_thread_id", 144),
         ("thread_state.datastack_chunk", 232),
         ("thread_state.handled_exception", 256),
+        ("thread_state.root_cframe", 272),
         // _PyCFrame
         ("cframe.current_frame", 0),
         // _PyInterpreterFrame

@@ -310,6 +310,13 @@ pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Check a runtime with a carried (3.11/3.12) layout against the live
+/// process, as [`locate`] does before trusting it: `Ok`, or
+/// [`Error::LayoutMismatch`] for a process that does not fit.
+pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    verify::carried(proc, rt)
+}
+
 /// `3.X` from an interpreter's file name (`python3.10`,
 /// `libpython3.10.so.1.0`), as a version with an unknown micro release.
 fn version_from_name(base: &str) -> Option<PyVersion> {

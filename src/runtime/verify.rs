@@ -176,20 +176,36 @@ fn check_once(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
         ));
     }
 
-    // A whole walk of the main thread.
+    // A whole walk of the main thread. An empty stack counts only if the
+    // thread runs no eval loop: its `cframe` is then its root `_PyCFrame`.
+    let root_cframe = main_tstate.wrapping_add(field("thread_state.root_cframe")?);
     let mut unwinder = Unwinder::new(proc, pid, rt.clone(), UnwindOptions::default());
     let mut sample = Sample::default();
     let mut last = None;
     for _ in 0..WALK_TRIES {
         match unwinder.sample(&mut sample) {
-            Ok(()) => return Ok(()),
+            Ok(()) if sample.threads.first().is_some_and(|t| !t.frames.is_empty()) => {
+                return Ok(());
+            }
+            Ok(()) => {
+                let cframe = read(main_tstate + o.tstate_current_frame)?;
+                if cframe == root_cframe {
+                    return Ok(());
+                }
+                last = Some(mismatch(format!(
+                    "the main thread shows no frame, but its cframe ({cframe:#x}) is not its root cframe"
+                )));
+            }
             Err(e) if e.is_fatal() => return Err(e),
             Err(e) => last = Some(e),
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    Err(mismatch(format!(
-        "no walk of the main thread reached its bottom frame ({})",
-        last.map_or_else(String::new, |e| e.to_string())
-    )))
+    Err(match last {
+        Some(e @ Error::LayoutMismatch { .. }) => e,
+        e => mismatch(format!(
+            "no walk of the main thread reached its bottom frame ({})",
+            e.map_or_else(String::new, |e| e.to_string())
+        )),
+    })
 }
