@@ -116,6 +116,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// a high-water mark of its live length, read speculatively too.
     last_chunk: u64,
     chunk_hw: usize,
+    /// Main-thread mode, 3.11/3.12: the main thread's `cframe` last sample.
+    last_cframe: u64,
     /// 3.13 code-cache guard: the code objects the last sample used, whose
     /// fingerprints the next sample reads in its first batch (`fp_buf`);
     /// those found unchanged are `fp_ok` and need no check after the walk.
@@ -134,6 +136,9 @@ pub struct Unwinder<M: ProcessMemory> {
     /// All-threads mode: per thread state, its first chunk and a
     /// high-water mark of its live length, read with the state next time.
     chunk_guess: HashMap<u64, (u64, usize)>,
+    /// All-threads mode, 3.11/3.12: per thread state, its `cframe` last
+    /// sample, whose current frame is read with the state next time.
+    cframe_guess: HashMap<u64, u64>,
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
@@ -147,6 +152,11 @@ struct ThreadSlot {
     tstate: u64,
     buf: Vec<u8>,
     chunks: Chunks,
+    /// 3.11, 3.12: where the current frame was guessed to be read from
+    /// (`cframe + current_frame` of the last sample; 0: not guessed), read
+    /// in the same system call as the thread state into `cframe_buf`.
+    cframe_spec: u64,
+    cframe_buf: [u8; 8],
 }
 
 /// Extra bytes read beyond the recent high-water mark of the live stack,
@@ -255,7 +265,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let slots = vec![ThreadSlot {
             tstate: 0,
             buf: vec![0u8; o.tstate_size as usize],
-            chunks: Chunks::default(),
+            ..ThreadSlot::default()
         }];
         Unwinder {
             mem: Metered::new(mem),
@@ -273,6 +283,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             last_tstate: 0,
             last_chunk: 0,
             chunk_hw: 0,
+            last_cframe: 0,
             fp_prev: Vec::new(),
             fp_buf: Vec::new(),
             fp_ok: Vec::new(),
@@ -281,6 +292,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             slots,
             thread_guess: HashMap::new(),
             chunk_guess: HashMap::new(),
+            cframe_guess: HashMap::new(),
             order: Vec::new(),
             seen: HashSet::new(),
             chunk_grants: Cell::new(0),
@@ -413,12 +425,24 @@ impl<M: ProcessMemory> Unwinder<M> {
                     &self.interp_ranges,
                 );
             }
+            self.slots[0].cframe_spec = 0;
             if guess_tstate != 0 {
                 let slot = &mut self.slots[0];
                 reqs.push(ReadReq {
                     addr: guess_tstate,
                     buf: &mut slot.buf,
                 });
+                // 3.11/3.12: the current frame, where it was last time, in
+                // the same instant as the state that names it.
+                if let Some(off) = o.cframe_current_frame
+                    && self.last_cframe != 0
+                {
+                    slot.cframe_spec = self.last_cframe.wrapping_add(off);
+                    reqs.push(ReadReq {
+                        addr: slot.cframe_spec,
+                        buf: &mut slot.cframe_buf,
+                    });
+                }
                 // The chunk and outside frames too: in a steady state the
                 // whole sample is this one call.
                 let pre = self.prefetch.get(&guess_tstate).map_or(&[][..], |v| &v[..]);
@@ -610,8 +634,18 @@ impl<M: ProcessMemory> Unwinder<M> {
                     addr: t,
                     buf: &mut slot.buf[..],
                 });
+                slot.cframe_spec = 0;
                 match self.chunk_guess.get(&t) {
                     Some(&(chunk, hw)) if with_chunks => {
+                        if let (Some(off), Some(&cf)) =
+                            (o.cframe_current_frame, self.cframe_guess.get(&t))
+                        {
+                            slot.cframe_spec = cf.wrapping_add(off);
+                            reqs.push(ReadReq {
+                                addr: slot.cframe_spec,
+                                buf: &mut slot.cframe_buf,
+                            });
+                        }
                         let pre = self.prefetch.get(&t).map_or(&[][..], |v| &v[..]);
                         slot.chunks
                             .prepare_guess(chunk, hw + CHUNK_SLACK, o.frame_size, pre);
@@ -697,7 +731,13 @@ impl<M: ProcessMemory> Unwinder<M> {
             );
         }
         if o.cframe_current_frame.is_some() {
-            self.read_cframes(o, &mut decoded)?;
+            self.read_cframes(o, &mut decoded, chunks_ok)?;
+            if self.cframe_guess.len() > 4 * MAX_THREADS {
+                self.cframe_guess.clear();
+            }
+            for (&i, f) in self.order.iter().zip(&decoded) {
+                self.cframe_guess.insert(self.slots[i].tstate, f.cframe);
+            }
         }
         let mut facts = Vec::with_capacity(self.order.len());
         let mut ready = vec![false; self.slots.len()];
@@ -769,8 +809,17 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// 3.11, 3.12: every thread's current frame, through its `_PyCFrame`,
     /// in one system call; alone, each, if that fails.
-    fn read_cframes(&self, o: &Offsets, facts: &mut [ThreadFacts]) -> Result<()> {
-        let slots: Vec<Option<u64>> = facts.iter().map(|f| f.cframe_slot(o)).collect();
+    /// Those read with their thread states (`guessed`) at the address the
+    /// state names are taken from there.
+    fn read_cframes(&self, o: &Offsets, facts: &mut [ThreadFacts], guessed: bool) -> Result<()> {
+        let mut slots: Vec<Option<u64>> = facts.iter().map(|f| f.cframe_slot(o)).collect();
+        for ((f, a), &i) in facts.iter_mut().zip(slots.iter_mut()).zip(&self.order) {
+            let slot = &self.slots[i];
+            if guessed && a.is_some() && *a == Some(slot.cframe_spec) {
+                f.current_frame = u64::from_le_bytes(slot.cframe_buf);
+                *a = None;
+            }
+        }
         if let Some(&bad) = slots.iter().flatten().find(|&&a| !frames::plausible(a)) {
             return Err(Error::corrupt(format!(
                 "thread's cframe at impossible address {bad:#x}"
@@ -892,8 +941,13 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
         if let Some(slot_addr) = t.cframe_slot(o) {
-            t.current_frame = read_cframe(&self.mem, slot_addr)?;
+            t.current_frame = if prefetched && slot.cframe_spec == slot_addr {
+                u64::from_le_bytes(slot.cframe_buf)
+            } else {
+                read_cframe(&self.mem, slot_addr)?
+            };
         }
+        self.last_cframe = t.cframe;
         if self.prefetch.len() > 4 * MAX_THREADS {
             self.prefetch.clear();
         }
