@@ -357,3 +357,19 @@ fn carried_runtime(
     verify::carried(proc, &rt)?;
     Ok(rt)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::version_from_name;
+
+    #[test]
+    fn versions_from_file_names() {
+        let minor = |n: &str| version_from_name(n).map(|v| (v.major, v.minor));
+        assert_eq!(minor("python3.10"), Some((3, 10)));
+        assert_eq!(minor("libpython3.9.so.1.0"), Some((3, 9)));
+        assert_eq!(minor("libpython3.12d.so"), Some((3, 12)));
+        assert_eq!(minor("python3"), None);
+        assert_eq!(minor("python"), None);
+        assert_eq!(minor("mypython3.10"), None);
+    }
+}
