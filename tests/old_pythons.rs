@@ -250,3 +250,60 @@ fn a_layout_that_does_not_fit_is_refused() {
         }
     }
 }
+
+/// A subinterpreter that shares the main interpreter's GIL (as
+/// `Py_NewInterpreter()` makes them, for mod_wsgi and the like), busy in
+/// one thread while the main thread sleeps: its thread is seen holding the
+/// GIL (3.12 reads it through the interpreter's `ceval.gil`; 3.11 has one
+/// GIL per process), the sleeping main thread never.
+#[test]
+fn a_subinterpreter_sharing_the_gil_is_seen_holding_it() {
+    use tachyon::model::{Sample, status};
+    use tachyon::unwind::UnwindOptions;
+    const SHARED: &str = "import threading, time, _xxsubinterpreters as xi\n\
+CODE = \"import threading\\nprint('SUB', threading.get_native_id(), flush=True)\\nwhile True:\\n    pass\\n\"\n\
+def run():\n    try:\n        sub = xi.create(isolated=False)\n    except TypeError:\n        sub = xi.create()\n    xi.run_string(sub, CODE)\n\
+threading.Thread(target=run, daemon=True).start()\n\
+time.sleep(1000)\n";
+    for interp in machine_old_interpreters() {
+        let mut t = spawn(&interp, SHARED, &[], &[]);
+        let line = t.wait_for("SUB ", Duration::from_secs(30));
+        let sub_tid: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut u = tachyon::attach(
+            t.pid(),
+            UnwindOptions {
+                all_threads: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", interp.name));
+        let mut s = Sample::default();
+        let (mut held, mut ok) = (0, 0);
+        for _ in 0..200 {
+            if u.sample(&mut s).is_err() {
+                continue;
+            }
+            ok += 1;
+            for th in &s.threads {
+                let gil = th.status & status::HAS_GIL != 0;
+                if th.tid == t.pid() as u64 {
+                    assert!(
+                        !gil,
+                        "{}: the sleeping main thread holds the GIL",
+                        interp.name
+                    );
+                }
+                if th.tid == sub_tid && th.interpreter_id != 0 && gil {
+                    held += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            held > 0,
+            "{}: in {ok} samples the busy subinterpreter thread never held the GIL",
+            interp.name
+        );
+        println!("{}: held in {held} of {ok} samples", interp.name);
+    }
+}

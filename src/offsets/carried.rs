@@ -126,6 +126,13 @@ const PY312: Carried = Carried {
         ("interpreter_state.gc", 112),
         ("interpreter_state.gil_runtime_state_holder", 1048),
         ("interpreter_state.gil_runtime_state_locked", 1056),
+        // `ceval.gil`: the GIL in use; `&_gil` unless the interpreter
+        // shares the main interpreter's.
+        ("interpreter_state.ceval_gil", 384),
+        // struct _gil_runtime_state
+        ("gil_state.size", 208),
+        ("gil_state.holder", 8),
+        ("gil_state.locked", 16),
         ("interpreter_state.initial_thread", 383_264),
         // PyThreadState
         ("thread_state.size", 288),
@@ -235,6 +242,23 @@ impl Offsets {
                 inf("interpreter_state.gil_runtime_state_holder", 8)?,
             )
         };
+        let (interp_ceval_gil, gil_state_locked, gil_state_holder) = match raw
+            .get("interpreter_state.ceval_gil")
+        {
+            Some(_) => {
+                let gil_size = v.size("gil_state", 24, 4096)?;
+                let locked = v.field("gil_state.locked", 4, gil_size)?;
+                let holder = v.field("gil_state.holder", 8, gil_size)?;
+                // The interpreter's own GIL state holds the fields above.
+                if interp_gil_locked.checked_sub(locked) != interp_gil_holder.checked_sub(holder) {
+                    return Err(
+                        v.err("the interpreter's GIL fields do not sit as in a GIL state".into())
+                    );
+                }
+                (Some(inf("interpreter_state.ceval_gil", 8)?), locked, holder)
+            }
+            None => (None, 0, 0),
+        };
         let gc = inf("interpreter_state.gc", 8)?;
         let gc_size = v.size("gc", 8, 64 * 1024)?;
         let interp_gc_collecting = gc + v.field("gc.collecting", 4, gc_size)?;
@@ -320,6 +344,9 @@ impl Offsets {
                 .max(interp_gil_locked + 4)
                 .max(interp_gil_holder + 8);
         }
+        if let Some(g) = interp_ceval_gil {
+            interp_read_size = interp_read_size.max(g + 8);
+        }
 
         Ok(Offsets {
             version: raw.version,
@@ -333,6 +360,9 @@ impl Offsets {
             interp_gil_locked,
             interp_gil_holder,
             gil_in_runtime,
+            interp_ceval_gil,
+            gil_state_locked,
+            gil_state_holder,
             interp_code_object_generation: None,
             interp_gc_collecting,
             interp_gc_frame: None,

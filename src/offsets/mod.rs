@@ -116,6 +116,12 @@ pub struct Offsets {
     /// 3.11: the GIL lives in `_PyRuntime`, not in the interpreter, and
     /// `interp_gil_locked`/`interp_gil_holder` are offsets into `_PyRuntime`.
     pub gil_in_runtime: bool,
+    /// 3.12: `interp->ceval.gil`, the GIL the interpreter uses; when it is
+    /// not its own (a subinterpreter sharing the main GIL), its locked flag
+    /// and holder are read there, at these offsets of the GIL state.
+    pub interp_ceval_gil: Option<u64>,
+    pub gil_state_locked: u64,
+    pub gil_state_holder: u64,
     pub interp_code_object_generation: Option<u64>,
     /// `interp + gc + gc.collecting` (an int).
     pub interp_gc_collecting: u64,
@@ -564,6 +570,9 @@ impl Offsets {
             interp_gil_locked,
             interp_gil_holder,
             gil_in_runtime: false,
+            interp_ceval_gil: None,
+            gil_state_locked: 0,
+            gil_state_holder: 0,
             interp_code_object_generation,
             interp_gc_collecting,
             interp_gc_frame,

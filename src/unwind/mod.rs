@@ -257,6 +257,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         if !o.gil_in_runtime {
             fields.extend([(o.interp_gil_locked, 4), (o.interp_gil_holder, 8)]);
         }
+        fields.extend(o.interp_ceval_gil.map(|g| (g, 8)));
         fields.extend(o.interp_code_object_generation.map(|g| (g, 8)));
         fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
         let interp_ranges = merge_ranges(fields);
@@ -529,8 +530,12 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
                 self.mem.read_many(&mut reqs)?;
             }
-            let interp = InterpFacts::decode(&o, &self.interp_buf, interp_addr, runtime_gil_holder)
-                .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+            let mut interp =
+                InterpFacts::decode(&o, &self.interp_buf, interp_addr, runtime_gil_holder)
+                    .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+            if interp.shared_gil != 0 {
+                interp.gil_holder = self.shared_gil_holder(&o, interp.shared_gil)?;
+            }
             if let Some(g) = interp.code_generation
                 && self
                     .generations
@@ -850,6 +855,34 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
         }
         Ok(())
+    }
+
+    /// 3.12: the holder of the GIL state at `gil` (shared by a
+    /// subinterpreter with the main interpreter), or 0 while it is free.
+    fn shared_gil_holder(&self, o: &Offsets, gil: u64) -> Result<u64> {
+        if !frames::plausible(gil) {
+            return Err(Error::corrupt(format!(
+                "interpreter's GIL at impossible address {gil:#x}"
+            )));
+        }
+        let mut locked = [0u8; 4];
+        let mut holder = [0u8; 8];
+        self.mem.grant(1, 12);
+        self.mem.read_many(&mut [
+            ReadReq {
+                addr: gil.wrapping_add(o.gil_state_locked),
+                buf: &mut locked,
+            },
+            ReadReq {
+                addr: gil.wrapping_add(o.gil_state_holder),
+                buf: &mut holder,
+            },
+        ])?;
+        Ok(if u32::from_le_bytes(locked) == 1 {
+            u64::from_le_bytes(holder)
+        } else {
+            0
+        })
     }
 
     /// Status and stack of a thread whose state and chunks are in

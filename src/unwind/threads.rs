@@ -16,6 +16,10 @@ pub struct InterpFacts {
     pub threads_head: u64,
     pub threads_main: u64,
     pub gil_holder: u64,
+    /// 3.12: the GIL state this interpreter uses when it is not its own
+    /// (the main interpreter's, shared); 0 otherwise. Its holder is read
+    /// from there, into `gil_holder`.
+    pub shared_gil: u64,
     pub gc_collecting: bool,
     pub gc_frame: u64,
     pub code_generation: Option<u64>,
@@ -39,8 +43,17 @@ impl InterpFacts {
         } else {
             0
         };
+        let shared_gil = match o.interp_ceval_gil {
+            Some(off) => {
+                let own = addr.wrapping_add(o.interp_gil_locked - o.gil_state_locked);
+                let used = b.u64_at(off)?;
+                if used != own { used } else { 0 }
+            }
+            None => 0,
+        };
         Some(InterpFacts {
             id,
+            shared_gil,
             next: b.u64_at(o.interp_next)?,
             threads_head: b.u64_at(o.interp_threads_head)?,
             threads_main: if !o.threads_main_embedded {
