@@ -307,3 +307,41 @@ time.sleep(1000)\n";
         println!("{}: held in {held} of {ok} samples", interp.name);
     }
 }
+
+/// Where a binary has neither the `_PyRuntime` symbol nor the `.PyRuntime`
+/// section, `_PyRuntime` is found by a bounded scan of its writable data:
+/// on the real interpreters the scan finds exactly what the symbol says.
+#[test]
+fn the_data_scan_finds_the_runtime_the_symbol_names() {
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::runtime::scan_mapped_file;
+    use tachyon::unwind::UnwindOptions;
+    for interp in machine_old_interpreters() {
+        let mut t = spawn(&interp, SLEEPER, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let rt = tachyon::attach(t.pid(), UnwindOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", interp.name))
+            .runtime()
+            .clone();
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let m = proc
+            .maps()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.offset == 0 && m.path.as_deref() == Some(rt.binary.as_str()))
+            .unwrap_or_else(|| panic!("{}: {} is not mapped", interp.name, rt.binary));
+        let found = scan_mapped_file(&proc, &m).unwrap();
+        assert_eq!(
+            found,
+            Some(rt.address),
+            "{}: the scan of {} found {found:x?}, the symbol says {:#x}",
+            interp.name,
+            rt.binary,
+            rt.address
+        );
+        println!(
+            "{}: _PyRuntime at {:#x} by the scan too",
+            interp.name, rt.address
+        );
+    }
+}

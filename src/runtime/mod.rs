@@ -13,7 +13,7 @@
 //! it was mapped.
 
 use goblin::elf::Elf;
-use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::program_header::{PF_W, PT_LOAD};
 
 use crate::error::{Error, Result};
 use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
@@ -50,6 +50,10 @@ struct ElfFacts {
     none: Option<u64>,
     /// Link-time address of the start of the first loadable segment.
     first_load_vaddr: u64,
+    /// Writable loadable segments, as (link-time address, size in memory):
+    /// where `_PyRuntime` lives when neither its symbol nor its section
+    /// says where (3.11/3.12).
+    writable: Vec<(u64, u64)>,
 }
 
 fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
@@ -74,7 +78,14 @@ fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
         .map(|ph| ph.p_vaddr & !(ph.p_align.max(4096) - 1))
         .min()
         .unwrap_or(0);
+    let writable = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_W != 0)
+        .map(|ph| (ph.p_vaddr, ph.p_memsz))
+        .collect();
     Some(ElfFacts {
+        writable,
         section,
         symbol: sym("_PyRuntime"),
         py_version: sym("Py_Version"),
@@ -175,14 +186,35 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
         found_version = Some(version);
         // 3.11, 3.12: no table; the layout tachyon carries for the
         // version, verified on the live process.
-        let (Some(c), Some(link)) = (
-            carried::for_version(version),
-            facts.symbol.or(facts.section),
-        ) else {
+        let Some(c) = carried::for_version(version) else {
             continue;
         };
+        let addr = match facts.symbol.or(facts.section) {
+            Some(link) => link.wrapping_add(bias),
+            // Neither says where: look for it in the writable data.
+            None => {
+                let segments: Vec<(u64, u64)> = facts
+                    .writable
+                    .iter()
+                    .map(|&(a, len)| (a.wrapping_add(bias), len))
+                    .collect();
+                match scan_for_runtime(proc, &segments, c, version)? {
+                    Some(a) => a,
+                    None => {
+                        not_yet.get_or_insert(Error::NotPython {
+                            pid,
+                            why: format!(
+                                "it runs Python {version}, but no initialised _PyRuntime was found in the data of {}",
+                                m.path.as_deref().unwrap_or("its binary")
+                            ),
+                        });
+                        continue;
+                    }
+                }
+            }
+        };
         let none = facts.none.map(|n| n.wrapping_add(bias));
-        match carried_runtime(proc, link.wrapping_add(bias), m, none, c, version) {
+        match carried_runtime(proc, addr, m, none, c, version) {
             Ok(rt) => return Ok(rt),
             Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
             // Not initialised yet (or a second, idle copy of libpython).
@@ -315,6 +347,99 @@ pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
 /// [`Error::LayoutMismatch`] for a process that does not fit.
 pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
     verify::carried(proc, rt)
+}
+
+/// Most bytes of writable data scanned for `_PyRuntime`: the data and bss
+/// of a static interpreter are a few MiB.
+const MAX_SCAN: u64 = 64 << 20;
+/// Most places in the data that pass the local test and get checked
+/// against the interpreter they name.
+const MAX_SCAN_CANDIDATES: usize = 64;
+
+/// 3.11/3.12 binaries without the `_PyRuntime` symbol or the `.PyRuntime`
+/// section: the address in the writable `segments` (in the target) where a
+/// structure with layout `c` sits, initialised, whose first interpreter
+/// points back to it. Bounded: at most [`MAX_SCAN`] bytes read, at most
+/// [`MAX_SCAN_CANDIDATES`] candidates followed. The caller then verifies
+/// the whole layout, as for a runtime found by its symbol.
+pub fn scan_for_runtime(
+    proc: &LinuxProcess,
+    segments: &[(u64, u64)],
+    c: &carried::Carried,
+    version: PyVersion,
+) -> Result<Option<u64>> {
+    let raw = c.table(version);
+    let offsets = Offsets::from_carried(proc.pid(), &raw)?;
+    let get = |name: &str| raw.get(name).unwrap_or(0);
+    let head_off = offsets.runtime_interpreters_head as usize;
+    let main_off = get("runtime_state.interpreters_main") as usize;
+    let back_off = get("interpreter_state.runtime");
+    let mut budget = MAX_SCAN;
+    let mut followed = 0usize;
+    for &(start, len) in segments {
+        let len = len.min(budget);
+        budget -= len;
+        let mut buf = vec![0u8; len as usize];
+        if proc.read(start, &mut buf).is_err() {
+            continue;
+        }
+        let word = |i: usize| {
+            buf.get(i..i + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        };
+        let mut at = 0usize;
+        while at + main_off + 8 <= buf.len() {
+            let here = at;
+            at += 8;
+            // `_initialized` and `initialized` are 1; the interpreter list
+            // head and the main interpreter are plausible pointers.
+            if word(here) != Some(1) || word(here + 16).map(|w| w as u32) != Some(1) {
+                continue;
+            }
+            let (Some(head), Some(main)) = (word(here + head_off), word(here + main_off)) else {
+                continue;
+            };
+            if !crate::unwind::frames::plausible(head) || !crate::unwind::frames::plausible(main) {
+                continue;
+            }
+            followed += 1;
+            if followed > MAX_SCAN_CANDIDATES {
+                return Ok(None);
+            }
+            let addr = start + here as u64;
+            if proc.read_u64(main.wrapping_add(back_off)).ok() == Some(addr) {
+                return Ok(Some(addr));
+            }
+        }
+        if budget == 0 {
+            break;
+        }
+    }
+    Ok(None)
+}
+
+/// [`scan_for_runtime`] over the writable data of the mapped file `m`
+/// (which must export `Py_Version` of a 3.11/3.12), whatever its symbols
+/// and sections say: for tests, which check that the scan finds what the
+/// symbol says.
+pub fn scan_mapped_file(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<u64>> {
+    let file = proc.open_mapped_file(m)?;
+    let facts = elf_facts(&file).ok_or_else(|| Error::corrupt("not an ELF file"))?;
+    let bias = m.start.wrapping_sub(facts.first_load_vaddr);
+    let v = facts
+        .py_version
+        .ok_or_else(|| Error::corrupt("no Py_Version"))?;
+    let mut b = [0u8; 4];
+    proc.read(v.wrapping_add(bias), &mut b)?;
+    let version = PyVersion::from_hex(u32::from_le_bytes(b) as u64);
+    let c = carried::for_version(version)
+        .ok_or_else(|| Error::corrupt(format!("no carried layout for {version}")))?;
+    let segments: Vec<(u64, u64)> = facts
+        .writable
+        .iter()
+        .map(|&(a, len)| (a.wrapping_add(bias), len))
+        .collect();
+    scan_for_runtime(proc, &segments, c, version)
 }
 
 /// `3.X` from an interpreter's file name (`python3.10`,
