@@ -242,23 +242,23 @@ impl Offsets {
                 inf("interpreter_state.gil_runtime_state_holder", 8)?,
             )
         };
-        let (interp_ceval_gil, gil_state_locked, gil_state_holder) = match raw
-            .get("interpreter_state.ceval_gil")
-        {
-            Some(_) => {
-                let gil_size = v.size("gil_state", 24, 4096)?;
-                let locked = v.field("gil_state.locked", 4, gil_size)?;
-                let holder = v.field("gil_state.holder", 8, gil_size)?;
-                // The interpreter's own GIL state holds the fields above.
-                if interp_gil_locked.checked_sub(locked) != interp_gil_holder.checked_sub(holder) {
-                    return Err(
-                        v.err("the interpreter's GIL fields do not sit as in a GIL state".into())
-                    );
+        let (interp_ceval_gil, gil_state_locked, gil_state_holder) =
+            match raw.get("interpreter_state.ceval_gil") {
+                Some(_) => {
+                    let gil_size = v.size("gil_state", 24, 4096)?;
+                    let locked = v.field("gil_state.locked", 4, gil_size)?;
+                    let holder = v.field("gil_state.holder", 8, gil_size)?;
+                    // The interpreter's own GIL state holds the fields above.
+                    let own = interp_gil_locked.checked_sub(locked);
+                    if own.is_none() || own != interp_gil_holder.checked_sub(holder) {
+                        return Err(v.err(
+                            "the interpreter's GIL fields do not sit as in a GIL state".into(),
+                        ));
+                    }
+                    (Some(inf("interpreter_state.ceval_gil", 8)?), locked, holder)
                 }
-                (Some(inf("interpreter_state.ceval_gil", 8)?), locked, holder)
-            }
-            None => (None, 0, 0),
-        };
+                None => (None, 0, 0),
+            };
         let gc = inf("interpreter_state.gc", 8)?;
         let gc_size = v.size("gc", 8, 64 * 1024)?;
         let interp_gc_collecting = gc + v.field("gc.collecting", 4, gc_size)?;

@@ -45,7 +45,7 @@ impl InterpFacts {
         };
         let shared_gil = match o.interp_ceval_gil {
             Some(off) => {
-                let own = addr.wrapping_add(o.interp_gil_locked - o.gil_state_locked);
+                let own = addr.wrapping_add(o.interp_gil_locked.wrapping_sub(o.gil_state_locked));
                 let used = b.u64_at(off)?;
                 if used != own { used } else { 0 }
             }
