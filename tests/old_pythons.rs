@@ -70,22 +70,29 @@ fn run_prints_the_table() {
     for interp in machine_old_interpreters() {
         let dir = Scratch::new("run");
         std::fs::write(dir.0.join("work.py"), WORK).unwrap();
-        let out = tachyon(&["run", "--python", &exe(&interp), "work.py"], &dir.0);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}: {}\n{stdout}",
-            interp.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for needle in ["DONE", "Profile Stats:", "work.py:3(fib)", "Captured "] {
+        // The interpreter started directly, and through a wrapper command.
+        let wrapped = format!("{} work.py", exe(&interp));
+        for args in [
+            &["run", "--python", &exe(&interp), "work.py"][..],
+            &["run", "--", "sh", "-c", &wrapped][..],
+        ] {
+            let out = tachyon(args, &dir.0);
+            let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
-                stdout.contains(needle),
-                "{}: no {needle:?} in\n{stdout}",
-                interp.name
+                out.status.success(),
+                "{} {args:?}: {}\n{stdout}",
+                interp.name,
+                String::from_utf8_lossy(&out.stderr)
             );
+            for needle in ["DONE", "Profile Stats:", "work.py:3(fib)", "Captured "] {
+                assert!(
+                    stdout.contains(needle),
+                    "{} {args:?}: no {needle:?} in\n{stdout}",
+                    interp.name
+                );
+            }
+            println!("{} {args:?}:\n{stdout}", interp.name);
         }
-        println!("{}:\n{stdout}", interp.name);
     }
 }
 
