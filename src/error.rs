@@ -28,7 +28,7 @@ pub enum Error {
     NotPython { pid: i32, why: String },
 
     #[error(
-        "unsupported Python version {found} in process {pid}: tachyon reads CPython 3.13, 3.14 and 3.15 (final releases and release candidates)"
+        "unsupported Python version {found} in process {pid}: tachyon reads CPython 3.11 to 3.15 (final releases and release candidates)"
     )]
     UnsupportedVersion { pid: i32, found: String },
 
@@ -36,6 +36,17 @@ pub enum Error {
         "process {pid} runs a free-threaded build of Python {version}; tachyon does not read free-threaded interpreters yet"
     )]
     FreeThreaded { pid: i32, version: String },
+
+    /// A 3.11/3.12 process that the layout tachyon carries for its
+    /// version does not fit: refused rather than guessed at.
+    #[error(
+        "process {pid} runs Python {version}, but its interpreter does not have the layout tachyon carries for that version ({what}); it may be a build with other options or a patched CPython, which tachyon cannot read"
+    )]
+    LayoutMismatch {
+        pid: i32,
+        version: String,
+        what: String,
+    },
 
     #[error("the debug offsets table of process {pid} (Python {version}) is invalid: {what}")]
     InvalidOffsets {
@@ -151,6 +162,7 @@ impl Error {
                 | Error::UnsupportedVersion { .. }
                 | Error::FreeThreaded { .. }
                 | Error::InvalidOffsets { .. }
+                | Error::LayoutMismatch { .. }
         )
     }
 }

@@ -1,9 +1,10 @@
-//! tachyon: a sampling profiler for CPython 3.13, 3.14 and 3.15 that reads
-//! a Python process's stacks from outside.
+//! tachyon: a sampling profiler for CPython 3.11 to 3.15 that reads a
+//! Python process's stacks from outside.
 //!
 //! The data flows one way, one module a stage:
 //! [`process`] (read another process) → [`runtime`] (find `_PyRuntime`) →
-//! [`offsets`] (decode and validate `_Py_DebugOffsets`) → [`unwind`] (threads,
+//! [`offsets`] (decode and validate `_Py_DebugOffsets`, or the layout
+//! carried for 3.11/3.12) → [`unwind`] (threads,
 //! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
 //! traceback). [`model`] holds the types they share.
 

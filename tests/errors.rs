@@ -12,7 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    machine_old_interpreters, machine_supported_interpreters, sid_interpreters, spawn, tachyon_bin,
+    machine_old_interpreters, machine_supported_interpreters, machine_too_old_interpreters,
+    sid_interpreters, spawn, tachyon_bin,
 };
 
 /// A process group started by the test (a wrapper and its children), killed
@@ -135,6 +136,21 @@ fn assert_dumped(out: &Output, pid: i32, needles: &[&str]) -> String {
     stdout
 }
 
+/// Dump a SLEEPER target once it is in its sleep: it prints READY just
+/// before, so a loaded machine can catch it between the two.
+fn dump_asleep(pid: i32) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = dump(pid);
+        if String::from_utf8_lossy(&out.stdout).contains("time.sleep(600)")
+            || Instant::now() > deadline
+        {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn pid_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -171,10 +187,11 @@ def outer_fn():\n    inner_fn()\n\
 def inner_fn():\n    print('READY', platform.python_version(), flush=True)\n    time.sleep(600)\n\
 outer_fn()\n";
 
+/// 3.11 and 3.12 have no debug offsets table; the layouts tachyon
+/// carries read them (see tests/old_pythons.rs for their stacks).
 #[test]
-fn old_pythons_are_refused_by_version() {
-    let old = machine_old_interpreters();
-    for interp in &old {
+fn old_pythons_dump() {
+    for interp in &machine_old_interpreters() {
         let mut t = spawn(interp, SLEEPER, &[], &[]);
         let version = t.wait_for("READY ", Duration::from_secs(30))[6..]
             .trim()
@@ -184,12 +201,30 @@ fn old_pythons_are_refused_by_version() {
             "{}: {version}",
             interp.name
         );
+        let s = assert_dumped(
+            &dump_asleep(t.pid()),
+            t.pid(),
+            &["in outer_fn", "in inner_fn", "time.sleep(600)", "target.py"],
+        );
+        println!("{} ({version}):\n{s}", interp.name);
+    }
+}
+
+/// Older than any layout tachyon has: refused with the version named.
+#[test]
+fn pythons_older_than_3_11_are_refused_by_version() {
+    for interp in &machine_too_old_interpreters() {
+        let mut t = spawn(interp, SLEEPER, &[], &[]);
+        let version = t.wait_for("READY ", Duration::from_secs(30))[6..]
+            .trim()
+            .to_string();
+        assert!(version.starts_with("3.10."), "{}: {version}", interp.name);
         let pid = t.pid();
         let line = assert_error(
             &dump(pid),
             &[
-                &format!("unsupported Python version {version} in process {pid}"),
-                "3.13, 3.14 and 3.15",
+                &format!("unsupported Python version 3.10 in process {pid}"),
+                "3.11 to 3.15",
             ],
         );
         println!("{}: {line}", interp.name);
@@ -201,7 +236,7 @@ fn pyenv_shared_libpython_dumps() {
     for interp in machine_supported_interpreters() {
         let mut t = spawn(&interp, SLEEPER, &[], &[]);
         t.wait_for("READY ", Duration::from_secs(30));
-        let out = dump(t.pid());
+        let out = dump_asleep(t.pid());
         let s = assert_dumped(
             &out,
             t.pid(),

@@ -16,7 +16,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Interp, machine_supported_interpreters, sid_interpreters, spawn};
+use common::{
+    Interp, machine_old_interpreters, machine_supported_interpreters, sid_interpreters, spawn,
+};
 use serde::Deserialize;
 use tachyon::unwind::linetable::{Location, entries, locate};
 
@@ -228,6 +230,8 @@ fn check_interpreter(interp: &Interp) -> Result<Counts, Vec<String>> {
 fn location_tables_match_co_positions() {
     let mut interps = sid_interpreters();
     interps.extend(machine_supported_interpreters());
+    // 3.11 and 3.12: the same table format.
+    interps.extend(machine_old_interpreters());
     let mut failures = Vec::new();
     for interp in &interps {
         match check_interpreter(interp) {

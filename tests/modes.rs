@@ -1,11 +1,17 @@
 //! Thread status bits and synthetic frames, on every sid interpreter
-//! (3.13, 3.14, 3.15, release and debug builds).
+//! (3.13, 3.14, 3.15, release and debug builds) and on the machine's 3.11
+//! and 3.12 (Debian 3.11.2, pyenv 3.11.7 and 3.12.1, carried layouts).
 //!
 //! Library checks sample targets held in known states
 //! (fixtures/targets/modes_*.py) and check each thread's bits: HAS_GIL
-//! (3.13: a bit of `_status`; 3.14: the int after it; 3.15: a table field),
-//! HAS_EXCEPTION (3.13/3.14: derived offsets of `current_exception` and
-//! `exc_state`), ON_CPU, MAIN_THREAD, and the `<GC>` and `<native>` frames.
+//! (3.13: a bit of `_status`; 3.14: the int after it; 3.15: a table field;
+//! 3.11/3.12: the thread is the GIL state's holder while it is locked, in
+//! `_PyRuntime` for 3.11, in the interpreter for 3.12), HAS_EXCEPTION
+//! (3.13/3.14: derived offsets of `current_exception` and `exc_state`;
+//! 3.11: `curexc_type`), ON_CPU, MAIN_THREAD, and the `<GC>` and
+//! `<native>` frames (3.11: after a frame flagged `is_entry`). 3.11 and
+//! 3.12 have no per-thread "waiting for the GIL" flag, so GIL_REQUESTED is
+//! never set there (nothing here tests it).
 //! Binary checks run `tachyon attach --mode gil|exception --collapsed` end
 //! to end.
 
@@ -16,7 +22,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, Target, sid_interpreters, spawn, tachyon_bin};
+use common::{Interp, Target, machine_old_interpreters, sid_interpreters, spawn, tachyon_bin};
 use tachyon::model::{FrameKind, Sample, status};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -25,6 +31,14 @@ const GC_PY: &str = include_str!("../fixtures/targets/modes_gc.py");
 const NATIVE_PY: &str = include_str!("../fixtures/targets/modes_native.py");
 const EXCEPTIONS_PY: &str = include_str!("../fixtures/targets/modes_exceptions.py");
 const UNWIND_PY: &str = include_str!("../fixtures/targets/modes_unwind.py");
+
+/// Every sid interpreter, and the machine's 3.11 and 3.12 (carried
+/// layouts).
+fn modes_interpreters() -> Vec<Interp> {
+    let mut v = sid_interpreters();
+    v.extend(machine_old_interpreters());
+    v
+}
 
 /// One sampled thread: its status bits and its frames, leaf first, each
 /// as the function's qualified name or the synthetic frame's name.
@@ -147,7 +161,7 @@ fn stack_of(samples: &[Vec<Th>], tid: u64) -> String {
 
 #[test]
 fn gil_is_held_by_the_busy_thread_and_never_by_sleepers() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let (t, roles) = threads_target(&it);
         let mut u = attach(&t, all_threads());
         let samples = take(&mut u, 300, Duration::from_millis(1), &it.name);
@@ -182,7 +196,7 @@ fn gil_is_held_by_the_busy_thread_and_never_by_sleepers() {
 
 #[test]
 fn has_exception_exactly_while_an_exception_is_handled() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let (t, roles) = threads_target(&it);
         let mut u = attach(&t, all_threads());
         let samples = take(&mut u, 100, Duration::from_millis(2), &it.name);
@@ -223,7 +237,7 @@ fn raised_exception_is_seen_while_it_unwinds_the_stack() {
     // empty handler. A sample with `down` frames on the stack and
     // HAS_EXCEPTION can only come from the raised-exception slot
     // (`current_exception`): no `except` block is active there.
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let mut t = spawn(&it, UNWIND_PY, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
         let mut u = attach(&t, UnwindOptions::default());
@@ -255,7 +269,7 @@ fn raised_exception_is_seen_while_it_unwinds_the_stack() {
 
 #[test]
 fn on_cpu_for_the_busy_thread_only_and_unknown_without_cpu_status() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let (t, roles) = threads_target(&it);
         let mut u = attach(
             &t,
@@ -308,7 +322,7 @@ fn on_cpu_for_the_busy_thread_only_and_unknown_without_cpu_status() {
 
 #[test]
 fn main_thread_flag_is_on_the_main_thread_only() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let (t, roles) = threads_target(&it);
         assert_eq!(roles["main"], t.pid() as u64, "{}", it.name);
         let mut u = attach(&t, all_threads());
@@ -337,7 +351,7 @@ fn main_thread_flag_is_on_the_main_thread_only() {
 
 #[test]
 fn gc_frame_sits_on_the_caller_of_gc_collect_only_when_asked_for() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let mut t = spawn(&it, GC_PY, &[], &[]);
         t.wait_for("READY", Duration::from_secs(60));
         let mut u = attach(&t, UnwindOptions::default());
@@ -389,7 +403,7 @@ fn gc_frame_sits_on_the_caller_of_gc_collect_only_when_asked_for() {
 
 #[test]
 fn native_frame_marks_the_call_from_c_back_into_python() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let mut t = spawn(&it, NATIVE_PY, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(100));
@@ -501,7 +515,7 @@ fn samples_in(lines: &[(String, u64)], func: &str) -> u64 {
 
 #[test]
 fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let (t, _) = threads_target(&it);
         let lines = attach_collapsed(&t, &["--mode", "gil", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
@@ -530,7 +544,7 @@ fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
 
 #[test]
 fn exception_mode_end_to_end_shows_the_raising_function() {
-    for it in sid_interpreters() {
+    for it in modes_interpreters() {
         let mut t = spawn(&it, EXCEPTIONS_PY, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
         let lines = attach_collapsed(&t, &["--mode", "exception", "-a", "-d", "1"]);

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{sid_interpreters, spawn};
+use common::{machine_old_interpreters, sid_interpreters, spawn};
 use tachyon::model::Sample;
 use tachyon::unwind::UnwindOptions;
 
@@ -18,21 +18,28 @@ CODE = (
     "    print('SUB', threading.get_native_id(), flush=True); time.sleep(1000)\n"
     "subfn()\n"
 )
+# The subinterpreter is created in the thread that runs it: 3.11 records
+# a thread state's OS thread when the state is created.
 try:
     from concurrent import interpreters
-    interp = interpreters.create()
-    run = lambda: interp.exec(CODE)
+    def run():
+        interpreters.create().exec(CODE)
 except ImportError:
-    import _interpreters
-    interp = _interpreters.create()
-    run = lambda: _interpreters.run_string(interp, CODE)
+    try:
+        import _interpreters as xi  # 3.13
+    except ImportError:
+        import _xxsubinterpreters as xi  # 3.11, 3.12
+    def run():
+        xi.run_string(xi.create(), CODE)
 threading.Thread(target=run).start()
 time.sleep(1000)
 "#;
 
 #[test]
 fn threads_of_subinterpreters_are_sampled_with_their_interpreter() {
-    for it in sid_interpreters() {
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    for it in interps {
         let mut t = spawn(&it, TARGET, &[], &[]);
         let line = t.wait_for("SUB ", Duration::from_secs(30));
         let sub_tid: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();

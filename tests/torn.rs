@@ -17,7 +17,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Interp, sid_interpreters, spawn};
+use common::{Interp, machine_old_interpreters, sid_interpreters, spawn};
 use tachyon::model::{FrameKind, Sample};
 use tachyon::process::ProcessMemory;
 use tachyon::unwind::{UnwindOptions, Unwinder};
@@ -163,7 +163,9 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
 }
 
 fn run_all(script: &str, what: &str) {
-    let problems: Vec<String> = sid_interpreters()
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    let problems: Vec<String> = interps
         .iter()
         .flat_map(|it| run(it, script, what))
         .collect();

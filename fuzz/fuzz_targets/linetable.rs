@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         count += 1;
         assert!(count <= table.len(), "more entries than bytes");
         if found.is_none() && e.start <= addr && addr < e.end {
-            found = Some(e.loc);
+            found = e.loc;
         }
     }
     let _ = walk.failed();

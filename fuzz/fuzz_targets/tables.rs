@@ -66,6 +66,8 @@ pub fn check(o: &Offsets) {
             offset
         }
         GilFlag::Int { offset } => offset,
+        // No per-thread flag (3.11/3.12 carried layouts): nothing to check.
+        GilFlag::Holder => o.tstate_status,
     };
     for (n, v, w) in [
         ("tstate_next", o.tstate_next, 8),

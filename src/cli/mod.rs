@@ -19,7 +19,8 @@ use tachyon::unwind::UnwindOptions;
 #[command(
     name = "tachyon",
     version,
-    about = "A sampling profiler for CPython 3.13, 3.14 and 3.15 that reads stacks from outside the process",
+    about = "A sampling profiler for CPython 3.11 to 3.15 that reads stacks from outside the process",
+    after_help = "CPython 3.13+ are read through their own debug offsets table (release and debug builds). 3.11 and 3.12 (x86-64 release builds) are read through layouts tachyon carries, checked on the live process first; they have no \"waiting for GIL\" status.",
     long_about = None
 )]
 pub(crate) struct Cli {

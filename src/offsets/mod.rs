@@ -8,8 +8,11 @@
 //! for lying inside the struct size the same table reports. The handful of
 //! facts older tables lack (3.13's main thread, the GIL bit before 3.15, the
 //! exception slots before 3.15) come from per-version constants that are
-//! cross-checked against fields the table does give.
+//! cross-checked against fields the table does give. 3.11 and 3.12 have
+//! no table: [`carried`] holds their layouts, normalised into the same
+//! [`Offsets`].
 
+pub mod carried;
 pub mod layout;
 
 use std::fmt;
@@ -66,6 +69,9 @@ pub enum GilFlag {
     StatusBit { offset: u64, bit: u32 },
     /// A whole `int` (3.14, 3.15).
     Int { offset: u64 },
+    /// No flag in the thread state (3.11, 3.12): a thread holds the GIL
+    /// when it is the GIL state's holder and the GIL is locked.
+    Holder,
 }
 
 /// `enum _frameowner` values that matter to a walk, per version.
@@ -101,8 +107,21 @@ pub struct Offsets {
     pub interp_next: u64,
     pub interp_threads_head: u64,
     pub interp_threads_main: u64,
+    /// 3.11, 3.12: `interp_threads_main` is not a pointer field but the
+    /// offset of the main interpreter's embedded first thread state
+    /// (`_initial_thread`), which is its main thread's.
+    pub threads_main_embedded: bool,
     pub interp_gil_locked: u64,
     pub interp_gil_holder: u64,
+    /// 3.11: the GIL lives in `_PyRuntime`, not in the interpreter, and
+    /// `interp_gil_locked`/`interp_gil_holder` are offsets into `_PyRuntime`.
+    pub gil_in_runtime: bool,
+    /// 3.12: `interp->ceval.gil`, the GIL the interpreter uses; when it is
+    /// not its own (a subinterpreter sharing the main GIL), its locked flag
+    /// and holder are read there, at these offsets of the GIL state.
+    pub interp_ceval_gil: Option<u64>,
+    pub gil_state_locked: u64,
+    pub gil_state_holder: u64,
     pub interp_code_object_generation: Option<u64>,
     /// `interp + gc + gc.collecting` (an int).
     pub interp_gc_collecting: u64,
@@ -116,6 +135,10 @@ pub struct Offsets {
     pub tstate_next: u64,
     pub tstate_interp: u64,
     pub tstate_current_frame: u64,
+    /// 3.11, 3.12: `tstate_current_frame` is the offset of `tstate->cframe`
+    /// (a `_PyCFrame` on the thread's C stack), and the current frame is
+    /// this far into that struct.
+    pub cframe_current_frame: Option<u64>,
     pub tstate_base_frame: Option<u64>,
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
@@ -133,6 +156,12 @@ pub struct Offsets {
     pub frame_instr_ptr: u64,
     pub frame_owner: u64,
     pub owners: FrameOwners,
+    /// 3.11: the `is_entry` byte of a frame, set on the first frame of each
+    /// eval-loop invocation (a frame with code, unlike later entry frames).
+    pub frame_is_entry: Option<u64>,
+    /// 3.11, 3.12: `frame_instr_ptr` is `prev_instr`; a frame that has not
+    /// started points one code unit before its bytecode.
+    pub instr_ptr_is_prev: bool,
 
     pub code_size: u64,
     pub code_filename: u64,
@@ -537,8 +566,13 @@ impl Offsets {
             interp_next,
             interp_threads_head,
             interp_threads_main,
+            threads_main_embedded: false,
             interp_gil_locked,
             interp_gil_holder,
+            gil_in_runtime: false,
+            interp_ceval_gil: None,
+            gil_state_locked: 0,
+            gil_state_holder: 0,
             interp_code_object_generation,
             interp_gc_collecting,
             interp_gc_frame,
@@ -547,6 +581,7 @@ impl Offsets {
             tstate_next,
             tstate_interp,
             tstate_current_frame,
+            cframe_current_frame: None,
             tstate_base_frame,
             tstate_thread_id,
             tstate_native_thread_id,
@@ -562,6 +597,8 @@ impl Offsets {
             frame_instr_ptr,
             frame_owner,
             owners,
+            frame_is_entry: None,
+            instr_ptr_is_prev: false,
             code_size,
             code_filename,
             code_qualname,

@@ -140,6 +140,20 @@ impl<M> Metered<M> {
     }
 }
 
+impl<T: ProcessMemory + ?Sized> ProcessMemory for &T {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read(addr, buf)
+    }
+
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
+        (**self).read_many(reqs)
+    }
+
+    fn os_thread_state(&self, tid: u64) -> Option<char> {
+        (**self).os_thread_state(tid)
+    }
+}
+
 impl<M: ProcessMemory> ProcessMemory for Metered<M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         self.charge(1, buf.len() as u64)?;

@@ -13,10 +13,12 @@
 //! it was mapped.
 
 use goblin::elf::Elf;
-use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::program_header::{PF_W, PT_LOAD};
 
 use crate::error::{Error, Result};
-use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, layout};
+use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
+
+mod verify;
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::process::maps::MapEntry;
@@ -48,6 +50,10 @@ struct ElfFacts {
     none: Option<u64>,
     /// Link-time address of the start of the first loadable segment.
     first_load_vaddr: u64,
+    /// Writable loadable segments, as (link-time address, size in memory):
+    /// where `_PyRuntime` lives when neither its symbol nor its section
+    /// says where (3.11/3.12).
+    writable: Vec<(u64, u64)>,
 }
 
 fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
@@ -72,7 +78,14 @@ fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
         .map(|ph| ph.p_vaddr & !(ph.p_align.max(4096) - 1))
         .min()
         .unwrap_or(0);
+    let writable = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == PT_LOAD && ph.p_flags & PF_W != 0)
+        .map(|ph| (ph.p_vaddr, ph.p_memsz))
+        .collect();
     Some(ElfFacts {
+        writable,
         section,
         symbol: sym("_PyRuntime"),
         py_version: sym("Py_Version"),
@@ -130,6 +143,7 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
     // (ctypes loading libpython a second time) is only kept as a fallback
     // for a process that has not initialised any runtime yet.
     let mut uninitialised: Option<Runtime> = None;
+    let mut not_yet: Option<Error> = None;
     for m in &cands {
         let file = match proc.open_mapped_file(m) {
             Ok(f) => f,
@@ -163,22 +177,80 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
                 Err(_) => {}
             }
         }
-        if let Some(v) = facts.py_version {
-            let mut b = [0u8; 4];
-            if proc.read(v.wrapping_add(bias), &mut b).is_ok() {
-                found_version = Some(PyVersion::from_hex(u32::from_le_bytes(b) as u64));
+        let Some(v) = facts.py_version else { continue };
+        let mut b = [0u8; 4];
+        if proc.read(v.wrapping_add(bias), &mut b).is_err() {
+            continue;
+        }
+        let version = PyVersion::from_hex(u32::from_le_bytes(b) as u64);
+        found_version = Some(version);
+        // 3.11, 3.12: no table; the layout tachyon carries for the
+        // version, verified on the live process.
+        let Some(c) = carried::for_version(version) else {
+            continue;
+        };
+        let addr = match facts.symbol.or(facts.section) {
+            Some(link) => link.wrapping_add(bias),
+            // Neither says where: look for it in the writable data.
+            None => {
+                let segments: Vec<(u64, u64)> = facts
+                    .writable
+                    .iter()
+                    .map(|&(a, len)| (a.wrapping_add(bias), len))
+                    .collect();
+                match scan_for_runtime(proc, &segments, c, version)? {
+                    Some(a) => a,
+                    None => {
+                        not_yet.get_or_insert(Error::NotPython {
+                            pid,
+                            why: format!(
+                                "it runs Python {version}, but no initialised _PyRuntime was found in the data of {}",
+                                m.path.as_deref().unwrap_or("its binary")
+                            ),
+                        });
+                        continue;
+                    }
+                }
             }
+        };
+        let none = facts.none.map(|n| n.wrapping_add(bias));
+        match carried_runtime(proc, addr, m, none, c, version) {
+            Ok(rt) => return Ok(rt),
+            Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
+            // Not initialised yet (or a second, idle copy of libpython).
+            Err(e) => not_yet = Some(e),
         }
     }
     if let Some(rt) = uninitialised {
         return Ok(rt);
     }
+    if let Some(e) = not_yet {
+        return Err(e);
+    }
+    if found_version.is_none() {
+        // Before 3.11 there is no `Py_Version`: name the version after the
+        // interpreter's file (`python3.10`, `libpython3.10.so.1.0`).
+        found_version = cands
+            .iter()
+            .filter_map(|m| version_from_name(m.basename()?))
+            // 3.11+ export `Py_Version`: without it, their libpython is
+            // not mapped yet.
+            .find(|v| v.minor < 11);
+    }
     match found_version {
-        // Older than the debug offsets table: name the version.
-        Some(v) if v.major == 3 && v.minor < 13 => {
+        // Older than any layout tachyon has: name the version.
+        Some(v)
+            if v.major == 3
+                && (v.minor < 11 || carried::for_version(v).is_none() && v.minor < 13) =>
+        {
             return Err(Error::UnsupportedVersion {
                 pid,
-                found: v.to_string(),
+                found: if v.level == 0 {
+                    // Known from a file name only.
+                    format!("{}.{}", v.major, v.minor)
+                } else {
+                    v.to_string()
+                },
             });
         }
         // New enough to have the table, yet we found none: say so rather
@@ -268,4 +340,161 @@ pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
     let mut bytes = vec![0u8; size];
     proc.read(rt.address, &mut bytes)?;
     Ok(bytes)
+}
+
+/// Check a runtime with a carried (3.11/3.12) layout against the live
+/// process, as [`locate`] does before trusting it: `Ok`, or
+/// [`Error::LayoutMismatch`] for a process that does not fit.
+pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    verify::carried(proc, rt)
+}
+
+/// Most bytes of writable data scanned for `_PyRuntime`: the data and bss
+/// of a static interpreter are a few MiB.
+const MAX_SCAN: u64 = 64 << 20;
+/// Most places in the data that pass the local test and get checked
+/// against the interpreter they name.
+const MAX_SCAN_CANDIDATES: usize = 64;
+
+/// 3.11/3.12 binaries without the `_PyRuntime` symbol or the `.PyRuntime`
+/// section: the address in the writable `segments` (in the target) where a
+/// structure with layout `c` sits, initialised, whose first interpreter
+/// points back to it. Bounded: at most [`MAX_SCAN`] bytes read, at most
+/// [`MAX_SCAN_CANDIDATES`] candidates followed. The caller then verifies
+/// the whole layout, as for a runtime found by its symbol.
+pub fn scan_for_runtime(
+    proc: &LinuxProcess,
+    segments: &[(u64, u64)],
+    c: &carried::Carried,
+    version: PyVersion,
+) -> Result<Option<u64>> {
+    let raw = c.table(version);
+    let offsets = Offsets::from_carried(proc.pid(), &raw)?;
+    let get = |name: &str| raw.get(name).unwrap_or(0);
+    let head_off = offsets.runtime_interpreters_head as usize;
+    let main_off = get("runtime_state.interpreters_main") as usize;
+    let back_off = get("interpreter_state.runtime");
+    let mut budget = MAX_SCAN;
+    let mut followed = 0usize;
+    for &(start, len) in segments {
+        let len = len.min(budget);
+        budget -= len;
+        let mut buf = vec![0u8; len as usize];
+        if proc.read(start, &mut buf).is_err() {
+            continue;
+        }
+        let word = |i: usize| {
+            buf.get(i..i + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        };
+        let mut at = 0usize;
+        while at + main_off + 8 <= buf.len() {
+            let here = at;
+            at += 8;
+            // `_initialized` and `initialized` are 1; the interpreter list
+            // head and the main interpreter are plausible pointers.
+            if word(here) != Some(1) || word(here + 16).map(|w| w as u32) != Some(1) {
+                continue;
+            }
+            let (Some(head), Some(main)) = (word(here + head_off), word(here + main_off)) else {
+                continue;
+            };
+            if !crate::unwind::frames::plausible(head) || !crate::unwind::frames::plausible(main) {
+                continue;
+            }
+            followed += 1;
+            if followed > MAX_SCAN_CANDIDATES {
+                return Ok(None);
+            }
+            let addr = start + here as u64;
+            if proc.read_u64(main.wrapping_add(back_off)).ok() == Some(addr) {
+                return Ok(Some(addr));
+            }
+        }
+        if budget == 0 {
+            break;
+        }
+    }
+    Ok(None)
+}
+
+/// [`scan_for_runtime`] over the writable data of the mapped file `m`
+/// (which must export `Py_Version` of a 3.11/3.12), whatever its symbols
+/// and sections say: for tests, which check that the scan finds what the
+/// symbol says.
+pub fn scan_mapped_file(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<u64>> {
+    let file = proc.open_mapped_file(m)?;
+    let facts = elf_facts(&file).ok_or_else(|| Error::corrupt("not an ELF file"))?;
+    let bias = m.start.wrapping_sub(facts.first_load_vaddr);
+    let v = facts
+        .py_version
+        .ok_or_else(|| Error::corrupt("no Py_Version"))?;
+    let mut b = [0u8; 4];
+    proc.read(v.wrapping_add(bias), &mut b)?;
+    let version = PyVersion::from_hex(u32::from_le_bytes(b) as u64);
+    let c = carried::for_version(version)
+        .ok_or_else(|| Error::corrupt(format!("no carried layout for {version}")))?;
+    let segments: Vec<(u64, u64)> = facts
+        .writable
+        .iter()
+        .map(|&(a, len)| (a.wrapping_add(bias), len))
+        .collect();
+    scan_for_runtime(proc, &segments, c, version)
+}
+
+/// `3.X` from an interpreter's file name (`python3.10`,
+/// `libpython3.10.so.1.0`), as a version with an unknown micro release.
+fn version_from_name(base: &str) -> Option<PyVersion> {
+    let rest = base
+        .strip_prefix("lib")
+        .unwrap_or(base)
+        .strip_prefix("python3.")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let minor: u8 = digits.parse().ok()?;
+    Some(PyVersion {
+        major: 3,
+        minor,
+        micro: 0,
+        level: 0,
+        serial: 0,
+    })
+}
+
+/// The runtime of a 3.11/3.12 process at `addr`, with the carried layout
+/// `c`, verified on the live process (see [`verify::carried`]).
+fn carried_runtime(
+    proc: &LinuxProcess,
+    addr: u64,
+    m: &MapEntry,
+    none_addr: Option<u64>,
+    c: &carried::Carried,
+    version: PyVersion,
+) -> Result<Runtime> {
+    let raw = c.table(version);
+    let offsets = Offsets::from_carried(proc.pid(), &raw)?;
+    let rt = Runtime {
+        address: addr,
+        binary: m.path.clone().unwrap_or_default(),
+        raw,
+        offsets,
+        none_addr,
+    };
+    verify::carried(proc, &rt)?;
+    Ok(rt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_from_name;
+
+    #[test]
+    fn versions_from_file_names() {
+        let minor = |n: &str| version_from_name(n).map(|v| (v.major, v.minor));
+        assert_eq!(minor("python3.10"), Some((3, 10)));
+        assert_eq!(minor("libpython3.9.so.1.0"), Some((3, 9)));
+        assert_eq!(minor("libpython3.12d.so"), Some((3, 12)));
+        assert_eq!(minor("python3"), None);
+        assert_eq!(minor("python"), None);
+        assert_eq!(minor("mypython3.10"), None);
+    }
 }

@@ -117,6 +117,7 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
                 e @ (Error::UnsupportedVersion { .. }
                 | Error::FreeThreaded { .. }
                 | Error::InvalidOffsets { .. }
+                | Error::LayoutMismatch { .. }
                 | Error::PermissionDenied { .. }),
             ) => {
                 let _ = ptrace::detach(pid, pending);
@@ -323,9 +324,11 @@ fn probe(pid: Pid) -> Probe {
     };
     match runtime::locate(&proc) {
         Ok(rt) => Probe::Python(Box::new(rt)),
-        Err(e @ (Error::UnsupportedVersion { .. } | Error::FreeThreaded { .. })) => {
-            Probe::Refused(e)
-        }
+        Err(
+            e @ (Error::UnsupportedVersion { .. }
+            | Error::FreeThreaded { .. }
+            | Error::LayoutMismatch { .. }),
+        ) => Probe::Refused(e),
         Err(_) => {
             let pythonish = proc.maps().is_ok_and(|m| {
                 m.iter()
@@ -403,9 +406,11 @@ fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Launched> {
                         runtime: rt,
                     });
                 }
-                Err(e @ (Error::UnsupportedVersion { .. } | Error::FreeThreaded { .. })) => {
-                    refused = Some(e)
-                }
+                Err(
+                    e @ (Error::UnsupportedVersion { .. }
+                    | Error::FreeThreaded { .. }
+                    | Error::LayoutMismatch { .. }),
+                ) => refused = Some(e),
                 Err(_) => {}
             }
         }

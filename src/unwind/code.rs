@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use super::linetable;
 use super::objects::{read_bytes, read_cstr, read_str};
 use crate::error::{Error, Result};
-use crate::model::{Frame, FrameId, FrameKind, FrameTable, StrId};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, Location, StrId};
 use crate::offsets::Offsets;
 use crate::process::{LocalBytes, ProcessMemory};
 
@@ -168,8 +168,17 @@ impl CodeCache {
             self.loaded.push(code);
         }
         let info = self.codes.get_mut(&code).expect("inserted above");
+        // 3.11, 3.12: a frame that has not started yet points one code
+        // unit before its bytecode; it is at its first line.
+        let not_started = offs.instr_ptr_is_prev && instr_ptr == base.wrapping_sub(2);
         let location = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
+            _ if not_started => Some(Location {
+                line: info.firstlineno,
+                end_line: info.firstlineno,
+                col: -1,
+                end_col: -1,
+            }),
             _ => None,
         };
         let id = table.intern(Frame {

@@ -492,8 +492,14 @@ impl Walk<'_> {
             let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
             let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
 
-            let entry = o.owners.is_entry(owner);
-            if !entry && !o.owners.is_code(owner) {
+            // An entry frame opens an eval-loop invocation: C called into
+            // Python here. 3.12+: a frame of its own, with no code to show;
+            // 3.11: the invocation's first frame, marked by a flag.
+            let entry_owner = o.owners.is_entry(owner);
+            let entry = entry_owner
+                || o.frame_is_entry
+                    .is_some_and(|off| fb.u8_at(off).is_some_and(|b| b != 0));
+            if !entry_owner && !o.owners.is_code(owner) {
                 return Err(Torn::UnknownOwner { addr, owner }.into());
             }
             if owner == o.owners.thread && pos.is_none() {
@@ -519,7 +525,7 @@ impl Walk<'_> {
             // The entry frame of an eval-loop invocation: C called into
             // Python here. It holds no code of its own.
             let native = entry && self.native && previous != 0 && previous != self.gc_frame;
-            let shown = !entry && executable != 0;
+            let shown = !entry_owner && executable != 0;
             // Room for what this frame shows, and `<truncated>` after it.
             if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
                 truncated = true;
@@ -528,14 +534,11 @@ impl Walk<'_> {
             if gc {
                 out.push(self.markers.gc);
             }
-            if entry {
-                if native {
-                    out.push(self.markers.native);
-                }
-            } else if executable == 0 {
-                // A frame being pushed or popped at this very instant: its
-                // code slot is already (or still) NULL. Its caller below is
-                // intact, so skip it rather than lose the sample.
+            if entry_owner || executable == 0 {
+                // An entry frame has no code of ours. A frame whose code
+                // slot is NULL is being pushed or popped at this very
+                // instant: its caller below is intact, so skip it rather
+                // than lose the sample.
             } else {
                 if !self.code.contains(executable) {
                     (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
@@ -560,6 +563,9 @@ impl Walk<'_> {
                         .into());
                     }
                 }
+            }
+            if native {
+                out.push(self.markers.native);
             }
         }
         if truncated {

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
-use crate::offsets::Offsets;
+use crate::offsets::{GilFlag, Offsets};
 use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
@@ -116,6 +116,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// a high-water mark of its live length, read speculatively too.
     last_chunk: u64,
     chunk_hw: usize,
+    /// Main-thread mode, 3.11/3.12: the main thread's `cframe` last sample.
+    last_cframe: u64,
     /// 3.13 code-cache guard: the code objects the last sample used, whose
     /// fingerprints the next sample reads in its first batch (`fp_buf`);
     /// those found unchanged are `fp_ok` and need no check after the walk.
@@ -134,6 +136,9 @@ pub struct Unwinder<M: ProcessMemory> {
     /// All-threads mode: per thread state, its first chunk and a
     /// high-water mark of its live length, read with the state next time.
     chunk_guess: HashMap<u64, (u64, usize)>,
+    /// All-threads mode, 3.11/3.12: per thread state, its `cframe` last
+    /// sample, whose current frame is read with the state next time.
+    cframe_guess: HashMap<u64, u64>,
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
@@ -147,6 +152,11 @@ struct ThreadSlot {
     tstate: u64,
     buf: Vec<u8>,
     chunks: Chunks,
+    /// 3.11, 3.12: where the current frame was guessed to be read from
+    /// (`cframe + current_frame` of the last sample; 0: not guessed), read
+    /// in the same system call as the thread state into `cframe_buf`.
+    cframe_spec: u64,
+    cframe_buf: [u8; 8],
 }
 
 /// Extra bytes read beyond the recent high-water mark of the live stack,
@@ -165,6 +175,17 @@ fn chunk_grant<'a, M: ProcessMemory>(
             mem.grant(READS_PER_CHUNK, bytes);
         }
     }
+}
+
+/// 3.11, 3.12: the current frame, read from the thread's `_PyCFrame` (on
+/// its C stack) at `slot_addr`.
+fn read_cframe(mem: &dyn ProcessMemory, slot_addr: u64) -> Result<u64> {
+    if !frames::plausible(slot_addr) {
+        return Err(Error::corrupt(format!(
+            "thread's cframe at impossible address {slot_addr:#x}"
+        )));
+    }
+    mem.read_u64(slot_addr)
 }
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
@@ -228,11 +249,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             (o.interp_id, 8),
             (o.interp_next, 8),
             (o.interp_threads_head, 8),
-            (o.interp_threads_main, 8),
-            (o.interp_gil_locked, 4),
-            (o.interp_gil_holder, 8),
             (o.interp_gc_collecting, 4),
         ];
+        if !o.threads_main_embedded {
+            fields.push((o.interp_threads_main, 8));
+        }
+        if !o.gil_in_runtime {
+            fields.extend([(o.interp_gil_locked, 4), (o.interp_gil_holder, 8)]);
+        }
+        fields.extend(o.interp_ceval_gil.map(|g| (g, 8)));
         fields.extend(o.interp_code_object_generation.map(|g| (g, 8)));
         fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
         let interp_ranges = merge_ranges(fields);
@@ -241,7 +266,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let slots = vec![ThreadSlot {
             tstate: 0,
             buf: vec![0u8; o.tstate_size as usize],
-            chunks: Chunks::default(),
+            ..ThreadSlot::default()
         }];
         Unwinder {
             mem: Metered::new(mem),
@@ -259,6 +284,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             last_tstate: 0,
             last_chunk: 0,
             chunk_hw: 0,
+            last_cframe: 0,
             fp_prev: Vec::new(),
             fp_buf: Vec::new(),
             fp_ok: Vec::new(),
@@ -267,6 +293,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             slots,
             thread_guess: HashMap::new(),
             chunk_guess: HashMap::new(),
+            cframe_guess: HashMap::new(),
             order: Vec::new(),
             seen: HashSet::new(),
             chunk_grants: Cell::new(0),
@@ -366,6 +393,10 @@ impl<M: ProcessMemory> Unwinder<M> {
         // thread state. Each guess is used only if the freshly read pointer
         // to it is unchanged; otherwise that part is read again.
         let mut head = [0u8; 8];
+        // 3.11: the GIL state is in `_PyRuntime`, read in the same call.
+        let mut gil_locked = [0u8; 4];
+        let mut gil_holder = [0u8; 8];
+        let rt = self.runtime.address;
         let guess_interp = self.last_interp;
         let guess_tstate = if self.opts.all_threads {
             0
@@ -377,6 +408,16 @@ impl<M: ProcessMemory> Unwinder<M> {
                 addr: head_addr,
                 buf: &mut head,
             }];
+            if o.gil_in_runtime {
+                reqs.push(ReadReq {
+                    addr: rt.wrapping_add(o.interp_gil_locked),
+                    buf: &mut gil_locked,
+                });
+                reqs.push(ReadReq {
+                    addr: rt.wrapping_add(o.interp_gil_holder),
+                    buf: &mut gil_holder,
+                });
+            }
             if guess_interp != 0 {
                 push_ranges(
                     &mut reqs,
@@ -385,12 +426,24 @@ impl<M: ProcessMemory> Unwinder<M> {
                     &self.interp_ranges,
                 );
             }
+            self.slots[0].cframe_spec = 0;
             if guess_tstate != 0 {
                 let slot = &mut self.slots[0];
                 reqs.push(ReadReq {
                     addr: guess_tstate,
                     buf: &mut slot.buf,
                 });
+                // 3.11/3.12: the current frame, where it was last time, in
+                // the same instant as the state that names it.
+                if let Some(off) = o.cframe_current_frame
+                    && self.last_cframe != 0
+                {
+                    slot.cframe_spec = self.last_cframe.wrapping_add(off);
+                    reqs.push(ReadReq {
+                        addr: slot.cframe_spec,
+                        buf: &mut slot.cframe_buf,
+                    });
+                }
                 // The chunk and outside frames too: in a steady state the
                 // whole sample is this one call.
                 let pre = self.prefetch.get(&guess_tstate).map_or(&[][..], |v| &v[..]);
@@ -433,10 +486,29 @@ impl<M: ProcessMemory> Unwinder<M> {
                 Ok(()) => n > 1,
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(_) => {
-                    self.mem.read(head_addr, &mut head)?;
+                    let mut reqs = vec![ReadReq {
+                        addr: head_addr,
+                        buf: &mut head,
+                    }];
+                    if o.gil_in_runtime {
+                        reqs.push(ReadReq {
+                            addr: rt.wrapping_add(o.interp_gil_locked),
+                            buf: &mut gil_locked,
+                        });
+                        reqs.push(ReadReq {
+                            addr: rt.wrapping_add(o.interp_gil_holder),
+                            buf: &mut gil_holder,
+                        });
+                    }
+                    self.mem.read_many(&mut reqs)?;
                     false
                 }
             }
+        };
+        let runtime_gil_holder = if u32::from_le_bytes(gil_locked) != 0 {
+            u64::from_le_bytes(gil_holder)
+        } else {
+            0
         };
         let mut interp_addr = u64::from_le_bytes(head);
         let mut first = true;
@@ -458,8 +530,12 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
                 self.mem.read_many(&mut reqs)?;
             }
-            let interp = InterpFacts::decode(&o, &self.interp_buf)
-                .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+            let mut interp =
+                InterpFacts::decode(&o, &self.interp_buf, interp_addr, runtime_gil_holder)
+                    .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+            if interp.shared_gil != 0 {
+                interp.gil_holder = self.shared_gil_holder(&o, interp.shared_gil)?;
+            }
             if let Some(g) = interp.code_generation
                 && self
                     .generations
@@ -563,8 +639,18 @@ impl<M: ProcessMemory> Unwinder<M> {
                     addr: t,
                     buf: &mut slot.buf[..],
                 });
+                slot.cframe_spec = 0;
                 match self.chunk_guess.get(&t) {
                     Some(&(chunk, hw)) if with_chunks => {
+                        if let (Some(off), Some(&cf)) =
+                            (o.cframe_current_frame, self.cframe_guess.get(&t))
+                        {
+                            slot.cframe_spec = cf.wrapping_add(off);
+                            reqs.push(ReadReq {
+                                addr: slot.cframe_spec,
+                                buf: &mut slot.cframe_buf,
+                            });
+                        }
                         let pre = self.prefetch.get(&t).map_or(&[][..], |v| &v[..]);
                         slot.chunks
                             .prepare_guess(chunk, hw + CHUNK_SLACK, o.frame_size, pre);
@@ -642,12 +728,26 @@ impl<M: ProcessMemory> Unwinder<M> {
         if self.chunk_guess.len() > 4 * MAX_THREADS {
             self.chunk_guess.clear();
         }
+        let mut decoded = Vec::with_capacity(self.order.len());
+        for &i in &self.order {
+            decoded.push(
+                ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
+                    .ok_or_else(|| Error::corrupt("short thread state"))?,
+            );
+        }
+        if o.cframe_current_frame.is_some() {
+            self.read_cframes(o, &mut decoded, chunks_ok)?;
+            if self.cframe_guess.len() > 4 * MAX_THREADS {
+                self.cframe_guess.clear();
+            }
+            for (&i, f) in self.order.iter().zip(&decoded) {
+                self.cframe_guess.insert(self.slots[i].tstate, f.cframe);
+            }
+        }
         let mut facts = Vec::with_capacity(self.order.len());
         let mut ready = vec![false; self.slots.len()];
-        for &i in &self.order {
+        for (&i, f) in self.order.iter().zip(decoded) {
             let slot = &mut self.slots[i];
-            let f = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
-                .ok_or_else(|| Error::corrupt("short thread state"))?;
             let first = if f.current_frame != 0 {
                 f.datastack_chunk
             } else {
@@ -712,6 +812,79 @@ impl<M: ProcessMemory> Unwinder<M> {
         Ok(())
     }
 
+    /// 3.11, 3.12: every thread's current frame, through its `_PyCFrame`,
+    /// in one system call; alone, each, if that fails.
+    /// Those read with their thread states (`guessed`) at the address the
+    /// state names are taken from there.
+    fn read_cframes(&self, o: &Offsets, facts: &mut [ThreadFacts], guessed: bool) -> Result<()> {
+        let mut slots: Vec<Option<u64>> = facts.iter().map(|f| f.cframe_slot(o)).collect();
+        for ((f, a), &i) in facts.iter_mut().zip(slots.iter_mut()).zip(&self.order) {
+            let slot = &self.slots[i];
+            if guessed && a.is_some() && *a == Some(slot.cframe_spec) {
+                f.current_frame = u64::from_le_bytes(slot.cframe_buf);
+                *a = None;
+            }
+        }
+        if let Some(&bad) = slots.iter().flatten().find(|&&a| !frames::plausible(a)) {
+            return Err(Error::corrupt(format!(
+                "thread's cframe at impossible address {bad:#x}"
+            )));
+        }
+        let mut bufs = vec![[0u8; 8]; facts.len()];
+        let batch_ok = {
+            let mut reqs: Vec<ReadReq<'_>> = slots
+                .iter()
+                .zip(bufs.iter_mut())
+                .filter_map(|(a, buf)| Some(ReadReq { addr: (*a)?, buf }))
+                .collect();
+            reqs.is_empty()
+                || match self.mem.read_many(&mut reqs) {
+                    Ok(()) => true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => false,
+                }
+        };
+        for ((f, a), buf) in facts.iter_mut().zip(&slots).zip(&bufs) {
+            if let Some(a) = *a {
+                f.current_frame = if batch_ok {
+                    u64::from_le_bytes(*buf)
+                } else {
+                    self.mem.grant(1, 8);
+                    read_cframe(&self.mem, a)?
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// 3.12: the holder of the GIL state at `gil` (shared by a
+    /// subinterpreter with the main interpreter), or 0 while it is free.
+    fn shared_gil_holder(&self, o: &Offsets, gil: u64) -> Result<u64> {
+        if !frames::plausible(gil) {
+            return Err(Error::corrupt(format!(
+                "interpreter's GIL at impossible address {gil:#x}"
+            )));
+        }
+        let mut locked = [0u8; 4];
+        let mut holder = [0u8; 8];
+        self.mem.grant(1, 12);
+        self.mem.read_many(&mut [
+            ReadReq {
+                addr: gil.wrapping_add(o.gil_state_locked),
+                buf: &mut locked,
+            },
+            ReadReq {
+                addr: gil.wrapping_add(o.gil_state_holder),
+                buf: &mut holder,
+            },
+        ])?;
+        Ok(if u32::from_le_bytes(locked) == 1 {
+            u64::from_le_bytes(holder)
+        } else {
+            0
+        })
+    }
+
     /// Status and stack of a thread whose state and chunks are in
     /// `self.slots[idx]`.
     #[allow(clippy::too_many_arguments)]
@@ -730,7 +903,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         } else {
             None
         };
-        let status = t.status(tstate == interp.threads_main, os_state);
+        let is_holder = o.holds_gil == GilFlag::Holder && tstate == interp.gil_holder;
+        let status = t.status(tstate == interp.threads_main, is_holder, os_state);
         if *n == out.threads.len() {
             out.threads.push(ThreadSample::default());
         }
@@ -797,8 +971,16 @@ impl<M: ProcessMemory> Unwinder<M> {
         if !prefetched {
             self.mem.read(tstate, &mut slot.buf)?;
         }
-        let t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
+        let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
+        if let Some(slot_addr) = t.cframe_slot(o) {
+            t.current_frame = if prefetched && slot.cframe_spec == slot_addr {
+                u64::from_le_bytes(slot.cframe_buf)
+            } else {
+                read_cframe(&self.mem, slot_addr)?
+            };
+        }
+        self.last_cframe = t.cframe;
         if self.prefetch.len() > 4 * MAX_THREADS {
             self.prefetch.clear();
         }

@@ -16,25 +16,56 @@ pub struct InterpFacts {
     pub threads_head: u64,
     pub threads_main: u64,
     pub gil_holder: u64,
+    /// 3.12: the GIL state this interpreter uses when it is not its own
+    /// (the main interpreter's, shared); 0 otherwise. Its holder is read
+    /// from there, into `gil_holder`.
+    pub shared_gil: u64,
     pub gc_collecting: bool,
     pub gc_frame: u64,
     pub code_generation: Option<u64>,
 }
 
 impl InterpFacts {
-    /// Decode from the interpreter-state prefix read for this sample.
-    pub fn decode(o: &Offsets, b: &[u8]) -> Option<InterpFacts> {
-        let locked = b.u32_at(o.interp_gil_locked)? != 0;
+    /// Decode from the interpreter-state prefix read for this sample, of
+    /// the interpreter at `addr`. `runtime_gil_holder` is the GIL holder
+    /// read from `_PyRuntime` when the GIL lives there (3.11).
+    pub fn decode(
+        o: &Offsets,
+        b: &[u8],
+        addr: u64,
+        runtime_gil_holder: u64,
+    ) -> Option<InterpFacts> {
+        let id = b.u64_at(o.interp_id)? as i64;
+        let gil_holder = if o.gil_in_runtime {
+            runtime_gil_holder
+        } else if b.u32_at(o.interp_gil_locked)? != 0 {
+            b.u64_at(o.interp_gil_holder)?
+        } else {
+            0
+        };
+        let shared_gil = match o.interp_ceval_gil {
+            Some(off) => {
+                let own = addr.wrapping_add(o.interp_gil_locked.wrapping_sub(o.gil_state_locked));
+                let used = b.u64_at(off)?;
+                if used != own { used } else { 0 }
+            }
+            None => 0,
+        };
         Some(InterpFacts {
-            id: b.u64_at(o.interp_id)? as i64,
+            id,
+            shared_gil,
             next: b.u64_at(o.interp_next)?,
             threads_head: b.u64_at(o.interp_threads_head)?,
-            threads_main: b.u64_at(o.interp_threads_main)?,
-            gil_holder: if locked {
-                b.u64_at(o.interp_gil_holder)?
+            threads_main: if !o.threads_main_embedded {
+                b.u64_at(o.interp_threads_main)?
+            } else if id == 0 {
+                // 3.11, 3.12: the main interpreter's first thread state,
+                // embedded in it, is its main thread's.
+                addr.wrapping_add(o.interp_threads_main)
             } else {
                 0
             },
+            gil_holder,
             gc_collecting: b.u32_at(o.interp_gc_collecting)? != 0,
             gc_frame: match o.interp_gc_frame {
                 Some(f) => b.u64_at(f)?,
@@ -52,7 +83,12 @@ impl InterpFacts {
 pub struct ThreadFacts {
     pub native_id: u64,
     pub next: u64,
+    /// The current frame; 0 until read through `cframe` (3.11, 3.12; see
+    /// [`ThreadFacts::cframe_slot`]).
     pub current_frame: u64,
+    /// 3.11, 3.12: `tstate->cframe`, the `_PyCFrame` that holds the current
+    /// frame (0: none).
+    pub cframe: u64,
     pub base_frame: Option<u64>,
     pub datastack_chunk: u64,
     pub holds_gil: bool,
@@ -67,6 +103,8 @@ impl ThreadFacts {
         let holds_gil = match o.holds_gil {
             GilFlag::StatusBit { offset, bit } => b.u32_at(offset)? & (1 << bit) != 0,
             GilFlag::Int { offset } => b.u32_at(offset)? != 0,
+            // Known only with the interpreter's GIL state: see `status`.
+            GilFlag::Holder => false,
         };
         let gil_requested = match o.gil_requested {
             Some(off) => !holds_gil && b.u32_at(off)? != 0,
@@ -75,10 +113,15 @@ impl ThreadFacts {
         let is_exc = |v: u64| v != 0 && Some(v) != none_addr;
         let has_exception = is_exc(b.u64_at(o.tstate_current_exception)?)
             || is_exc(b.u64_at(o.tstate_handled_exception)?);
+        let (current_frame, cframe) = match o.cframe_current_frame {
+            None => (b.u64_at(o.tstate_current_frame)?, 0),
+            Some(_) => (0, b.u64_at(o.tstate_current_frame)?),
+        };
         Some(ThreadFacts {
             native_id: b.u64_at(o.tstate_native_thread_id)?,
             next: b.u64_at(o.tstate_next)?,
-            current_frame: b.u64_at(o.tstate_current_frame)?,
+            current_frame,
+            cframe,
             base_frame: match o.tstate_base_frame {
                 Some(f) => Some(b.u64_at(f)?),
                 None => None,
@@ -90,11 +133,18 @@ impl ThreadFacts {
         })
     }
 
+    /// 3.11, 3.12: where `tstate->cframe->current_frame` lives, to read.
+    pub fn cframe_slot(&self, o: &Offsets) -> Option<u64> {
+        let off = o.cframe_current_frame?;
+        (self.cframe != 0).then(|| self.cframe.wrapping_add(off))
+    }
+
     /// The reference's status bits. `os_state` is the kernel's scheduler
     /// letter when CPU state was asked for, else `None` (UNKNOWN).
-    pub fn status(&self, is_main: bool, os_state: Option<char>) -> u32 {
+    /// `is_gil_holder`: the interpreter's GIL state names this thread.
+    pub fn status(&self, is_main: bool, is_gil_holder: bool, os_state: Option<char>) -> u32 {
         let mut s = 0;
-        if self.holds_gil {
+        if self.holds_gil || is_gil_holder {
             s |= status::HAS_GIL;
         }
         if self.gil_requested {

@@ -4,7 +4,7 @@
 //! Interpreters come from two places:
 //! - the Debian sid root built by `scripts/provision-sid.sh` (python3.13,
 //!   3.14, 3.15 and their debug builds): mandatory; a missing one fails;
-//! - the machine's own pythons (Debian python3.11, pyenv 3.11/3.12/3.13):
+//! - the machine's own pythons (Debian python3.11, pyenv 3.10/3.11/3.12/3.13):
 //!   mandatory too; a missing one fails the test that needs it.
 #![allow(dead_code)]
 
@@ -92,14 +92,21 @@ pub fn machine_supported_interpreters() -> Vec<Interp> {
     machine_interpreters(&[("pyenv-3.13", 13, "~/.pyenv/versions/3.13.0/bin/python3.13")])
 }
 
-/// The machine's interpreters older than 3.13, which tachyon must refuse
-/// with a message that names their version.
+/// The machine's 3.11 and 3.12 interpreters, which have no debug offsets
+/// table: tachyon reads them through the layouts it carries. Debian's
+/// python3.11 is static (non-PIE), the pyenv ones use a shared libpython.
 pub fn machine_old_interpreters() -> Vec<Interp> {
     machine_interpreters(&[
         ("debian-3.11", 11, "/usr/bin/python3.11"),
         ("pyenv-3.11", 11, "~/.pyenv/versions/3.11.7/bin/python3.11"),
         ("pyenv-3.12", 12, "~/.pyenv/versions/3.12.1/bin/python3.12"),
     ])
+}
+
+/// A machine interpreter older than any layout tachyon has (pyenv 3.10),
+/// which it must refuse with a message that names its version.
+pub fn machine_too_old_interpreters() -> Vec<Interp> {
+    machine_interpreters(&[("pyenv-3.10", 10, "~/.pyenv/versions/3.10.13/bin/python3.10")])
 }
 
 fn machine_interpreters(list: &[(&str, u8, &str)]) -> Vec<Interp> {
