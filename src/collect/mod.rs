@@ -11,6 +11,7 @@ pub mod collapsed;
 pub mod diff_flamegraph;
 pub mod flamegraph;
 pub mod gecko;
+pub mod heatmap;
 pub mod jsonl;
 pub mod pprof;
 pub mod pstats;
