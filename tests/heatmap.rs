@@ -314,6 +314,31 @@ fn a_live_heatmap_reads_source_through_the_target_and_loads_in_chromium() {
     assert!(dom.contains(&format!("href=\"{page}\"")), "{dom}");
     let dom = chromium(&format!("{}#L36", url(&page)), None);
     assert!(dom.contains("<td>36</td>"), "{dom}");
+    // The page's own script, driven: the toggle and the hot-only filter
+    // (a copy of the page with a few lines appended that click them and
+    // leave what they saw in the DOM).
+    let probe = "<script>(function(){var b=document.body,g=function(i){return document.getElementById(i)},\
+        d=function(i){return getComputedStyle(g(i)).display},r=[];\
+        g('bt').click();r.push(b.className);g('hot').click();r.push(d('L1'),d('L36'));\
+        g('bs').click();r.push(b.className,d('L49'));\
+        b.setAttribute('data-probe',r.join('|'))})();</script></body>";
+    std::fs::write(d.join("hm/probe.html"), html.replace("</body>", probe)).unwrap();
+    let dom = chromium(&url("probe.html"), None);
+    assert!(
+        dom.contains("data-probe=\"total|none|table-row|hot self|none\""),
+        "{}",
+        dom.lines().find(|l| l.contains("<body")).unwrap_or(&dom)
+    );
+    let probe = "<script>(function(){var q=document.getElementById('q');q.value='no such file';\
+        q.dispatchEvent(new Event('input'));var n=0,r=document.querySelectorAll('tr[data-n]');\
+        for(var i=0;i<r.length;i++)if(getComputedStyle(r[i]).display!='none')n++;\
+        q.value='REPORT.PY';q.dispatchEvent(new Event('input'));var m=0;\
+        for(var i=0;i<r.length;i++)if(getComputedStyle(r[i]).display!='none')m++;\
+        document.body.setAttribute('data-probe',n+'|'+m)})();</script></body>";
+    std::fs::write(d.join("hm/probe.html"), index.replace("</body>", probe)).unwrap();
+    let dom = chromium(&url("probe.html"), None);
+    assert!(dom.contains("data-probe=\"0|1\""), "{dom}");
+
     let shot = d.join("page.png");
     chromium(&format!("{}#L30", url(&page)), Some(&shot));
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
