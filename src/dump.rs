@@ -36,6 +36,11 @@ impl SourceReader {
         }
     }
 
+    /// Read files not yet read through process `pid` from now on.
+    pub fn follow(&mut self, pid: i32) {
+        self.pid = Some(pid);
+    }
+
     fn path_for(&self, filename: &str) -> Option<PathBuf> {
         if filename.starts_with('<') || filename.is_empty() || filename == "~" {
             return None;

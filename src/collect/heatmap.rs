@@ -246,6 +246,10 @@ impl Collector for HeatmapCollector {
         self.counts.add(sample);
     }
 
+    fn target_changed(&mut self, pid: i32) {
+        self.source.follow(pid);
+    }
+
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
         let report = self.report(frames);
         let cannot = |e| Error::io(format!("cannot create {}", self.dir.display()), e);

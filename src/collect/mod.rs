@@ -71,6 +71,10 @@ pub trait Collector {
         None
     }
 
+    /// The samples that follow come from process `pid` (a command's next
+    /// Python process, once the first has exited).
+    fn target_changed(&mut self, _pid: i32) {}
+
     /// Write the result. Called once, also after Ctrl-C or the target's exit.
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()>;
 }
