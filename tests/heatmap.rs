@@ -346,3 +346,41 @@ fn a_live_heatmap_reads_source_through_the_target_and_loads_in_chromium() {
         std::fs::copy(&shot, keep).unwrap();
     }
 }
+
+#[test]
+fn a_followed_process_has_its_source_read_through_its_own_root() {
+    // A command that starts Python twice: by the second, the first
+    // process (and its /proc/PID/root) is gone.
+    let burn = |tag: &str| {
+        format!(
+            "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.5:\n    pass  # {tag}\n"
+        )
+    };
+    let dir = RootDir::new(&[("a.py", &burn("first")), ("b.py", &burn("second"))]);
+    let py = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("python3.15 in the sid root");
+    let exe = py.exe.to_string_lossy().into_owned();
+    let root = sid_root().to_string_lossy().into_owned();
+    let cmd = format!("{exe} {}; {exe} {}", dir.inside("a.py"), dir.inside("b.py"));
+    let args = [
+        "run",
+        "--heatmap",
+        "-o",
+        "hm",
+        "--",
+        "chroot",
+        &root,
+        "sh",
+        "-c",
+        &cmd,
+    ];
+    tachyon(&args, &dir.outside);
+    let index = std::fs::read_to_string(dir.outside.join("hm/index.html")).unwrap();
+    for (file, tag) in [("a.py", "# first"), ("b.py", "# second")] {
+        let (page, ..) = index_row(&index, &dir.inside(file));
+        let html = std::fs::read_to_string(dir.outside.join("hm").join(page)).unwrap();
+        assert!(html.contains(tag), "{file}: no source:\n{html}");
+    }
+}
