@@ -399,7 +399,6 @@ fn file_page(
     out.push_str(
         "<table class=\"code\"><thead><tr><th>line<th>self<th>total<th>source<th></thead><tbody>\n",
     );
-    let last = f.rows.last().map_or(0, |r| r.line.max(0) as usize);
     let mut rows = f.rows.iter().peekable();
     let row = |out: &mut String, line: usize, r: Option<&LineRow>, text: &str| {
         let (s, t) = r.map_or((0, 0), |r| (r.self_, r.total));
@@ -425,10 +424,14 @@ fn file_page(
     };
     match source {
         Some(src) => {
-            for line in 1..=src.len().max(last) {
-                let r = rows.next_if(|r| r.line as usize == line);
-                let text = src.get(line - 1).map_or("", String::as_str);
-                row(&mut out, line, r, text);
+            for (i, text) in src.iter().enumerate() {
+                let r = rows.next_if(|r| r.line as usize == i + 1);
+                row(&mut out, i + 1, r, text);
+            }
+            // Lines past the end (the file changed since): their counts
+            // only, however far a bogus line number points.
+            for r in rows {
+                row(&mut out, r.line as usize, Some(r), "");
             }
         }
         None => {
@@ -633,6 +636,30 @@ mod tests {
         let gone_page = std::fs::read_to_string(d.join("out/file_0000.html")).unwrap();
         assert!(gone_page.contains("Source unavailable"));
         assert!(gone_page.contains("<tr id=\"L7\" class=\"s10 t10\"><td>7<td>2<td>2<td><td>"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_line_past_the_end_of_its_file_is_listed_alone() {
+        let d = scratch("past");
+        let src = d.join("short.py");
+        std::fs::write(&src, "a = 1\nb = 2\n").unwrap();
+        let mut t = FrameTable::new();
+        let far = py(&mut t, src.to_str().unwrap(), "f", i32::MAX);
+        let near = py(&mut t, src.to_str().unwrap(), "f", 2);
+        let mut c = HeatmapCollector::new(d.join("out"), SourceReader::local());
+        c.collect(&sample(&[near, far]), &t);
+        c.finish(&t, &stats()).unwrap();
+        let page = std::fs::read_to_string(d.join("out/file_0000.html")).unwrap();
+        let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("<tr id=")).collect();
+        assert_eq!(rows.len(), 3, "{page}");
+        assert!(
+            rows[1].contains("<td>2<td><td>1<td>b = 2<td>"),
+            "{}",
+            rows[1]
+        );
+        assert!(rows[2].starts_with(&format!("<tr id=\"L{}\"", i32::MAX)));
+        assert!(page.len() < 10_000);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
