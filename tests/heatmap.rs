@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{RootDir, sid_interpreters, sid_root, tachyon_bin};
+use common::{RootDir, sid_interpreters, sid_root, spawn, tachyon_bin};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -391,4 +391,42 @@ fn a_followed_process_has_its_source_read_through_its_own_root() {
         let html = std::fs::read_to_string(dir.outside.join("hm").join(page)).unwrap();
         assert!(html.contains(tag), "{file}: no source:\n{html}");
     }
+}
+
+/// The script lives inside the sid root only: its source comes through
+/// the running target's /proc/PID/root.
+#[test]
+fn attach_writes_a_heatmap_with_the_running_target_s_source() {
+    let py = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("python3.15 in the sid root");
+    let script = "def spin():\n    while True:\n        sum(range(5000))  # attached here\nprint('READY', flush=True)\nspin()\n";
+    let mut t = spawn(&py, script, &[], &[]);
+    t.wait_for("READY", Duration::from_secs(30));
+    let out_dir =
+        std::env::temp_dir().join(format!("tachyon-heatmap-attach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let pid = t.pid().to_string();
+    let out = tachyon(
+        &[
+            "attach",
+            "-d",
+            "1",
+            "--heatmap",
+            "-o",
+            out_dir.to_str().unwrap(),
+            &pid,
+        ],
+        &std::env::temp_dir(),
+    );
+    drop(t);
+    assert!(out.contains("1 source file analyzed"), "{out}");
+    let index = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(index.contains("target.py</a>"), "{index}");
+    let page = std::fs::read_to_string(out_dir.join("file_0000.html")).unwrap();
+    assert!(page.contains("sum(range(5000))  # attached here"), "{page}");
+    let rows = page_rows(&page);
+    assert_eq!(hottest_self(&rows), 3, "{rows:?}");
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
