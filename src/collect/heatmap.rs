@@ -302,7 +302,7 @@ fn css() -> String {
          th{text-align:left;border-bottom:1px solid #ccc}\
          .code td{font:13px/1.4 monospace}.code td:nth-child(-n+3){text-align:right;color:#666}\
          .code a{text-decoration:none;margin-left:2px}tr:target{outline:2px solid #36c}\
-         .hot.self tr.s0,.hot.total tr.t0{display:none}\
+         .hot tbody tr:not([class]),.hot.self tr.s0{display:none}\
          .files td:nth-child(n+2){text-align:right}.files td:first-child a{font-family:monospace}\
          .fill{height:10px;background:#e8590c}h2 small{font-weight:normal;color:#666}",
     );
@@ -403,15 +403,24 @@ fn file_page(
     let row = |out: &mut String, line: usize, r: Option<&LineRow>, text: &str| {
         let (s, t) = r.map_or((0, 0), |r| (r.self_, r.total));
         let num = |v: u64| if v == 0 { String::new() } else { v.to_string() };
-        let _ = write!(
-            out,
-            "<tr id=\"L{line}\" class=\"s{} t{}\"><td>{line}<td>{}<td>{}<td>{}<td>",
-            level(s, max_self),
-            level(t, max_total),
-            num(s),
-            num(t),
-            escape(text)
-        );
+        // Most lines have no samples: no class, the shortest row.
+        if t == 0 {
+            let _ = write!(
+                out,
+                "<tr id=\"L{line}\"><td>{line}<td><td><td>{}<td>",
+                escape(text)
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<tr id=\"L{line}\" class=\"s{} t{}\"><td>{line}<td>{}<td>{}<td>{}<td>",
+                level(s, max_self),
+                level(t, max_total),
+                num(s),
+                num(t),
+                escape(text)
+            );
+        }
         if let Some(r) = r {
             for &c in &r.callers {
                 out.push_str(&nav_link(report, frames, "▲", "called from", c));
