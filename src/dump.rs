@@ -8,41 +8,63 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{FrameKind, FrameTable, ThreadSample, status};
 
+/// The largest source file read.
+const MAX_SOURCE_BYTES: u64 = 16 << 20;
+
 /// Reads source lines as the target sees its files: through
 /// `/proc/PID/root` (containers, chroots), relative names through
-/// `/proc/PID/cwd`. Files are read once per dump.
+/// `/proc/PID/cwd`; or, for a recording whose process is gone, from this
+/// file system ([`SourceReader::local`]). Each file is read once.
 pub struct SourceReader {
-    pid: i32,
+    pid: Option<i32>,
     files: HashMap<String, Option<Vec<String>>>,
 }
 
 impl SourceReader {
     pub fn new(pid: i32) -> Self {
         SourceReader {
-            pid,
+            pid: Some(pid),
             files: HashMap::new(),
         }
+    }
+
+    /// Files as this process sees them (replay of a recording).
+    pub fn local() -> Self {
+        SourceReader {
+            pid: None,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Read files not yet read through process `pid` from now on.
+    pub fn follow(&mut self, pid: i32) {
+        self.pid = Some(pid);
     }
 
     fn path_for(&self, filename: &str) -> Option<PathBuf> {
         if filename.starts_with('<') || filename.is_empty() || filename == "~" {
             return None;
         }
-        Some(if filename.starts_with('/') {
-            PathBuf::from(format!("/proc/{}/root{filename}", self.pid))
-        } else {
-            PathBuf::from(format!("/proc/{}/cwd/{filename}", self.pid))
+        Some(match self.pid {
+            None => PathBuf::from(filename),
+            Some(pid) if filename.starts_with('/') => {
+                PathBuf::from(format!("/proc/{pid}/root{filename}"))
+            }
+            Some(pid) => PathBuf::from(format!("/proc/{pid}/cwd/{filename}")),
         })
     }
 
-    /// Line `line` (1-based) of `filename`, without its line break.
-    pub fn line(&mut self, filename: &str, line: i32) -> Option<&str> {
-        if line <= 0 {
-            return None;
-        }
+    /// Every line of `filename`, without line breaks; `None` when it cannot
+    /// be read (or is not a regular file of at most 16 MiB: no source file
+    /// is that big). The first call reads the file, later ones reuse it.
+    pub fn file(&mut self, filename: &str) -> Option<&[String]> {
         if !self.files.contains_key(filename) {
             let text = self
                 .path_for(filename)
+                .filter(|p| {
+                    p.metadata()
+                        .is_ok_and(|m| m.is_file() && m.len() <= MAX_SOURCE_BYTES)
+                })
                 .and_then(|p| std::fs::read(p).ok())
                 .map(|b| {
                     String::from_utf8_lossy(&b)
@@ -52,9 +74,15 @@ impl SourceReader {
                 });
             self.files.insert(filename.to_owned(), text);
         }
-        self.files
-            .get(filename)?
-            .as_ref()?
+        self.files.get(filename)?.as_deref()
+    }
+
+    /// Line `line` (1-based) of `filename`, without its line break.
+    pub fn line(&mut self, filename: &str, line: i32) -> Option<&str> {
+        if line <= 0 {
+            return None;
+        }
+        self.file(filename)?
             .get(line as usize - 1)
             .map(String::as_str)
     }

@@ -830,6 +830,29 @@ fn browser_opens_the_html_output_once_written() {
     };
     assert_eq!(opened.trim(), page.to_str().unwrap());
 
+    // The heatmap: its index is the page opened.
+    std::fs::remove_file(&log).unwrap();
+    let heatmap = dir.outside("hm");
+    let mut cmd = tachyon_run_cmd(
+        &["--heatmap", "--browser", "-o", heatmap.to_str().unwrap()],
+        &dir.inside("short.py"),
+        &dir.outside,
+    );
+    cmd.env("BROWSER", &opener);
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let index = heatmap.join("index.html");
+    assert!(index.is_file(), "no heatmap index written");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let opened = loop {
+        let s = std::fs::read_to_string(&log).unwrap_or_default();
+        if !s.is_empty() || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(opened.trim(), index.to_str().unwrap());
+
     // No browser at all: said in one line, the page written all the same.
     std::fs::remove_file(&page).unwrap();
     let mut cmd = tachyon_run_cmd(

@@ -17,11 +17,13 @@ use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
+use tachyon::collect::heatmap::HeatmapCollector;
 use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pprof::PprofCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions};
 use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
+use tachyon::dump::SourceReader;
 use tachyon::model::{FrameTable, Mode, RunStats, Sample};
 use tachyon::unwind::UnwindOptions;
 
@@ -73,6 +75,15 @@ fn collectors(dir: &Path) -> Vec<(&'static str, Box<dyn Collector>)> {
             Box::new(SpeedscopeCollector::new(f("speedscope.json"))),
         ),
         ("pprof", Box::new(PprofCollector::new(f("pprof.pb.gz")))),
+        // Both read source from this file system: the live one is fed
+        // after the target is gone, as the replayed one is.
+        (
+            "heatmap",
+            Box::new(HeatmapCollector::new(
+                dir.join("heatmap"),
+                SourceReader::local(),
+            )),
+        ),
     ]
 }
 
@@ -84,6 +95,7 @@ fn file_of(name: &str) -> &'static str {
         "jsonl" => "profile.jsonl",
         "speedscope" => "speedscope.json",
         "pprof" => "pprof.pb.gz",
+        "heatmap" => "heatmap",
         _ => "gecko.json",
     }
 }
@@ -95,6 +107,22 @@ fn file_of(name: &str) -> &'static str {
 /// compared by what it shows: each thread's samples (time and stack, by
 /// name), markers, and the profile's interval and start.
 fn normalized(name: &str, path: &Path) -> Vec<u8> {
+    if path.is_dir() {
+        // A directory (the heatmap): its files' names and bytes, by name.
+        let mut names: Vec<PathBuf> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        let mut all = Vec::new();
+        for p in names {
+            all.extend_from_slice(
+                format!("== {}\n", p.file_name().unwrap().to_string_lossy()).as_bytes(),
+            );
+            all.extend(normalized(name, &p));
+        }
+        return all;
+    }
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if name == "gecko" {
         return gecko_view(&bytes).into_bytes();

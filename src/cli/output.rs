@@ -12,15 +12,17 @@ use tachyon::collect::collapsed::CollapsedCollector;
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::gecko::GeckoCollector;
+use tachyon::collect::heatmap::HeatmapCollector;
 use tachyon::collect::jsonl::JsonlCollector;
 use tachyon::collect::pprof::PprofCollector;
 use tachyon::collect::pstats::{PstatsCollector, PstatsOptions, SortKey};
 use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
+use tachyon::dump::SourceReader;
 use tachyon::model::Mode;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof"])))]
+#[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof", "heatmap"])))]
 pub struct OutputArgs {
     /// Print a table of functions by samples (the default), or with -o write a pstats file
     #[arg(long)]
@@ -50,7 +52,11 @@ pub struct OutputArgs {
     /// stack, with a thread label, for `go tool pprof`, Pyroscope or Parca
     #[arg(long)]
     pub pprof: bool,
-    /// Where to write the output (default: the table on stdout for pstats, <format>_<pid>.<ext> otherwise)
+    /// Write a heatmap: a directory (index.html and a page per source file)
+    /// with each line's self and total samples painted on its source
+    #[arg(long)]
+    pub heatmap: bool,
+    /// Where to write the output (default: the table on stdout for pstats, heatmap_<pid>/ for the heatmap, <format>_<pid>.<ext> otherwise)
     #[arg(short = 'o', long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// pstats: sort the table by this key
@@ -62,7 +68,7 @@ pub struct OutputArgs {
     /// pstats: leave out the summary of interesting functions
     #[arg(long)]
     pub no_summary: bool,
-    /// Open the HTML output (--flamegraph, --diff-flamegraph) in a browser
+    /// Open the HTML output (--flamegraph, --diff-flamegraph, --heatmap) in a browser
     /// once written: $BROWSER, else xdg-open
     #[arg(long)]
     pub browser: bool,
@@ -77,7 +83,8 @@ impl OutputArgs {
             || self.jsonl
             || self.gecko
             || self.speedscope
-            || self.pprof)
+            || self.pprof
+            || self.heatmap)
     }
 
     /// The pstats-only options with another format: a usage error of `sub`.
@@ -88,10 +95,10 @@ impl OutputArgs {
                 "--sort, --limit and --no-summary only apply to the pstats output",
             );
         }
-        if self.browser && !(self.flamegraph || self.diff_flamegraph.is_some()) {
+        if self.browser && !(self.flamegraph || self.diff_flamegraph.is_some() || self.heatmap) {
             super::usage_error(
                 sub,
-                "--browser opens an HTML output: use it with --flamegraph or --diff-flamegraph",
+                "--browser opens an HTML output: use it with --flamegraph, --diff-flamegraph or --heatmap",
             );
         }
     }
@@ -128,6 +135,8 @@ impl OutputArgs {
             self.file("flamegraph", "html", id)
         } else if self.diff_flamegraph.is_some() {
             self.file("diff_flamegraph", "html", id)
+        } else if self.heatmap {
+            return Some(HeatmapCollector::index_path(&self.heatmap_dir(id)));
         } else {
             return None;
         };
@@ -144,6 +153,14 @@ impl OutputArgs {
         }
     }
 
+    /// The heatmap's directory for process `id`: `-o` names it, else
+    /// `heatmap_<pid>` (the reference's name).
+    pub fn heatmap_dir(&self, id: u32) -> PathBuf {
+        self.output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("heatmap_{id}")))
+    }
+
     /// Where a `stem` output for process `id` goes.
     pub fn file(&self, stem: &str, ext: &str, id: u32) -> Output {
         let name = format!("{stem}_{id}.{ext}");
@@ -157,7 +174,7 @@ impl OutputArgs {
     /// The collector for the chosen format. `id` names default files (the
     /// profiled process); `mode` and `capture` describe the samples, for the
     /// differential flame graph's baseline check; `target_pid` labels gecko
-    /// threads.
+    /// threads and is where the heatmap reads source (else this file system).
     pub fn collector(
         &self,
         id: u32,
@@ -192,6 +209,12 @@ impl OutputArgs {
                 "json",
                 id,
             )))
+        } else if self.heatmap {
+            let source = match target_pid {
+                Some(pid) => SourceReader::new(pid as i32),
+                None => SourceReader::local(),
+            };
+            Box::new(HeatmapCollector::new(self.heatmap_dir(id), source))
         } else if self.pprof {
             Box::new(PprofCollector::new(self.file("pprof", "pb.gz", id)))
         } else if self.jsonl {

@@ -339,6 +339,7 @@ fn profile(
             seen[seen.len() - 1]
         );
         seen.push(pid);
+        collector.target_changed(pid);
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);

@@ -593,7 +593,7 @@ fn retitle(svg: &str, tree: &Tree, at: &HashMap<(usize, u64), usize>) -> String 
     out
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -197,7 +197,7 @@ impl Collector for FlamegraphCollector {
 
 /// What a box stands for, which decides its colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     User,
     Stdlib,
     ThirdParty,
@@ -360,7 +360,7 @@ pub(super) fn clean(text: String) -> String {
 }
 
 /// User code, the standard library or an installed package, by path.
-fn classify(file: &str) -> Kind {
+pub(crate) fn classify(file: &str) -> Kind {
     let mut parts = file.split(['/', '\\']);
     if file
         .split(['/', '\\'])

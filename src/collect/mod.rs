@@ -11,6 +11,7 @@ pub mod collapsed;
 pub mod diff_flamegraph;
 pub mod flamegraph;
 pub mod gecko;
+pub mod heatmap;
 pub mod jsonl;
 pub mod pprof;
 pub mod pstats;
@@ -69,6 +70,10 @@ pub trait Collector {
     fn output_error(&self) -> Option<String> {
         None
     }
+
+    /// The samples that follow come from process `pid` (a command's next
+    /// Python process, once the first has exited).
+    fn target_changed(&mut self, _pid: i32) {}
 
     /// Write the result. Called once, also after Ctrl-C or the target's exit.
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()>;
