@@ -6,6 +6,7 @@
 #   speedscope  (npm)    - ships the speedscope file format's JSON schema
 #   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
 #   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
+#   man-db, groff-base (Debian) - `man -l` and groff, which render `tachyon man`
 # Fails loudly when an install fails: a test must not skip quietly.
 set -euo pipefail
 TOOLS=${TACHYON_TOOLS:-/var/cache/tachyon/tools}
@@ -55,5 +56,11 @@ if ! go tool pprof -h >/dev/null 2>&1; then
     apt_install golang-go
     go tool pprof -h >/dev/null 2>&1 ||
         { echo "provision-tools: ERROR: go tool pprof does not run" >&2; exit 1; }
+fi
+# man and groff, from Debian (most images have them).
+if ! command -v man >/dev/null || ! command -v groff >/dev/null; then
+    apt_install man-db groff-base
+    command -v man >/dev/null && command -v groff >/dev/null ||
+        { echo "provision-tools: ERROR: man or groff did not install" >&2; exit 1; }
 fi
 echo "$TOOLS"
