@@ -3,6 +3,7 @@
 # use, into /var/cache/tachyon/tools:
 #   uv          (PyPI)   - `tachyon run -- uv run app.py` is tested against the real thing
 #   py-spy      (PyPI)   - the peer in scripts/compare.sh
+#   maturin     (PyPI)   - builds the wheel that carries the binary (tests/install.rs)
 #   speedscope  (npm)    - ships the speedscope file format's JSON schema
 #   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
 #   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
@@ -23,6 +24,7 @@ install() { # name version
 }
 install uv 0.13.9
 install py-spy 0.4.3
+install maturin 1.16.0
 
 apt_install() { # package...
     export DEBIAN_FRONTEND=noninteractive
