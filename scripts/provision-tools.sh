@@ -3,9 +3,11 @@
 # use, into /var/cache/tachyon/tools:
 #   uv          (PyPI)   - `tachyon run -- uv run app.py` is tested against the real thing
 #   py-spy      (PyPI)   - the peer in scripts/compare.sh
+#   maturin     (PyPI)   - builds the wheel that carries the binary (tests/install.rs)
 #   speedscope  (npm)    - ships the speedscope file format's JSON schema
 #   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
 #   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
+#   man-db, groff-base (Debian) - `man -l` and groff, which render `tachyon man`
 # Fails loudly when an install fails: a test must not skip quietly.
 set -euo pipefail
 TOOLS=${TACHYON_TOOLS:-/var/cache/tachyon/tools}
@@ -22,6 +24,7 @@ install() { # name version
 }
 install uv 0.13.9
 install py-spy 0.4.3
+install maturin 1.16.0
 
 apt_install() { # package...
     export DEBIAN_FRONTEND=noninteractive
@@ -55,5 +58,11 @@ if ! go tool pprof -h >/dev/null 2>&1; then
     apt_install golang-go
     go tool pprof -h >/dev/null 2>&1 ||
         { echo "provision-tools: ERROR: go tool pprof does not run" >&2; exit 1; }
+fi
+# man and groff, from Debian (most images have them).
+if ! command -v man >/dev/null || ! command -v groff >/dev/null; then
+    apt_install man-db groff-base
+    command -v man >/dev/null && command -v groff >/dev/null ||
+        { echo "provision-tools: ERROR: man or groff did not install" >&2; exit 1; }
 fi
 echo "$TOOLS"

@@ -1,6 +1,7 @@
 //! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
 //! `python -m profiling.sampling`, so its users feel at home.
 
+mod install;
 mod output;
 mod profile;
 mod replay;
@@ -38,6 +39,10 @@ enum Command {
     Dump(DumpArgs),
     /// Replay a binary profile and convert it to another format
     Replay(replay::ReplayArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    Completions(install::CompletionsArgs),
+    /// Print the manual page (roff), e.g. `tachyon man > ~/.local/share/man/man1/tachyon.1`
+    Man,
 }
 
 #[derive(Args)]
@@ -65,6 +70,8 @@ pub fn run() -> Result<ExitCode> {
         Command::Attach(a) => profile::attach(a),
         Command::Dump(a) => dump(a),
         Command::Replay(a) => replay::replay(a),
+        Command::Completions(a) => install::completions(a),
+        Command::Man => install::man(),
     }
 }
 
