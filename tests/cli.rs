@@ -655,6 +655,21 @@ fn bad_arguments_give_one_clear_line() {
     // with clap's suggestion, not "script not found: --flamgraph".
     assert_usage_error(&["run", "--flamgraph", "x.py"], "--flamgraph");
     assert_usage_error(&["run", "-x", "x.py"], "'-x'");
+    // The heatmap is a directory: an existing file at -o is refused before
+    // anything runs, and left as it was.
+    let host = Dir::on_host("heatmap-file");
+    let file = host.outside("taken.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let out = tachyon(
+        &["run", "--heatmap", "-o", file.to_str().unwrap(), "x.py"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--heatmap writes a directory"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
     let host = Dir::on_host("typo");
     let out = tachyon(
         &["run", "--flamgraph", "x.py"],

@@ -103,6 +103,23 @@ impl OutputArgs {
         }
     }
 
+    /// Refuse an `-o` that cannot hold the output's shape: the heatmap is a
+    /// directory, so an existing file there is refused before sampling
+    /// rather than failing once the profile is taken.
+    pub fn refuse_wrong_kind(&self) -> Result<()> {
+        if let Some(p) = &self.output
+            && self.heatmap
+            && p.exists()
+            && !p.is_dir()
+        {
+            bail!(
+                "-o {} is a file, and --heatmap writes a directory (index.html and a page per source file): give a directory",
+                p.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Refuse an `-o` that names one of the files this command reads (the
     /// recording being replayed, the baseline of a differential flame
     /// graph): writing it would destroy the input.

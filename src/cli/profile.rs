@@ -177,6 +177,7 @@ impl SampleArgs {
     /// written: a profile must not be collected only to be lost.
     fn check_output(&self) -> Result<()> {
         self.out.refuse_overwriting(&[])?;
+        self.out.refuse_wrong_kind()?;
         // A baseline that cannot serve fails now, not after the run.
         if let Some(baseline) = &self.out.diff_flamegraph {
             DiffFlamegraphCollector::new(baseline, Output::Stdout)?

@@ -36,6 +36,7 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
         bail!("input file not found: {shown}");
     }
     a.out.refuse_overwriting(&[&a.input])?;
+    a.out.refuse_wrong_kind()?;
     let mut reader =
         BinaryReader::open(&a.input).with_context(|| format!("cannot replay {shown}"))?;
     let info = reader.info().clone();
