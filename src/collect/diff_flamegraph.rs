@@ -657,34 +657,7 @@ mod tests {
     use super::*;
     use crate::collect::Collector;
     use crate::collect::binary::{BinaryCollector, BinaryOptions};
-    use crate::model::{Frame, ThreadSample};
-
-    fn py(t: &mut FrameTable, file: &str, func: &str, line: i32) -> FrameId {
-        let (file, func) = (t.intern_str(file), t.intern_str(func));
-        t.intern(Frame {
-            kind: FrameKind::Python,
-            file,
-            func,
-            location: Some(crate::model::Location {
-                line,
-                end_line: line,
-                col: 0,
-                end_col: 1,
-            }),
-        })
-    }
-
-    /// A sample of one thread; `root_first` frames.
-    fn sample(root_first: &[FrameId]) -> Sample {
-        Sample {
-            timestamp_us: 0,
-            threads: vec![ThreadSample {
-                tid: 1,
-                frames: root_first.iter().rev().copied().collect(),
-                ..Default::default()
-            }],
-        }
-    }
+    use crate::collect::scenarios::{py, sample};
 
     fn stats(interval_us: u64, n: u64, mode: Mode) -> RunStats {
         RunStats {

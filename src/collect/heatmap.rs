@@ -533,33 +533,8 @@ fn index_page(report: &Report, stats: &RunStats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Frame, Location, Mode, ThreadSample};
-
-    fn py(t: &mut FrameTable, file: &str, func: &str, line: i32) -> FrameId {
-        let (file, func) = (t.intern_str(file), t.intern_str(func));
-        t.intern(Frame {
-            kind: FrameKind::Python,
-            file,
-            func,
-            location: Some(Location {
-                line,
-                end_line: line,
-                col: 0,
-                end_col: 1,
-            }),
-        })
-    }
-
-    fn sample(root_first: &[FrameId]) -> Sample {
-        Sample {
-            timestamp_us: 0,
-            threads: vec![ThreadSample {
-                tid: 1,
-                frames: root_first.iter().rev().copied().collect(),
-                ..Default::default()
-            }],
-        }
-    }
+    use crate::collect::scenarios::{py, sample};
+    use crate::model::Mode;
 
     fn stats() -> RunStats {
         RunStats {

@@ -117,3 +117,31 @@ fn frame(t: &mut FrameTable, e: &Value) -> u32 {
         }),
     })
 }
+
+/// A Python frame of `func` in `file` at `line` (column 0), interned in `t`.
+pub fn py(t: &mut FrameTable, file: &str, func: &str, line: i32) -> u32 {
+    let (file, func) = (t.intern_str(file), t.intern_str(func));
+    t.intern(Frame {
+        kind: FrameKind::Python,
+        file,
+        func,
+        location: Some(crate::model::Location {
+            line,
+            end_line: line,
+            col: 0,
+            end_col: 1,
+        }),
+    })
+}
+
+/// A sample of one thread (tid 1), its frames given root first.
+pub fn sample(root_first: &[u32]) -> Sample {
+    Sample {
+        timestamp_us: 0,
+        threads: vec![ThreadSample {
+            tid: 1,
+            frames: root_first.iter().rev().copied().collect(),
+            ..Default::default()
+        }],
+    }
+}
