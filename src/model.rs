@@ -146,6 +146,9 @@ pub struct ThreadSample {
     pub status: u32,
     /// Leaf first.
     pub frames: Vec<FrameId>,
+    /// The thread's name (`threading`'s, else the kernel's `comm`), interned
+    /// in the sample's `FrameTable`; `None` when it could not be read.
+    pub name: Option<StrId>,
 }
 
 /// Every sampled thread at one instant.

@@ -463,12 +463,14 @@ fn binary_collector_file_replays_in_the_reference() {
                         interpreter_id: 0,
                         status: 1,
                         frames: st.clone(),
+                        name: None,
                     },
                     ThreadSample {
                         tid: 7,
                         interpreter_id: 1,
                         status: 2,
                         frames: stacks[(i + round) % stacks.len()].clone(),
+                        name: None,
                     },
                 ],
             };

@@ -818,6 +818,7 @@ mod tests {
                 interpreter_id: 0,
                 status: 3,
                 frames,
+                name: None,
             }],
         }
     }
