@@ -13,6 +13,7 @@ pub mod collect;
 pub mod console;
 pub mod dump;
 pub mod error;
+pub mod live;
 pub mod model;
 pub mod offsets;
 pub mod process;

@@ -11,7 +11,9 @@ use clap::{Args, ValueEnum};
 use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
+use tachyon::collect::tee::Tee;
 use tachyon::collect::{Collector, Output};
+use tachyon::live::{Ended, LiveSession};
 use tachyon::model::Mode;
 
 use super::output::OutputArgs;
@@ -59,6 +61,10 @@ pub struct SampleArgs {
     /// Print the achieved sampling rate once a second while sampling
     #[arg(long)]
     realtime_stats: bool,
+    /// Show the profile as it grows in a full-screen, top-like view (h
+    /// lists the keys, q quits); with -o or a format the file is written too
+    #[arg(long, conflicts_with = "realtime_stats")]
+    live: bool,
     /// Stop the target's threads during each sample, for consistent stacks
     /// (slows the target down; use rates of 1 kHz or less)
     #[arg(long)]
@@ -226,6 +232,13 @@ impl SampleArgs {
         self.out.is_pstats() && !self.binary
     }
 
+    /// With `--live`, is a file (or the pstats table) asked for too? The
+    /// view is the table, so only `-o`, a format or an explicit `--pstats`
+    /// asks for one.
+    fn live_with_output(&self) -> bool {
+        !self.is_pstats() || self.out.output.is_some() || self.out.pstats
+    }
+
     fn unwind_options(&self) -> UnwindOptions {
         UnwindOptions {
             all_threads: self.all_threads,
@@ -281,6 +294,50 @@ impl SampleArgs {
     }
 }
 
+/// An unnamed file for the program's standard error while the live view
+/// has the terminal (removed from the directory at once).
+fn program_errors_file() -> Result<std::fs::File> {
+    let path = std::env::temp_dir().join(format!("tachyon-live-stderr-{}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {} for the program's errors", path.display()))?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
+}
+
+/// Show what the program wrote to standard error under the live view
+/// (its last 64 KiB: a traceback, a crash message).
+fn show_program_errors(mut file: std::fs::File) {
+    use std::io::{Read, Seek, SeekFrom};
+    const KEEP: u64 = 64 * 1024;
+    let len = file.seek(SeekFrom::End(0)).unwrap_or(0);
+    if len == 0
+        || file
+            .seek(SeekFrom::Start(len.saturating_sub(KEEP)))
+            .is_err()
+    {
+        return;
+    }
+    let mut text = Vec::new();
+    if file.read_to_end(&mut text).is_err() {
+        return;
+    }
+    let cut = if len > KEEP { "[...]\n" } else { "" };
+    tachyon::errln!(
+        "tachyon: the program's standard error:\n{cut}{}",
+        String::from_utf8_lossy(&text).trim_end()
+    );
+}
+
+/// Sampling stopped because the user quit the live view (`q`, or Ctrl-C
+/// as a key), not on a signal: a plain end of the profile.
+fn user_quit() -> bool {
+    signals::quit_requested() && signals::received().is_none()
+}
+
 /// Where a profile goes on when its process exits: the next Python
 /// process of the command, if any.
 type Next<'a> = &'a dyn Fn(&[i32]) -> Option<(i32, tachyon::runtime::Runtime)>;
@@ -294,7 +351,16 @@ fn profile(
     next: Option<Next<'_>>,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
-    let (mut collector, _mode) = args.collector(first_pid, first.offsets().version)?;
+    // The output (a file, or the table on stdout), unless --live alone.
+    let mut output = if !args.live || args.live_with_output() {
+        Some(args.collector(first_pid, first.offsets().version)?.0)
+    } else {
+        None
+    };
+    let mut live = match args.live {
+        true => Some(LiveSession::start(first_pid, args.rate)?),
+        false => None,
+    };
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
@@ -315,9 +381,16 @@ fn profile(
         let pause = || -> tachyon::Result<Box<dyn std::any::Any>> {
             Ok(Box::new(StoppedThreads::stop(&stopper)?))
         };
+        let mut both: Vec<&mut dyn Collector> = Vec::new();
+        if let Some((_, view)) = &mut live {
+            both.push(view);
+        }
+        if let Some(c) = &mut output {
+            both.push(c.as_mut());
+        }
         let (stats, reason) = sample::run(
             &mut unwinder,
-            collector.as_mut(),
+            &mut Tee(both),
             &cfg,
             &alive,
             args.blocking.then_some(&pause as sample::Pause<'_>),
@@ -340,12 +413,31 @@ fn profile(
             seen[seen.len() - 1]
         );
         seen.push(pid);
-        collector.target_changed(pid);
+        if let Some((_, view)) = &mut live {
+            view.target_changed(pid);
+        }
+        if let Some(c) = &mut output {
+            c.target_changed(pid);
+        }
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
     };
-    if reason == StopReason::Interrupted {
+    if let Some((mut session, mut view)) = live.take() {
+        // The view's final numbers, then (after the target's exit or the
+        // duration) the final view until the user quits; the summary and
+        // the file come after, on the terminal given back.
+        view.finish(unwinder.frames(), &total)?;
+        session.end(match reason {
+            StopReason::TargetExited => Ended::TargetExited,
+            StopReason::Duration => Ended::Duration,
+            _ => Ended::Stopped,
+        });
+        if let Err(e) = session.close() {
+            tachyon::errln!("tachyon: {e}");
+        }
+    }
+    if reason == StopReason::Interrupted && !user_quit() {
         if signals::received() == Some(nix::sys::signal::Signal::SIGHUP) {
             tachyon::errln!(
                 "tachyon: hangup (SIGHUP, the terminal or ssh session closed): writing the profile and stopping"
@@ -356,15 +448,19 @@ fn profile(
     sample::print_summary(&total);
     // A failed write leaves no partial file: outputs are written under a
     // temporary name and renamed only when complete.
-    collector
-        .finish(unwinder.frames(), &total)
-        .context("cannot write the profile (no partial file was left)")?;
+    if let Some(c) = &mut output {
+        c.finish(unwinder.frames(), &total)
+            .context("cannot write the profile (no partial file was left)")?;
+    }
     args.out.open_browser(first_pid as u32);
     Ok(reason)
 }
 
 pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     a.sample.check("attach");
+    if a.sample.live {
+        tachyon::live::require_terminal()?;
+    }
     a.sample.check_output()?;
     signals::install();
     let unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
@@ -379,8 +475,19 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     a.sample.check("run");
+    if a.sample.live {
+        tachyon::live::require_terminal()?;
+    }
     a.sample.check_output()?;
     let command = command_form(&a.target);
+    // The live view owns the terminal: the program gets no input, its
+    // output is dropped and its errors are kept to be shown afterwards.
+    let (io, program_errors) = if a.sample.live {
+        let file = program_errors_file()?;
+        (launch::ChildIo::Quiet(file.try_clone()?), Some(file))
+    } else {
+        (launch::ChildIo::Inherit, None)
+    };
     let launched = if command {
         if a.module {
             super::usage_error(
@@ -388,7 +495,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "-m runs a module with python; with `-- COMMAND` give the whole command instead",
             );
         }
-        launch::launch_command(&a.target, Duration::from_secs(30))?
+        launch::launch_command(&a.target, Duration::from_secs(30), &io)?
     } else {
         let Some((first, rest)) = a.target.split_first() else {
             super::usage_error(
@@ -408,7 +515,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         argv.push(first.clone());
         argv.extend(rest.iter().cloned());
-        launch::launch_python(&argv)?
+        launch::launch_python(&argv, &io)?
     };
     signals::install();
     let mut child = launched.child;
@@ -433,12 +540,16 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         launch::end_program(&mut child, Duration::from_secs(2));
     }
     let status = child.wait().context("waiting for the profiled program")?;
+    if let Some(file) = program_errors {
+        show_program_errors(file);
+    }
     let reason = reason?;
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
-        // The duration was over and tachyon ended the program: a complete
-        // profile, a success (as the reference).
-        _ if ended_by_us && reason == StopReason::Duration => 0,
+        // The duration was over (or the user quit the live view) and
+        // tachyon ended the program: a complete profile, a success (as the
+        // reference).
+        _ if ended_by_us && (reason == StopReason::Duration || user_quit()) => 0,
         (Some(c), _) => c,
         (None, Some(sig)) => 128 + sig,
         _ => 1,

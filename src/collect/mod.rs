@@ -19,6 +19,7 @@ pub mod pstats;
 pub(crate) mod scenarios;
 pub mod speedscope;
 pub mod stacks;
+pub mod tee;
 
 use std::path::PathBuf;
 

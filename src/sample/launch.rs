@@ -39,6 +39,29 @@ pub struct Launched {
     pub runtime: Runtime,
 }
 
+/// Where the started program's standard streams go.
+#[derive(Debug, Default)]
+pub enum ChildIo {
+    /// tachyon's own (the terminal).
+    #[default]
+    Inherit,
+    /// No input, output discarded, errors into this file: the terminal is
+    /// the live view's.
+    Quiet(std::fs::File),
+}
+
+impl ChildIo {
+    fn apply(&self, cmd: &mut Command) -> std::io::Result<()> {
+        use std::process::Stdio;
+        if let ChildIo::Quiet(err) = self {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(err.try_clone()?);
+        }
+        Ok(())
+    }
+}
+
 /// The new process did not stop where it should have: end it and say so.
 fn did_not_start(child: &mut Child, program: &OsString, status: impl std::fmt::Debug) -> Error {
     let _ = child.kill();
@@ -58,11 +81,12 @@ fn spawn_error(program: &OsString, e: std::io::Error) -> Error {
 
 /// Start `argv` (an interpreter and its arguments) stopped at exec, locate
 /// its runtime, and let it run.
-pub fn launch_python(argv: &[OsString]) -> Result<Launched> {
+pub fn launch_python(argv: &[OsString], io: &ChildIo) -> Result<Launched> {
     let (program, args) = argv.split_first().expect("argv is never empty");
     adopt_orphans();
     let mut cmd = Command::new(program);
     cmd.args(args);
+    io.apply(&mut cmd).map_err(|e| spawn_error(program, e))?;
     // SAFETY: only async-signal-safe work between fork and exec.
     unsafe {
         cmd.pre_exec(|| ptrace::traceme().map_err(std::io::Error::from));
@@ -146,7 +170,7 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
 
 /// Start `argv` (any command) and wait for the first Python process among
 /// it and its descendants.
-pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> {
+pub fn launch_command(argv: &[OsString], timeout: Duration, io: &ChildIo) -> Result<Launched> {
     let (program, _) = argv.split_first().expect("argv is never empty");
     adopt_orphans();
     // The command starts as tachyon itself in helper mode, which stops
@@ -155,11 +179,10 @@ pub fn launch_command(argv: &[OsString], timeout: Duration) -> Result<Launched> 
     // instead would deadlock: spawn() waits for the exec.)
     let me = std::env::current_exe()
         .map_err(|e| Error::io("cannot find tachyon's own executable", e))?;
-    let mut child = Command::new(me)
-        .arg(HELPER_FLAG)
-        .args(argv)
-        .spawn()
-        .map_err(|e| spawn_error(program, e))?;
+    let mut cmd = Command::new(me);
+    cmd.arg(HELPER_FLAG).args(argv);
+    io.apply(&mut cmd).map_err(|e| spawn_error(program, e))?;
+    let mut child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
     let root = Pid::from_raw(child.id() as i32);
     match waitpid(root, Some(WaitPidFlag::WUNTRACED)) {
         Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {}

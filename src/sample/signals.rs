@@ -4,9 +4,10 @@
 //! SIGTERM, so the profile is written and a program started by `run` is
 //! ended, never left orphaned. The handler only records the signal; the
 //! loop checks it between samples (and at least every few milliseconds
-//! while it sleeps).
+//! while it sleeps). The live view's `q` asks to stop the same way,
+//! without a signal.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
@@ -33,7 +34,7 @@ pub fn install() {
 
 /// Has the user asked us to stop?
 pub fn interrupted() -> bool {
-    RECEIVED.load(Ordering::SeqCst) != 0
+    RECEIVED.load(Ordering::SeqCst) != 0 || QUIT.load(Ordering::SeqCst)
 }
 
 /// The signal that asked us to stop, if any.
@@ -42,4 +43,18 @@ pub fn received() -> Option<Signal> {
         0 => None,
         n => Signal::try_from(n).ok(),
     }
+}
+
+/// The user asked to stop from inside tachyon (the live view's `q`).
+static QUIT: AtomicBool = AtomicBool::new(false);
+
+/// Stop sampling as Ctrl-C would, but as the user's plain wish to end the
+/// profile: no signal is recorded (see [`quit_requested`]).
+pub fn request_stop() {
+    QUIT.store(true, Ordering::SeqCst);
+}
+
+/// Did the user end the profile from inside tachyon?
+pub fn quit_requested() -> bool {
+    QUIT.load(Ordering::SeqCst)
 }

@@ -1,0 +1,500 @@
+//! From the aggregate to what one screen shows: per row (function, file,
+//! line) its self and cumulative samples for all threads or one, filtered
+//! and sorted; the header's numbers; each thread's share and state; and the
+//! trend of each row's share.
+//!
+//! This is the heavy part (a walk over every distinct stack), and it runs
+//! on the view's thread, at its redraw rate, never on the sampler's.
+
+use std::time::{Duration, Instant};
+
+use crate::model::status;
+
+use super::aggregate::{Aggregate, Ended, StateCounts};
+
+/// What the table is sorted by (the reference's order of sort keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortBy {
+    /// Samples with the row at the top of the stack.
+    #[default]
+    SelfSamples,
+    SelfPct,
+    SelfTime,
+    CumPct,
+    CumTime,
+}
+
+impl SortBy {
+    const ALL: [SortBy; 5] = [
+        SortBy::SelfSamples,
+        SortBy::SelfPct,
+        SortBy::SelfTime,
+        SortBy::CumPct,
+        SortBy::CumTime,
+    ];
+
+    fn index(self) -> usize {
+        SortBy::ALL.iter().position(|&s| s == self).unwrap_or(0)
+    }
+
+    pub fn next(self) -> SortBy {
+        SortBy::ALL[(self.index() + 1) % SortBy::ALL.len()]
+    }
+
+    pub fn prev(self) -> SortBy {
+        SortBy::ALL[(self.index() + SortBy::ALL.len() - 1) % SortBy::ALL.len()]
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SortBy::SelfSamples => "Self samples",
+            SortBy::SelfPct => "Self %",
+            SortBy::SelfTime => "Self time",
+            SortBy::CumPct => "Cumulative %",
+            SortBy::CumTime => "Cumulative time",
+        }
+    }
+
+    /// Sorted by cumulative rather than self samples.
+    pub fn cumulative(self) -> bool {
+        matches!(self, SortBy::CumPct | SortBy::CumTime)
+    }
+}
+
+/// Which rows to show.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ViewOptions {
+    pub sort: SortBy,
+    /// One thread's samples only; `None`: every thread's.
+    pub thread: Option<u64>,
+    /// Rows whose function or file contains this (case-insensitive).
+    pub filter: Option<String>,
+    /// The most rows kept (the screen shows fewer).
+    pub limit: usize,
+}
+
+/// A row's share rising or falling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Trend {
+    #[default]
+    Flat,
+    Up,
+    Down,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub func: String,
+    pub file: String,
+    pub line: i32,
+    pub self_samples: u64,
+    pub cum_samples: u64,
+    pub trend: Trend,
+}
+
+/// One thread of the thread list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadRow {
+    pub tid: u64,
+    pub name: Option<String>,
+    /// Samples it was in.
+    pub samples: u64,
+    /// Its state in the last sample it was in, in words.
+    pub state: &'static str,
+}
+
+/// Everything one screen shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub pid: i32,
+    pub interval_us: u64,
+    /// Since the first sample (or the last reset), to the end if ended.
+    pub elapsed: Duration,
+    pub good: u64,
+    pub failed: u64,
+    /// What percentages are of: good samples, or the thread's samples.
+    pub denominator: u64,
+    /// The states of the threads shown.
+    pub states: StateCounts,
+    /// Rows with samples in this view, before the filter.
+    pub functions: usize,
+    /// ... of which some were at the top of a stack.
+    pub executing: usize,
+    /// Rows that pass the filter.
+    pub shown: usize,
+    /// The three rows with the most self samples (after the filter).
+    pub top: Vec<(String, u64)>,
+    pub rows: Vec<Row>,
+    pub threads: Vec<ThreadRow>,
+    pub ended: Option<Ended>,
+}
+
+impl Snapshot {
+    /// Samples attempted per second.
+    pub fn rate_hz(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            (self.good + self.failed) as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// `n` samples as a percentage of the view's samples.
+    pub fn pct(&self, n: u64) -> f64 {
+        if self.denominator == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / self.denominator as f64
+        }
+    }
+
+    /// `n` samples as seconds at the requested interval.
+    pub fn seconds(&self, n: u64) -> f64 {
+        n as f64 * self.interval_us as f64 / 1e6
+    }
+}
+
+/// How often a trend is measured: a row's share over the last window
+/// against its share before.
+const TREND_WINDOW: Duration = Duration::from_secs(1);
+/// A change smaller than this (in percentage points) is no trend.
+const TREND_MIN_PP: f64 = 2.0;
+/// A window with fewer samples says nothing.
+const TREND_MIN_SAMPLES: u64 = 20;
+
+/// Each row's self samples at the last trend measurement.
+#[derive(Debug, Default)]
+pub struct Trends {
+    /// What the marks were measured on: (reset generation, thread).
+    basis: Option<(u64, Option<u64>)>,
+    at: Option<Instant>,
+    denominator: u64,
+    self_samples: Vec<u64>,
+    marks: Vec<Trend>,
+}
+
+impl Trends {
+    /// Measure again if a window passed; returns the marks by row key.
+    fn update(
+        &mut self,
+        basis: (u64, Option<u64>),
+        now: Instant,
+        denominator: u64,
+        self_samples: &[u64],
+    ) -> &[Trend] {
+        if self.basis != Some(basis) {
+            *self = Trends {
+                basis: Some(basis),
+                ..Trends::default()
+            };
+        }
+        let due = self
+            .at
+            .is_none_or(|at| now.duration_since(at) >= TREND_WINDOW);
+        if due {
+            self.marks = vec![Trend::Flat; self_samples.len()];
+            let window = denominator.saturating_sub(self.denominator);
+            if self.denominator > 0 && window >= TREND_MIN_SAMPLES {
+                for (k, &now_n) in self_samples.iter().enumerate() {
+                    let before_n = self.self_samples.get(k).copied().unwrap_or(0);
+                    let before = before_n as f64 * 100.0 / self.denominator as f64;
+                    let recent = now_n.saturating_sub(before_n) as f64 * 100.0 / window as f64;
+                    self.marks[k] = if recent > before + TREND_MIN_PP {
+                        Trend::Up
+                    } else if recent + TREND_MIN_PP < before {
+                        Trend::Down
+                    } else {
+                        Trend::Flat
+                    };
+                }
+            }
+            self.at = Some(now);
+            self.denominator = denominator;
+            self.self_samples = self_samples.to_vec();
+        }
+        &self.marks
+    }
+}
+
+/// The state a thread was in at its last sample, in words.
+fn state_word(bits: u32, gc: bool) -> &'static str {
+    if gc {
+        "in GC"
+    } else if bits & status::HAS_EXCEPTION != 0 {
+        "exception"
+    } else if bits & status::HAS_GIL != 0 {
+        "holds GIL"
+    } else if bits & status::GIL_REQUESTED != 0 {
+        "waits for GIL"
+    } else {
+        "released GIL"
+    }
+}
+
+/// Compute the screen for `opts` from `agg` (read under its lock).
+pub fn snapshot(
+    agg: &Aggregate,
+    opts: &ViewOptions,
+    now: Instant,
+    trends: &mut Trends,
+) -> Snapshot {
+    let n = agg.keys.len();
+    let mut self_n = vec![0u64; n];
+    let mut cum_n = vec![0u64; n];
+    // A row counts once per stack in the cumulative column, however often
+    // it recurs in it: the stack's number marks the rows already counted.
+    let mut stamp = vec![0usize; n];
+    for (i, cell) in agg.counts.cells().iter().enumerate() {
+        if opts.thread.is_some_and(|t| t != cell.tid) {
+            continue;
+        }
+        for (depth, &f) in agg.counts.stack(cell.stack).iter().enumerate() {
+            let Some(&k) = agg.frame_key.get(f as usize) else {
+                continue;
+            };
+            let k = k as usize;
+            if depth == 0 {
+                self_n[k] += cell.count;
+            }
+            if stamp[k] != i + 1 {
+                stamp[k] = i + 1;
+                cum_n[k] += cell.count;
+            }
+        }
+    }
+    let thread = opts
+        .thread
+        .and_then(|tid| agg.threads.iter().find(|t| t.tid == tid));
+    let (denominator, states) = match thread {
+        Some(t) => (t.states.seen, t.states),
+        None => (agg.good, agg.states),
+    };
+    let marks = trends.update((agg.generation, opts.thread), now, denominator, &self_n);
+    let needle = opts.filter.as_ref().map(|f| f.to_lowercase());
+    let mut keep: Vec<usize> = Vec::new();
+    let mut functions = 0;
+    let mut executing = 0;
+    for k in 0..n {
+        if cum_n[k] == 0 {
+            continue;
+        }
+        functions += 1;
+        executing += usize::from(self_n[k] > 0);
+        let key = &agg.keys[k];
+        let passes = needle.as_ref().is_none_or(|s| {
+            key.func.to_lowercase().contains(s) || key.file.to_lowercase().contains(s)
+        });
+        if passes {
+            keep.push(k);
+        }
+    }
+    let shown = keep.len();
+    let mut top: Vec<usize> = keep.iter().copied().filter(|&k| self_n[k] > 0).collect();
+    top.sort_by(|&a, &b| self_n[b].cmp(&self_n[a]).then(a.cmp(&b)));
+    let top = top
+        .iter()
+        .take(3)
+        .map(|&k| (agg.keys[k].func.to_string(), self_n[k]))
+        .collect();
+    let (first, second) = if opts.sort.cumulative() {
+        (&cum_n, &self_n)
+    } else {
+        (&self_n, &cum_n)
+    };
+    keep.sort_by(|&a, &b| {
+        first[b]
+            .cmp(&first[a])
+            .then(second[b].cmp(&second[a]))
+            .then(a.cmp(&b))
+    });
+    let rows = keep
+        .iter()
+        .take(opts.limit)
+        .map(|&k| {
+            let key = &agg.keys[k];
+            Row {
+                func: key.func.to_string(),
+                file: key.file.to_string(),
+                line: key.line,
+                self_samples: self_n[k],
+                cum_samples: cum_n[k],
+                trend: marks.get(k).copied().unwrap_or_default(),
+            }
+        })
+        .collect();
+    let threads = agg
+        .threads
+        .iter()
+        .map(|t| ThreadRow {
+            tid: t.tid,
+            name: t.name.clone(),
+            samples: t.states.seen,
+            state: if t.states.seen == 0 {
+                "no samples"
+            } else if t.last_sample < agg.good {
+                "not sampled"
+            } else {
+                state_word(t.last_status, t.last_gc)
+            },
+        })
+        .collect();
+    let elapsed = match (agg.since, agg.ended) {
+        (Some(s), Some((e, _))) => e.saturating_duration_since(s),
+        (Some(s), None) => now.saturating_duration_since(s),
+        (None, _) => Duration::ZERO,
+    };
+    Snapshot {
+        pid: agg.pid,
+        interval_us: agg.interval_us,
+        elapsed,
+        good: agg.good,
+        failed: agg.failed,
+        denominator,
+        states,
+        functions,
+        executing,
+        shown,
+        top,
+        rows,
+        threads,
+        ended: agg.ended.map(|(_, how)| how),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::aggregate::{Pending, RowKey};
+
+    /// Frames 0 `leaf`, 1 `mid`, 2 `main`, 3 `worker`, 4 `other`.
+    fn agg() -> Aggregate {
+        let mut a = Aggregate::new(1, 1000);
+        let mut p = Pending::default();
+        for f in ["leaf", "mid", "main", "worker", "other"] {
+            p.frames.push(RowKey {
+                func: f.into(),
+                file: format!("{f}.py").into(),
+                line: 1,
+            });
+        }
+        // Thread 1: leaf <- mid <- main, 6 times; mid <- mid <- main
+        // (recursion) twice.
+        p.counts.add_stack(1, &[0, 1, 2], 6);
+        p.counts.add_stack(1, &[1, 1, 2], 2);
+        // Thread 2: other <- worker, 4 times.
+        p.counts.add_stack(2, &[4, 3], 4);
+        for (tid, n) in [(1, 8), (2, 4)] {
+            let d = p.thread(tid);
+            for _ in 0..n {
+                d.states.add(status::HAS_GIL, false);
+            }
+            d.last_sample = 8;
+            d.last_status = status::HAS_GIL;
+        }
+        p.good = 8;
+        a.merge(&mut p);
+        a
+    }
+
+    fn opts(sort: SortBy, thread: Option<u64>, filter: Option<&str>) -> ViewOptions {
+        ViewOptions {
+            sort,
+            thread,
+            filter: filter.map(str::to_string),
+            limit: 100,
+        }
+    }
+
+    fn names(s: &Snapshot) -> Vec<&str> {
+        s.rows.iter().map(|r| r.func.as_str()).collect()
+    }
+
+    #[test]
+    fn rows_count_self_and_cumulative_once_per_stack_and_sort_by_either() {
+        let a = agg();
+        let now = Instant::now();
+        let mut t = Trends::default();
+        let s = snapshot(&a, &opts(SortBy::SelfSamples, None, None), now, &mut t);
+        assert_eq!(names(&s), ["leaf", "other", "mid", "main", "worker"]);
+        let mid = &s.rows[2];
+        assert_eq!(
+            (mid.self_samples, mid.cum_samples),
+            (2, 8),
+            "recursion once"
+        );
+        assert_eq!((s.functions, s.executing, s.shown), (5, 3, 5));
+        assert_eq!(s.top[0], ("leaf".to_string(), 6));
+        assert_eq!(s.denominator, 8);
+        assert!((s.pct(6) - 75.0).abs() < 1e-9);
+
+        let s = snapshot(&a, &opts(SortBy::CumTime, None, None), now, &mut t);
+        assert_eq!(names(&s), ["mid", "main", "leaf", "other", "worker"]);
+    }
+
+    #[test]
+    fn a_thread_view_counts_that_thread_against_its_own_samples() {
+        let a = agg();
+        let mut t = Trends::default();
+        let s = snapshot(
+            &a,
+            &opts(SortBy::SelfSamples, Some(2), None),
+            Instant::now(),
+            &mut t,
+        );
+        assert_eq!(names(&s), ["other", "worker"]);
+        assert_eq!(s.denominator, 4);
+        assert_eq!(s.pct(4), 100.0);
+        assert_eq!(s.threads.len(), 2);
+        assert_eq!(s.threads[1].state, "holds GIL");
+    }
+
+    #[test]
+    fn the_filter_matches_function_or_file_whatever_the_case() {
+        let a = agg();
+        let mut t = Trends::default();
+        let now = Instant::now();
+        let s = snapshot(
+            &a,
+            &opts(SortBy::SelfSamples, None, Some("WORK")),
+            now,
+            &mut t,
+        );
+        assert_eq!(names(&s), ["worker"]);
+        assert_eq!((s.functions, s.shown), (5, 1));
+        let s = snapshot(
+            &a,
+            &opts(SortBy::SelfSamples, None, Some("leaf.py")),
+            now,
+            &mut t,
+        );
+        assert_eq!(names(&s), ["leaf"]);
+    }
+
+    #[test]
+    fn trends_mark_a_rising_and_a_falling_share() {
+        let mut a = agg();
+        let mut t = Trends::default();
+        let o = opts(SortBy::SelfSamples, None, None);
+        let t0 = Instant::now();
+        let s = snapshot(&a, &o, t0, &mut t);
+        assert!(
+            s.rows.iter().all(|r| r.trend == Trend::Flat),
+            "no window yet"
+        );
+        // A window in which only `other` runs: it rises, `leaf` falls.
+        let mut p = Pending::default();
+        p.counts.add_stack(2, &[4, 3], 40);
+        p.good = 40;
+        a.merge(&mut p);
+        let s = snapshot(&a, &o, t0 + TREND_WINDOW, &mut t);
+        let trend = |f: &str| s.rows.iter().find(|r| r.func == f).unwrap().trend;
+        assert_eq!(trend("other"), Trend::Up);
+        assert_eq!(trend("leaf"), Trend::Down);
+        // A reset forgets them.
+        a.reset(t0);
+        let s = snapshot(&a, &o, t0 + 2 * TREND_WINDOW, &mut t);
+        assert!(s.rows.iter().all(|r| r.trend == Trend::Flat));
+    }
+}
