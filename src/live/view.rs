@@ -246,7 +246,13 @@ pub fn snapshot(
     // A row counts once per stack in the cumulative column, however often
     // it recurs in it: the stack's number marks the rows already counted.
     let mut stamp = vec![0usize; n];
+    // Threads with a stack: one that never had one (a thread state whose
+    // OS thread has not started yet) is not listed.
+    let mut with_stacks: Vec<u64> = Vec::new();
     for (i, cell) in agg.counts.cells().iter().enumerate() {
+        if !with_stacks.contains(&cell.tid) {
+            with_stacks.push(cell.tid);
+        }
         if opts.thread.is_some_and(|t| t != cell.tid) {
             continue;
         }
@@ -327,6 +333,7 @@ pub fn snapshot(
     let threads = agg
         .threads
         .iter()
+        .filter(|t| with_stacks.contains(&t.tid))
         .map(|t| ThreadRow {
             tid: t.tid,
             name: t.name.clone(),
@@ -385,7 +392,8 @@ mod tests {
         p.counts.add_stack(1, &[1, 1, 2], 2);
         // Thread 2: other <- worker, 4 times.
         p.counts.add_stack(2, &[4, 3], 4);
-        for (tid, n) in [(1, 8), (2, 4)] {
+        // Thread 3: no stack in any sample.
+        for (tid, n) in [(1, 8), (2, 4), (3, 8)] {
             let d = p.thread(tid);
             for _ in 0..n {
                 d.states.add(status::HAS_GIL, false);
@@ -446,7 +454,7 @@ mod tests {
         assert_eq!(names(&s), ["other", "worker"]);
         assert_eq!(s.denominator, 4);
         assert_eq!(s.pct(4), 100.0);
-        assert_eq!(s.threads.len(), 2);
+        assert_eq!(s.threads.len(), 2, "a thread without a stack is not listed");
         assert_eq!(s.threads[1].state, "holds GIL");
     }
 

@@ -1,0 +1,409 @@
+//! `--live` driven as a user would: in a real terminal (a detached tmux
+//! session of a fixed size), with keys sent to it and the screen read
+//! back. Every wait polls the screen with a generous timeout; nothing
+//! asserts a time or an absolute rate.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{RootDir, descendants, sid_interpreters, sid_root, tachyon_bin};
+
+/// The main thread spins in `hot_main`; a worker thread alternates between
+/// `worker_a` and `worker_b`. In wall mode both threads are in every
+/// sample, so `hot_main` has about twice the self samples of either worker
+/// function: the hottest row of all threads, absent from the worker's.
+const WORKLOAD: &str = r#"
+import threading, time, sys
+
+def worker_a():
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+
+def worker_b():
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+
+def worker(stop):
+    while not stop.is_set():
+        worker_a()
+        worker_b()
+
+def hot_main(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+stop = threading.Event()
+t = threading.Thread(target=worker, args=(stop,))
+t.start()
+hot_main(float(sys.argv[1]))
+stop.set()
+t.join()
+"#;
+
+/// A detached tmux session on a server of its own (so nothing of anyone
+/// else's is touched), killed with everything in it on drop.
+struct Tmux {
+    socket: String,
+    pane_pid: i32,
+}
+
+impl Tmux {
+    /// Start `shell_command` in a `w`x`h` terminal.
+    fn start(shell_command: &str, w: u16, h: u16) -> Tmux {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let socket = format!(
+            "tachyon-live-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let st = Command::new("tmux")
+            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", &w.to_string(), "-y", &h.to_string()])
+            .arg(shell_command)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("MISSING TOOL: tmux ({e}); apt-get install tmux"));
+        assert!(st.success(), "tmux new-session failed");
+        let mut t = Tmux {
+            socket,
+            pane_pid: 0,
+        };
+        t.pane_pid = t
+            .tmux(&["display-message", "-p", "#{pane_pid}"])
+            .trim()
+            .parse()
+            .expect("the pane's pid");
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The screen as text.
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p"])
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    /// Poll the screen until `ok` holds; panics with the screen if it does
+    /// not within `timeout`.
+    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        for p in descendants(self.pane_pid).into_iter().rev() {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        self.tmux(&["kill-server"]);
+    }
+}
+
+/// A shell command that runs `tachyon run ARGS -- chroot ROOT python3.15
+/// w.py SECONDS` in `dir`, then prints its exit status and whether the
+/// terminal is back in canonical mode, and waits to be read.
+fn shell_command(dir: &RootDir, args: &[&str], seconds: &str) -> String {
+    let py = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("sid python3.15");
+    let mut words: Vec<String> = vec![tachyon_bin().display().to_string(), "run".into()];
+    words.extend(args.iter().map(|a| a.to_string()));
+    words.extend([
+        "--".into(),
+        "chroot".into(),
+        sid_root().display().to_string(),
+        py.exe.display().to_string(),
+        dir.inside("w.py"),
+        seconds.into(),
+    ]);
+    format!(
+        "cd {}; {}; echo TACHYON-EXIT=$?; echo TTY-MODE=$(stty -a | grep -o -- '-\\?icanon'); sleep 600",
+        dir.outside.display(),
+        words.join(" ")
+    )
+}
+
+/// The table's rows: the lines after the column header, up to the footer.
+fn rows(screen: &str) -> Vec<&str> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains("file:line"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("nsamples:"))
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+/// Each row's self and cumulative samples (its first column, `self/cum`).
+fn counts(screen: &str) -> Vec<(u64, u64)> {
+    rows(screen)
+        .iter()
+        .filter_map(|r| {
+            let (a, b) = r.split_whitespace().next()?.split_once('/')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Is `v` in non-increasing order?
+fn descending(v: impl IntoIterator<Item = u64>) -> bool {
+    let v: Vec<u64> = v.into_iter().collect();
+    v.windows(2).all(|w| w[0] >= w[1])
+}
+
+/// The function column of the first row.
+fn first_function(screen: &str) -> Option<String> {
+    let row = rows(screen).into_iter().next()?;
+    row.split_whitespace()
+        .find(|w| {
+            w.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '<')
+        })
+        .map(str::to_string)
+}
+
+/// The view's header line (the first line of the screen).
+fn header(screen: &str) -> &str {
+    screen.lines().next().unwrap_or("")
+}
+
+/// After tachyon exits: its status, and the terminal's mode.
+fn after_exit(t: &Tmux) -> (String, i32) {
+    let s = t.wait_for("tachyon to exit", Duration::from_secs(60), |s| {
+        s.contains("TTY-MODE=")
+    });
+    let code = s
+        .lines()
+        .find_map(|l| l.strip_prefix("TACHYON-EXIT="))
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(-1);
+    (s, code)
+}
+
+/// The terminal is given back: the view is gone (main screen), the shell
+/// runs on, the mode is canonical again (raw mode shows `-icanon`).
+fn assert_restored(s: &str) {
+    assert!(
+        s.contains("TTY-MODE=icanon"),
+        "terminal left in raw mode:\n{s}"
+    );
+    assert!(
+        !s.contains("tachyon live │"),
+        "the view is still on screen (alternate screen not left):\n{s}"
+    );
+    assert!(s.contains("Captured "), "no summary after the view:\n{s}");
+}
+
+#[test]
+fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    let t = Tmux::start(&shell_command(&dir, &["--live", "-a"], "120"), 160, 45);
+    let s = t.wait_for(
+        "hot_main as the hottest row",
+        Duration::from_secs(60),
+        |s| first_function(s).as_deref() == Some("hot_main") && s.contains("worker_a"),
+    );
+    assert!(header(&s).contains("Thread: ALL"), "{s}");
+    assert!(
+        s.contains("▼nsamples") && s.contains("Sort: Self samples"),
+        "{s}"
+    );
+    assert!(descending(counts(&s).iter().map(|c| c.0)), "{s}");
+    let pid: u32 = header(&s)
+        .split("PID: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no PID in the header:\n{s}"));
+
+    // A sort key: the marked column and the footer change.
+    t.keys(&["s"]);
+    let s = t.wait_for("the sort to change", Duration::from_secs(10), |s| {
+        s.contains("Sort: Self %")
+    });
+    assert!(!s.contains("▼nsamples") && s.contains("▼%"), "{s}");
+    // On to cumulative time: rows in cumulative order, callers (with no
+    // self samples) among the first.
+    t.keys(&["s", "s", "s"]);
+    let s = t.wait_for("cumulative sort", Duration::from_secs(10), |s| {
+        s.contains("Sort: Cumulative time") && s.contains("▼cumtime")
+    });
+    let c = counts(&s);
+    assert!(descending(c.iter().map(|c| c.1)), "{s}");
+    assert!(
+        !descending(c.iter().map(|c| c.0)),
+        "still in self order:\n{s}"
+    );
+
+    // The main thread alone (first seen, its tid is the PID): hot_main,
+    // no worker function.
+    t.keys(&["S", "S", "S", "S", "Right"]);
+    let main = format!("Thread: {pid} (1/");
+    let s = t.wait_for("the main thread's view", Duration::from_secs(10), |s| {
+        header(s).contains(&main) && s.contains("Sort: Self samples")
+    });
+    assert_eq!(first_function(&s).as_deref(), Some("hot_main"), "{s}");
+    assert!(!rows(&s).iter().any(|r| r.contains("worker_")), "{s}");
+
+    // The worker: its functions, no hot_main.
+    t.keys(&["Right"]);
+    let s = t.wait_for("the worker's view", Duration::from_secs(10), |s| {
+        header(s).contains("(2/")
+    });
+    let first = first_function(&s).unwrap_or_default();
+    assert!(first.starts_with("worker_"), "{s}");
+    assert!(!rows(&s).iter().any(|r| r.contains("hot_main")), "{s}");
+
+    // Help, closed by any key; then q quits, with exit status 0 though
+    // the program was still running, and gives the terminal back.
+    t.keys(&["h"]);
+    t.wait_for("the help", Duration::from_secs(10), |s| {
+        s.contains("tachyon live view: keys")
+    });
+    t.keys(&["x", "q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    assert_restored(&s);
+    assert!(!s.contains("Interrupted"), "q is no interruption:\n{s}");
+}
+
+#[test]
+fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    let t = Tmux::start(
+        &shell_command(&dir, &["--live", "--collapsed", "-o", "out.txt"], "1.5"),
+        120,
+        30,
+    );
+    let s = t.wait_for("the end of the target", Duration::from_secs(60), |s| {
+        s.contains("PROFILING COMPLETE: the target exited")
+    });
+    assert!(s.contains("hot_main"), "{s}");
+    // It stays until a key: still there a second later.
+    std::thread::sleep(Duration::from_secs(1));
+    let s = t.screen();
+    assert!(
+        s.contains("PROFILING COMPLETE"),
+        "the view left by itself:\n{s}"
+    );
+    // Ctrl-C arrives as a key in raw mode, and quits like q.
+    t.keys(&["C-c"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "the program's own status:\n{s}");
+    assert_restored(&s);
+    assert!(s.contains("Collapsed stack output written to"), "{s}");
+    let collapsed = std::fs::read_to_string(dir.outside("out.txt")).expect("out.txt");
+    assert!(collapsed.contains("hot_main"), "{collapsed}");
+}
+
+/// `Sample rate: R samples/sec` from the summary on screen.
+fn sample_rate(s: &str) -> f64 {
+    s.lines()
+        .find_map(|l| l.strip_prefix("Sample rate: "))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no sample rate in:\n{s}"))
+}
+
+/// One 3-second run at 1 kHz, in a terminal, with or without the view.
+fn rate_of_run(live: bool) -> f64 {
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    // A file, not the table: the summary stays on the screen.
+    let mut args = vec!["-a", "-r", "1khz", "-d", "3", "--collapsed", "-o", "c.txt"];
+    if live {
+        args.push("--live");
+    }
+    let t = Tmux::start(&shell_command(&dir, &args, "30"), 140, 40);
+    if live {
+        t.wait_for("the end of the duration", Duration::from_secs(60), |s| {
+            s.contains("PROFILING COMPLETE: the duration is over")
+        });
+        t.keys(&["q"]);
+    }
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    sample_rate(&s)
+}
+
+#[test]
+fn the_view_costs_the_sampler_no_rate() {
+    // The best of two runs each, alternated, so a passing burst of load
+    // on the machine does not decide.
+    let mut plain: f64 = 0.0;
+    let mut live: f64 = 0.0;
+    for _ in 0..2 {
+        plain = plain.max(rate_of_run(false));
+        live = live.max(rate_of_run(true));
+    }
+    eprintln!("best rate with --live {live:.1} samples/s, without {plain:.1}");
+    assert!(
+        live >= 0.9 * plain,
+        "with --live {live:.1} samples/s, without {plain:.1} samples/s"
+    );
+}
+
+#[test]
+fn without_a_terminal_it_is_refused_before_anything_starts() {
+    sid_interpreters();
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    let out = Command::new(tachyon_bin())
+        .current_dir(Path::new(&dir.outside))
+        .args(["run", "--live", "--"])
+        .arg("chroot")
+        .arg(sid_root())
+        .args(["/usr/bin/python3.15", &dir.inside("w.py"), "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("tachyon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--live") && err.contains("needs a terminal"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    // Nothing was sampled (a run would end with its summary).
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
