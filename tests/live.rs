@@ -133,28 +133,33 @@ impl Drop for Tmux {
     }
 }
 
-/// A shell command that runs `tachyon run ARGS -- chroot ROOT python3.15
-/// w.py SECONDS` in `dir`, then prints its exit status and whether the
-/// terminal is back in canonical mode, and waits to be read.
-fn shell_command(dir: &RootDir, args: &[&str], seconds: &str) -> String {
-    let py = sid_interpreters()
+/// `chroot ROOT python3.15 w.py SECONDS`, as shell words.
+fn python_target(dir: &RootDir, seconds: &str) -> String {
+    format!(
+        "chroot {} {} {} {seconds}",
+        sid_root().display(),
+        python315().display(),
+        dir.inside("w.py")
+    )
+}
+
+fn python315() -> std::path::PathBuf {
+    sid_interpreters()
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
-        .expect("sid python3.15");
-    let mut words: Vec<String> = vec![tachyon_bin().display().to_string(), "run".into()];
-    words.extend(args.iter().map(|a| a.to_string()));
-    words.extend([
-        "--".into(),
-        "chroot".into(),
-        sid_root().display().to_string(),
-        py.exe.display().to_string(),
-        dir.inside("w.py"),
-        seconds.into(),
-    ]);
+        .expect("sid python3.15")
+        .exe
+}
+
+/// A shell command that runs `tachyon run ARGS -- TARGET` in `dir` (its
+/// PID in `dir/tachyon.pid`), then prints its exit status and whether the
+/// terminal is back in canonical mode, and waits to be read.
+fn shell_command(dir: &RootDir, args: &[&str], target: &str) -> String {
     format!(
-        "cd {}; {}; echo TACHYON-EXIT=$?; echo TTY-MODE=$(stty -a | grep -o -- '-\\?icanon'); sleep 600",
+        "cd {}; sh -c 'echo $$ > tachyon.pid; exec \"$0\" \"$@\"' {} run {} -- {target}; echo TACHYON-EXIT=$?; echo TTY-MODE=$(stty -a | grep -o -- '-\\?icanon'); sleep 600",
         dir.outside.display(),
-        words.join(" ")
+        tachyon_bin().display(),
+        args.join(" "),
     )
 }
 
@@ -233,7 +238,8 @@ fn assert_restored(s: &str) {
 #[test]
 fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
-    let t = Tmux::start(&shell_command(&dir, &["--live", "-a"], "120"), 160, 45);
+    let target = python_target(&dir, "120");
+    let t = Tmux::start(&shell_command(&dir, &["--live", "-a"], &target), 160, 45);
     let s = t.wait_for(
         "hot_main as the hottest row",
         Duration::from_secs(60),
@@ -307,7 +313,11 @@ fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
 fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
     let t = Tmux::start(
-        &shell_command(&dir, &["--live", "--collapsed", "-o", "out.txt"], "1.5"),
+        &shell_command(
+            &dir,
+            &["--live", "--collapsed", "-o", "out.txt"],
+            &python_target(&dir, "1.5"),
+        ),
         120,
         30,
     );
@@ -332,6 +342,58 @@ fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
     assert!(collapsed.contains("hot_main"), "{collapsed}");
 }
 
+#[test]
+fn sigterm_restores_the_terminal_and_shows_the_messages_held_meanwhile() {
+    // A command running two Python programs in turn: the profile follows
+    // into the second, and says so on standard error, under the view.
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    let py = python315().display().to_string();
+    let w = dir.inside("w.py");
+    let target = format!(
+        "chroot {} sh -c \"{py} {w} 0.5; {py} {w} 120\"",
+        sid_root().display()
+    );
+    let args = ["--live", "--collapsed", "-o", "out.txt"];
+    let t = Tmux::start(&shell_command(&dir, &args, &target), 140, 40);
+    let s = t.wait_for("the view", Duration::from_secs(60), |s| {
+        s.contains("tachyon live │")
+    });
+    let first_pid = header(&s)
+        .split("PID: ")
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    t.wait_for(
+        "the second program in the view",
+        Duration::from_secs(60),
+        |s| s.contains("tachyon live │") && !header(s).contains(&format!("PID: {first_pid} ")),
+    );
+    let pid: i32 = std::fs::read_to_string(dir.outside("tachyon.pid"))
+        .expect("tachyon.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM to tachyon");
+    let (s, _) = after_exit(&t);
+    assert_restored(&s);
+    assert!(s.contains("Interrupted by user."), "{s}");
+    assert!(
+        s.contains(&format!(
+            "process {first_pid} exited; following Python process"
+        )),
+        "the message held under the view is not shown:\n{s}"
+    );
+    let collapsed = std::fs::read_to_string(dir.outside("out.txt")).expect("out.txt");
+    assert!(collapsed.contains("hot_main"), "{collapsed}");
+}
+
 /// `Sample rate: R samples/sec` from the summary on screen.
 fn sample_rate(s: &str) -> f64 {
     s.lines()
@@ -349,7 +411,11 @@ fn rate_of_run(live: bool) -> f64 {
     if live {
         args.push("--live");
     }
-    let t = Tmux::start(&shell_command(&dir, &args, "30"), 140, 40);
+    let t = Tmux::start(
+        &shell_command(&dir, &args, &python_target(&dir, "30")),
+        140,
+        40,
+    );
     if live {
         t.wait_for("the end of the duration", Duration::from_secs(60), |s| {
             s.contains("PROFILING COMPLETE: the duration is over")

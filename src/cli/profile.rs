@@ -295,41 +295,27 @@ impl SampleArgs {
 }
 
 /// An unnamed file for the program's standard error while the live view
-/// has the terminal (removed from the directory at once).
+/// has the terminal.
 fn program_errors_file() -> Result<std::fs::File> {
-    let path = std::env::temp_dir().join(format!("tachyon-live-stderr-{}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .with_context(|| format!("cannot create {} for the program's errors", path.display()))?;
-    let _ = std::fs::remove_file(&path);
-    Ok(file)
+    tachyon::live::stderr::unnamed_file("program-stderr").with_context(|| {
+        format!(
+            "cannot create a file in {} for the program's errors",
+            std::env::temp_dir().display()
+        )
+    })
 }
 
 /// Show what the program wrote to standard error under the live view
-/// (its last 64 KiB: a traceback, a crash message).
+/// (its end: a traceback, a crash message).
 fn show_program_errors(mut file: std::fs::File) {
-    use std::io::{Read, Seek, SeekFrom};
-    const KEEP: u64 = 64 * 1024;
-    let len = file.seek(SeekFrom::End(0)).unwrap_or(0);
-    if len == 0
-        || file
-            .seek(SeekFrom::Start(len.saturating_sub(KEEP)))
-            .is_err()
-    {
-        return;
+    use tachyon::live::stderr::{KEEP, tail};
+    if let Some((text, cut)) = tail(&mut file, KEEP) {
+        tachyon::errln!(
+            "tachyon: the program's standard error:\n{}{}",
+            if cut { "[...]\n" } else { "" },
+            String::from_utf8_lossy(&text).trim_end()
+        );
     }
-    let mut text = Vec::new();
-    if file.read_to_end(&mut text).is_err() {
-        return;
-    }
-    let cut = if len > KEEP { "[...]\n" } else { "" };
-    tachyon::errln!(
-        "tachyon: the program's standard error:\n{cut}{}",
-        String::from_utf8_lossy(&text).trim_end()
-    );
 }
 
 /// Sampling stopped because the user quit the live view (`q`, or Ctrl-C

@@ -6,12 +6,14 @@
 //!   batch over only when the view's lock is free ([`aggregate`]);
 //! - [`view`] turns the counts into one screen's rows and numbers, on the
 //!   view's thread;
-//! - [`ui`] owns the terminal (always given back), reads keys and draws.
+//! - [`ui`] owns the terminal (always given back), reads keys and draws;
+//!   [`stderr`] keeps tachyon's messages meanwhile, shown afterwards.
 //!
 //! [`LiveSession`] starts the view's thread and ends it.
 
 pub mod aggregate;
 pub mod collector;
+pub mod stderr;
 pub mod ui;
 pub mod view;
 

@@ -40,7 +40,8 @@ const ROW_LIMIT: usize = 500;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// Give the terminal back (idempotent): cursor shown, main screen, cooked
-/// mode. Errors are ignored: a terminal that is gone needs nothing.
+/// mode, standard error (and what was held of it). Errors are ignored: a
+/// terminal that is gone needs nothing.
 pub fn restore_terminal() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
         let mut out = io::stdout();
@@ -48,6 +49,7 @@ pub fn restore_terminal() {
         let _ = out.flush();
         let _ = terminal::disable_raw_mode();
     }
+    super::stderr::release();
 }
 
 /// Raw mode and the alternate screen for as long as it lives.
@@ -72,6 +74,7 @@ impl TerminalGuard {
             cursor::Hide,
             terminal::Clear(terminal::ClearType::All)
         )?;
+        super::stderr::hold()?;
         Ok(guard)
     }
 }
