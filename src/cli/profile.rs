@@ -233,10 +233,16 @@ impl SampleArgs {
     }
 
     /// With `--live`, is a file (or the pstats table) asked for too? The
-    /// view is the table, so only `-o`, a format or an explicit `--pstats`
-    /// asks for one.
+    /// view is the table, so only `-o`, a format, `--pstats` or one of the
+    /// table's own options asks for one.
     fn live_with_output(&self) -> bool {
-        !self.is_pstats() || self.out.output.is_some() || self.out.pstats
+        let table = &self.out;
+        !self.is_pstats()
+            || table.output.is_some()
+            || table.pstats
+            || table.sort.is_some()
+            || table.limit.is_some()
+            || table.no_summary
     }
 
     fn unwind_options(&self) -> UnwindOptions {

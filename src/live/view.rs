@@ -249,10 +249,12 @@ pub fn snapshot(
     // Threads with a stack: one that never had one (a thread state whose
     // OS thread has not started yet) is not listed.
     let mut with_stacks: Vec<u64> = Vec::new();
+    let mut last_tid = None;
     for (i, cell) in agg.counts.cells().iter().enumerate() {
-        if !with_stacks.contains(&cell.tid) {
+        if last_tid != Some(cell.tid) && !with_stacks.contains(&cell.tid) {
             with_stacks.push(cell.tid);
         }
+        last_tid = Some(cell.tid);
         if opts.thread.is_some_and(|t| t != cell.tid) {
             continue;
         }
