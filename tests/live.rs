@@ -46,6 +46,15 @@ stop.set()
 t.join()
 "#;
 
+/// The tests of this file one at a time: each keeps two threads of Python
+/// busy, and the rate test's comparison should not depend on what the
+/// others happen to run beside it.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A detached tmux session on a server of its own (so nothing of anyone
 /// else's is touched), killed with everything in it on drop.
 struct Tmux {
@@ -237,6 +246,7 @@ fn assert_restored(s: &str) {
 
 #[test]
 fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
+    let _serial = serial();
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
     let target = python_target(&dir, "120");
     let t = Tmux::start(&shell_command(&dir, &["--live", "-a"], &target), 160, 45);
@@ -311,6 +321,7 @@ fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
 
 #[test]
 fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
+    let _serial = serial();
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
     let t = Tmux::start(
         &shell_command(
@@ -344,6 +355,7 @@ fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
 
 #[test]
 fn sigterm_restores_the_terminal_and_shows_the_messages_held_meanwhile() {
+    let _serial = serial();
     // A command running two Python programs in turn: the profile follows
     // into the second, and says so on standard error, under the view.
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
@@ -429,6 +441,7 @@ fn rate_of_run(live: bool) -> f64 {
 
 #[test]
 fn the_view_costs_the_sampler_no_rate() {
+    let _serial = serial();
     // The best of two runs each, alternated, so a passing burst of load
     // on the machine does not decide.
     let mut plain: f64 = 0.0;
@@ -446,6 +459,7 @@ fn the_view_costs_the_sampler_no_rate() {
 
 #[test]
 fn without_a_terminal_it_is_refused_before_anything_starts() {
+    let _serial = serial();
     sid_interpreters();
     let dir = RootDir::new(&[("w.py", WORKLOAD)]);
     let out = Command::new(tachyon_bin())
