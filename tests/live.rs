@@ -343,6 +343,16 @@ fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
         s.contains("PROFILING COMPLETE"),
         "the view left by itself:\n{s}"
     );
+    // Resizing redraws; too small a terminal gets a message, and the view
+    // comes back when it grows again.
+    t.tmux(&["resize-window", "-x", "40", "-y", "10"]);
+    t.wait_for("the too-small message", Duration::from_secs(10), |s| {
+        s.contains("Terminal too small") && s.contains("40x10")
+    });
+    t.tmux(&["resize-window", "-x", "120", "-y", "30"]);
+    t.wait_for("the view again", Duration::from_secs(10), |s| {
+        s.contains("PROFILING COMPLETE") && s.contains("hot_main")
+    });
     // Ctrl-C arrives as a key in raw mode, and quits like q.
     t.keys(&["C-c"]);
     let (s, code) = after_exit(&t);
