@@ -442,7 +442,8 @@ fn rate_of_run(live: bool) -> f64 {
         t.wait_for("the end of the duration", Duration::from_secs(60), |s| {
             s.contains("PROFILING COMPLETE: the duration is over")
         });
-        t.keys(&["q"]);
+        // Enter leaves the final view too.
+        t.keys(&["Enter"]);
     }
     let (s, code) = after_exit(&t);
     assert_eq!(code, 0, "{s}");

@@ -57,6 +57,15 @@ impl Drop for StopOnPanic {
     }
 }
 
+/// Lower this thread's scheduling priority (nice 10): on a busy machine
+/// the sampler, not the view, gets the CPU first. Best effort.
+fn yield_to_the_sampler() {
+    let tid = nix::unistd::gettid().as_raw();
+    // SAFETY: setpriority only reads its integer arguments; on Linux a
+    // thread id as the "process" sets that thread's nice value alone.
+    let _ = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, 10) };
+}
+
 impl LiveSession {
     /// Take the terminal and start drawing the profile of `pid`, sampled
     /// every `interval`; the collector returned feeds it.
@@ -68,6 +77,7 @@ impl LiveSession {
             .name("tachyon-live".into())
             .spawn(move || {
                 let _stop = StopOnPanic;
+                yield_to_the_sampler();
                 let r = ui::run(for_ui, &crate::sample::signals::request_stop);
                 if r.is_err() {
                     crate::sample::signals::request_stop();

@@ -109,6 +109,8 @@ pub struct Ui {
     pub trends: bool,
     pub show_threads: bool,
     pub refresh: Duration,
+    /// Sampling has ended: the final view, which Enter and Esc also leave.
+    pub ended: bool,
     /// The thread `t` returns to.
     last_thread: Option<u64>,
 }
@@ -126,6 +128,7 @@ impl Default for Ui {
             trends: true,
             show_threads: true,
             refresh: DEFAULT_REFRESH,
+            ended: false,
             last_thread: None,
         }
     }
@@ -203,6 +206,7 @@ impl Ui {
             }
             KeyCode::Char('-') => self.refresh = (self.refresh * 2).min(SLOWEST_REFRESH),
             KeyCode::Esc | KeyCode::Enter if self.opts.filter.is_some() => self.opts.filter = None,
+            KeyCode::Esc | KeyCode::Enter if self.ended => return Command::Quit,
             _ => return Command::Nothing,
         }
         Command::Redraw
@@ -235,6 +239,7 @@ pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
             if ended == Some(Ended::Stopped) {
                 return Ok(());
             }
+            ui.ended = ended.is_some();
             if let Some(s) = fresh {
                 // Another process: messages about it may have been printed
                 // over the view; draw it all again.
@@ -500,11 +505,11 @@ fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
     v.push(Line::from(top));
     match s.ended {
         Some(Ended::TargetExited) => v.push(Line::styled(
-            "PROFILING COMPLETE: the target exited. Final results below; press q to quit.",
+            "PROFILING COMPLETE: the target exited. Final results below; q (or Enter) quits.",
             BOLD.fg(Color::Green),
         )),
         Some(Ended::Duration) => v.push(Line::styled(
-            "PROFILING COMPLETE: the duration is over. Final results below; press q to quit.",
+            "PROFILING COMPLETE: the duration is over. Final results below; q (or Enter) quits.",
             BOLD.fg(Color::Green),
         )),
         _ => {}
@@ -790,6 +795,13 @@ mod tests {
         press(&mut ui, KeyCode::Char('c'), &th);
         assert_eq!(ui.opts.filter, None);
         assert_eq!(press(&mut ui, KeyCode::Char('r'), &th), Command::Reset);
+        assert_eq!(press(&mut ui, KeyCode::Enter, &th), Command::Nothing);
+        ui.ended = true;
+        assert_eq!(
+            press(&mut ui, KeyCode::Enter, &th),
+            Command::Quit,
+            "final view"
+        );
         assert_eq!(press(&mut ui, KeyCode::Char('q'), &th), Command::Quit);
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
         assert_eq!(ui.key(ctrl_c, &th), Command::Quit);
