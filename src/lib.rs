@@ -6,7 +6,8 @@
 //! [`offsets`] (decode and validate `_Py_DebugOffsets`, or the layout
 //! carried for 3.11/3.12) → [`unwind`] (threads,
 //! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
-//! traceback). [`model`] holds the types they share.
+//! traceback). [`model`] holds the types they share; [`sample`] drives
+//! the sampling loop into [`collect`]'s outputs and [`live`]'s view.
 
 pub mod binfmt;
 pub mod collect;
