@@ -94,6 +94,16 @@ const PY311: Carried = Carried {
         ("pyobject.ob_type", 8),
         ("type_object.size", 408),
         ("type_object.tp_name", 24),
+        // Thread names (`offsets::objects`): `interp->modules`, dicts,
+        // ints (`ob_size` is the signed digit count), type flags and the
+        // keys instances share.
+        ("interpreter_state.imports_modules", 888),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("long_object.ob_size", 16),
+        ("long_object.ob_digit", 24),
+        ("type_object.tp_flags", 168),
+        ("heap_type_object.ht_cached_keys", 872),
         ("bytes_object.size", 40),
         ("bytes_object.ob_size", 16),
         ("bytes_object.ob_sval", 32),
@@ -168,6 +178,15 @@ const PY312: Carried = Carried {
         ("pyobject.ob_type", 8),
         ("type_object.size", 416),
         ("type_object.tp_name", 24),
+        // Thread names: `interp->imports.modules`, dicts, ints (`lv_tag`),
+        // type flags and the keys instances share.
+        ("interpreter_state.imports_modules", 944),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("long_object.lv_tag", 16),
+        ("long_object.ob_digit", 24),
+        ("type_object.tp_flags", 168),
+        ("heap_type_object.ht_cached_keys", 880),
         ("bytes_object.size", 40),
         ("bytes_object.ob_size", 16),
         ("bytes_object.ob_sval", 32),
@@ -404,6 +423,7 @@ impl Offsets {
             unicode_ascii_size,
             unicode_compact_size,
             tag_mask: !0,
+            objects: super::objects::ObjectOffsets::from_raw(raw, minor, interp_size),
         })
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod carried;
 pub mod layout;
+pub mod objects;
 
 use std::fmt;
 
@@ -182,6 +183,10 @@ pub struct Offsets {
 
     /// Mask that clears `_PyStackRef` tag bits (3.14+) off a pointer.
     pub tag_mask: u64,
+
+    /// What thread names need (dicts, ints, instance attributes), or why
+    /// they cannot be read from `threading` (names then come from `comm`).
+    pub objects: std::result::Result<objects::ObjectOffsets, String>,
 }
 
 /// The raw table: field name to value, in the version's layout.
@@ -614,6 +619,7 @@ impl Offsets {
             unicode_ascii_size,
             unicode_compact_size,
             tag_mask: if minor >= 14 { !3 } else { !0 },
+            objects: objects::ObjectOffsets::from_raw(raw, minor, interp_size),
         })
     }
 }
