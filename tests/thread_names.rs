@@ -71,7 +71,9 @@ ex.submit(park)
 ex.submit(park)
 _thread.start_new_thread(raw, ())
 report()
-print("READY", flush=True)
+with lock:
+    # Under the lock too: a line printed by two threads at once would mix.
+    print("READY", flush=True)
 ev.wait()
 "#;
 
@@ -99,7 +101,12 @@ fn start(it: &Interp) -> (Target, BTreeMap<u64, String>) {
     while !ready || names.len() < MUST.len() {
         let line = t
             .next_line(deadline.saturating_duration_since(std::time::Instant::now()))
-            .unwrap_or_else(|| panic!("{}: the target stopped talking", it.name));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: the target stopped talking (ready: {ready}, names so far: {names:?})",
+                    it.name
+                )
+            });
         if let Some(rest) = line.strip_prefix("NAME ") {
             let (tid, name) = rest.split_once(' ').unwrap();
             names.insert(tid.parse().unwrap(), name.to_owned());
@@ -279,5 +286,84 @@ fn a_recording_keeps_the_names_and_the_reference_still_reads_it() {
         let ours = std::fs::read_to_string(&ours_path).unwrap();
         assert!(!ours.is_empty(), "{}: empty replay", it.name);
         assert_eq!(ours, theirs, "{}: replays differ", it.name);
+    }
+}
+
+/// Names cost nothing per sample: the first sample names every thread,
+/// names are read again at most every [`REFRESH`] while no thread appears,
+/// and a sample that resolves none stays a handful of reads.
+#[test]
+fn names_are_read_rarely_and_within_their_grant() {
+    use std::time::Instant;
+    use tachyon::model::Sample;
+    use tachyon::unwind::names::REFRESH;
+    use tachyon::unwind::{READ_BUDGET, UnwindOptions};
+
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    for it in interps.iter().filter(|i| !i.debug) {
+        let (t, names) = start(it);
+        let opts = UnwindOptions {
+            all_threads: true,
+            ..UnwindOptions::default()
+        };
+        let mut u = tachyon::attach(t.pid(), opts).unwrap();
+        let mut s = Sample::default();
+        let began = Instant::now();
+        let mut first: Option<(u32, Duration)> = None;
+        let mut steady_max = 0u32;
+        let n = 200;
+        for i in 0..n {
+            let t0 = Instant::now();
+            let before = u.name_resolutions();
+            u.sample(&mut s)
+                .unwrap_or_else(|e| panic!("{}: sample {i}: {e}", it.name));
+            let (calls, _) = u.reads_used();
+            if u.name_resolutions() > before {
+                first.get_or_insert((calls, t0.elapsed()));
+            } else {
+                steady_max = steady_max.max(calls);
+            }
+            if i == 0 {
+                let got: BTreeMap<u64, String> = s
+                    .threads
+                    .iter()
+                    .map(|th| {
+                        (
+                            th.tid,
+                            th.name
+                                .map(|n| u.frames().str(n).to_owned())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    got, names,
+                    "{}: the first sample names every thread",
+                    it.name
+                );
+            }
+        }
+        let elapsed = began.elapsed();
+        let allowed = 1 + (elapsed.as_millis() / REFRESH.as_millis()) as u64;
+        assert!(
+            u.name_resolutions() <= allowed,
+            "{}: {} resolutions in {elapsed:?} of {n} samples (at most {allowed})",
+            it.name,
+            u.name_resolutions()
+        );
+        // Steady samples of the all-threads walk: a handful of batched
+        // reads, whatever names cost.
+        assert!(
+            steady_max < READ_BUDGET,
+            "{}: a sample without a resolution read {steady_max} times",
+            it.name
+        );
+        let (calls, took) = first.expect("the first sample resolves");
+        eprintln!(
+            "{}: first sample with names: {calls} reads, {took:?}; steady samples at most {steady_max} reads; {} resolutions in {elapsed:?}",
+            it.name,
+            u.name_resolutions()
+        );
     }
 }

@@ -403,6 +403,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.names.why.as_deref()
     }
 
+    /// How many times thread names were read from the target so far.
+    pub fn name_resolutions(&self) -> u64 {
+        self.names.resolutions
+    }
+
     fn sample_checked(&mut self, out: &mut Sample) -> Result<()> {
         let r = self.sample_once(out);
         if r.is_ok() && self.runtime.offsets.interp_code_object_generation.is_none() {

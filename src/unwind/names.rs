@@ -279,6 +279,8 @@ pub struct ThreadNames {
     retry: bool,
     /// Why the last resolution could not read `threading` (None: it could).
     pub why: Option<String>,
+    /// Resolutions so far.
+    pub resolutions: u64,
 }
 
 impl ThreadNames {
@@ -339,6 +341,7 @@ impl ThreadNames {
     ) {
         self.last = Some(now);
         self.retry = false;
+        self.resolutions += 1;
         let mut found: HashMap<(u64, u64), String> = HashMap::new();
         let mut interps: Vec<u64> = Vec::new();
         for k in keys {
