@@ -367,3 +367,55 @@ fn names_are_read_rarely_and_within_their_grant() {
         );
     }
 }
+
+/// One OS thread running a subinterpreter has a name in each interpreter:
+/// its Thread's in the main one, the subinterpreter's main thread's there.
+#[test]
+fn each_interpreter_names_its_own_threads() {
+    const SUB: &str = r#"
+import threading, time
+CODE = (
+    "import threading, time\n"
+    "def park():\n"
+    "    time.sleep(1000)\n"
+    "threading.current_thread().name = 'sub-main'\n"
+    "t = threading.Thread(target=park, name='sub-worker'); t.start()\n"
+    "print('SUB', t.native_id, threading.get_native_id(), flush=True)\n"
+    "park()\n"
+)
+try:
+    from concurrent import interpreters
+    def run():
+        interpreters.create().exec(CODE)
+except ImportError:
+    import _interpreters as xi  # 3.13
+    def run():
+        xi.run_string(xi.create(), CODE)
+threading.Thread(target=run, name="runner").start()
+time.sleep(1000)
+"#;
+    for it in sid_interpreters().iter().filter(|i| !i.debug) {
+        let mut t = spawn(it, SUB, &[], &[]);
+        let line = t.wait_for("SUB ", Duration::from_secs(30));
+        let ids: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap())
+            .collect();
+        let (worker, runner) = (ids[0], ids[1]);
+        std::thread::sleep(Duration::from_millis(200));
+        let out = Command::new(tachyon_bin())
+            .args(["dump", "-a", &t.pid().to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for want in [
+            format!("thread {worker} \"sub-worker\" (interpreter 1;"),
+            format!("thread {runner} \"sub-main\" (interpreter 1;"),
+            format!("thread {runner} \"runner\" (interpreter 0;"),
+            format!("thread {} \"MainThread\" (interpreter 0;", t.pid()),
+        ] {
+            assert!(text.contains(&want), "{}: no {want:?} in:\n{text}", it.name);
+        }
+    }
+}

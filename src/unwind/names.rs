@@ -10,7 +10,8 @@
 //! Never on a sample's path: [`ThreadNames::apply`] runs after a sample is
 //! complete and resolves only when a thread it has not named appears (at
 //! most every [`MIN_GAP`]) or every [`REFRESH`]; in between a name is a
-//! cache lookup by (native id, ident). Every read is bounded by the caps of
+//! cache lookup by (native id, ident, interpreter): one OS thread can run
+//! in several interpreters, with a Thread (and a name) in each. Every read is bounded by the caps of
 //! [`super::dict`] and [`MAX_NAMED`]; a failure costs the names, never the
 //! sample.
 
@@ -273,7 +274,7 @@ pub struct ThreadKey {
 /// Names by thread, refreshed rarely (see the module's doc).
 #[derive(Default)]
 pub struct ThreadNames {
-    cache: HashMap<(u64, u64), Option<StrId>>,
+    cache: HashMap<ThreadKey, Option<StrId>>,
     last: Option<Instant>,
     /// A thread was named from `comm` while a resolution was not due.
     retry: bool,
@@ -297,10 +298,7 @@ impl ThreadNames {
         if age >= REFRESH {
             return true;
         }
-        let new = self.retry
-            || keys
-                .iter()
-                .any(|k| !self.cache.contains_key(&(k.tid, k.ident)));
+        let new = self.retry || keys.iter().any(|k| !self.cache.contains_key(k));
         new && age >= MIN_GAP
     }
 
@@ -318,12 +316,12 @@ impl ThreadNames {
             self.resolve(mem, o, table, keys, now);
         }
         for (t, k) in threads.iter_mut().zip(keys) {
-            t.name = match self.cache.get(&(k.tid, k.ident)) {
+            t.name = match self.cache.get(k) {
                 Some(n) => *n,
                 None => {
                     // New since the last resolution: `comm` for now.
                     let n = mem.thread_comm(k.tid).map(|s| table.intern_str(&s));
-                    self.cache.insert((k.tid, k.ident), n);
+                    self.cache.insert(*k, n);
                     self.retry = true;
                     n
                 }
@@ -361,14 +359,13 @@ impl ThreadNames {
                 }
             }
         }
-        let live: HashSet<(u64, u64)> = keys.iter().map(|k| (k.tid, k.ident)).collect();
+        let live: HashSet<ThreadKey> = keys.iter().copied().collect();
         self.cache.retain(|k, _| live.contains(k));
         for k in keys {
             let name = found
                 .remove(&(k.interp, k.ident))
                 .or_else(|| mem.thread_comm(k.tid));
-            self.cache
-                .insert((k.tid, k.ident), name.map(|s| table.intern_str(&s)));
+            self.cache.insert(*k, name.map(|s| table.intern_str(&s)));
         }
     }
 }
@@ -389,7 +386,7 @@ mod tests {
         let b = ThreadKey { tid: 2, ..a };
         assert!(n.due(&[a], t0), "the first sample resolves");
         n.last = Some(t0);
-        n.cache.insert((1, 10), None);
+        n.cache.insert(a, None);
         assert!(
             !n.due(&[a], t0 + MIN_GAP),
             "known threads wait for the refresh"
