@@ -276,8 +276,6 @@ pub struct ThreadKey {
 pub struct ThreadNames {
     cache: HashMap<ThreadKey, Option<StrId>>,
     last: Option<Instant>,
-    /// A thread was named from `comm` while a resolution was not due.
-    retry: bool,
     /// Why the last resolution could not read `threading` (None: it could).
     pub why: Option<String>,
     /// Resolutions so far.
@@ -298,7 +296,7 @@ impl ThreadNames {
         if age >= REFRESH {
             return true;
         }
-        let new = self.retry || keys.iter().any(|k| !self.cache.contains_key(k));
+        let new = keys.iter().any(|k| !self.cache.contains_key(k));
         new && age >= MIN_GAP
     }
 
@@ -311,21 +309,26 @@ impl ThreadNames {
         threads: &mut [ThreadSample],
         keys: &[ThreadKey],
     ) {
-        let now = Instant::now();
+        self.apply_at(mem, o, table, threads, keys, Instant::now());
+    }
+
+    /// [`ThreadNames::apply`] at time `now`.
+    pub fn apply_at(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        o: &Offsets,
+        table: &mut FrameTable,
+        threads: &mut [ThreadSample],
+        keys: &[ThreadKey],
+        now: Instant,
+    ) {
         if self.due(keys, now) {
             self.resolve(mem, o, table, keys, now);
         }
+        // A thread new since the last resolution has no name until the
+        // next one, at most MIN_GAP away: nothing is read for it now.
         for (t, k) in threads.iter_mut().zip(keys) {
-            t.name = match self.cache.get(k) {
-                Some(n) => *n,
-                None => {
-                    // New since the last resolution: `comm` for now.
-                    let n = mem.thread_comm(k.tid).map(|s| table.intern_str(&s));
-                    self.cache.insert(*k, n);
-                    self.retry = true;
-                    n
-                }
-            };
+            t.name = self.cache.get(k).copied().flatten();
         }
     }
 
@@ -338,7 +341,6 @@ impl ThreadNames {
         now: Instant,
     ) {
         self.last = Some(now);
-        self.retry = false;
         self.resolutions += 1;
         let mut found: HashMap<(u64, u64), String> = HashMap::new();
         let mut interps: Vec<u64> = Vec::new();
@@ -397,7 +399,55 @@ mod tests {
             "a new thread waits out the gap"
         );
         assert!(n.due(&[a, b], t0 + MIN_GAP));
-        n.retry = true;
-        assert!(n.due(&[a], t0 + MIN_GAP));
+    }
+
+    #[test]
+    fn a_thread_is_named_from_the_cache_until_the_next_resolution() {
+        // A reader with nothing in it: `threading` cannot be read, and
+        // `comm` is all there is.
+        struct Comm;
+        impl ProcessMemory for Comm {
+            fn read(&self, _: u64, _: &mut [u8]) -> Result<()> {
+                Err(Error::corrupt("nothing here"))
+            }
+            fn thread_comm(&self, tid: u64) -> Option<String> {
+                Some(format!("comm-{tid}"))
+            }
+        }
+        let o = crate::offsets::carried::CARRIED[1];
+        let v = crate::offsets::PyVersion::from_hex(0x030c_01f0);
+        let offs = Offsets::from_carried(1, &o.table(v)).unwrap();
+        let mut table = FrameTable::new();
+        let mut n = ThreadNames::new();
+        let a = ThreadKey {
+            tid: 7,
+            ident: 70,
+            interp: 0x1000,
+        };
+        let b = ThreadKey { tid: 8, ..a };
+        let t0 = Instant::now();
+        let mut threads = vec![ThreadSample::default()];
+        n.apply_at(&Comm, &offs, &mut table, &mut threads, &[a], t0);
+        assert_eq!(threads[0].name.map(|s| table.str(s)), Some("comm-7"));
+        assert!(n.why.is_some(), "the reason names came from comm");
+        assert_eq!(n.resolutions, 1);
+        // Within the gap a new thread waits, unnamed; the known one keeps
+        // its name without a read.
+        let mut two = vec![ThreadSample::default(), ThreadSample::default()];
+        n.apply_at(
+            &Comm,
+            &offs,
+            &mut table,
+            &mut two,
+            &[a, b],
+            t0 + MIN_GAP / 2,
+        );
+        assert_eq!(n.resolutions, 1);
+        assert_eq!(two[0].name.map(|s| table.str(s)), Some("comm-7"));
+        assert_eq!(two[1].name, None);
+        // After the gap it is resolved and named.
+        n.apply_at(&Comm, &offs, &mut table, &mut two, &[a, b], t0 + MIN_GAP);
+        assert_eq!(n.resolutions, 2);
+        assert_eq!(two[1].name.map(|s| table.str(s)), Some("comm-8"));
     }
 }
