@@ -337,4 +337,95 @@ mod tests {
         }
         assert!(keys_geometry(&[0u8; 10]).is_err());
     }
+
+    /// Memory made of a few regions; anything else is unreadable.
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl ProcessMemory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+            for (base, b) in &self.0 {
+                if addr >= *base && addr + buf.len() as u64 <= base + b.len() as u64 {
+                    let at = (addr - base) as usize;
+                    buf.copy_from_slice(&b[at..at + buf.len()]);
+                    return Ok(());
+                }
+            }
+            Err(Error::corrupt("unmapped"))
+        }
+    }
+
+    fn ascii_str(s: &str) -> Vec<u8> {
+        let mut b = vec![0u8; 40];
+        b[16..24].copy_from_slice(&(s.len() as u64).to_le_bytes());
+        // compact, ASCII, one byte a character
+        b[32..36].copy_from_slice(&(1u32 << 5 | 1 << 6 | 1 << 2).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+        b.push(0);
+        b
+    }
+
+    fn keys(kind: u8, entries: &[(u64, u64)]) -> Vec<u8> {
+        let mut b = keys_header(3, 3, kind, entries.len() as u64);
+        b.extend_from_slice(&[0u8; 8]); // the indices, unused here
+        for &(k, v) in entries {
+            b.extend_from_slice(&k.to_le_bytes());
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    fn dict(keys: u64, values: u64) -> Vec<u8> {
+        let mut b = vec![0u8; 48];
+        b[32..40].copy_from_slice(&keys.to_le_bytes());
+        b[40..48].copy_from_slice(&values.to_le_bytes());
+        b
+    }
+
+    fn offsets() -> (Offsets, ObjectOffsets) {
+        let c = crate::offsets::carried::CARRIED[1];
+        let v = crate::offsets::PyVersion::from_hex(0x030c_01f0);
+        let o = Offsets::from_carried(1, &c.table(v)).unwrap();
+        let oo = o.objects.clone().unwrap();
+        (o, oo)
+    }
+
+    #[test]
+    fn combined_and_split_dicts_are_read_and_searched_by_text() {
+        let (o, oo) = offsets();
+        assert_eq!(oo.values_header, 0, "3.12: values start at once");
+        let (s1, s2, s3) = (0x10_0000u64, 0x10_1000u64, 0x10_2000u64);
+        let (k, d, sk, sv, sd) = (0x20_0000u64, 0x20_1000, 0x20_2000, 0x20_3000, 0x20_4000);
+        let mut values = Vec::new();
+        values.extend_from_slice(&0x99u64.to_le_bytes());
+        values.extend_from_slice(&0u64.to_le_bytes()); // deleted
+        let mem = Fake(vec![
+            (s1, ascii_str("threading")),
+            (s2, ascii_str("threadinG")), // same length, other text
+            (s3, ascii_str("_active")),
+            (k, keys(1, &[(s2, 0x11), (s1, 0x22), (0, 0x33)])),
+            (d, dict(k, 0)),
+            (sk, keys(KEYS_SPLIT, &[(s3, 0), (s1, 0)])),
+            (sv, values),
+            (sd, dict(sk, sv)),
+        ]);
+        let items = read_dict(&mem, &oo, d).unwrap();
+        assert_eq!(items, vec![(s2, 0x11), (s1, 0x22)]);
+        assert_eq!(find_key(&mem, &o, &items, "threading").unwrap(), Some(0x22));
+        assert_eq!(find_key(&mem, &o, &items, "threads").unwrap(), None);
+        // Split: values by entry index; a NULL value is no item.
+        let items = read_dict(&mem, &oo, sd).unwrap();
+        assert_eq!(items, vec![(s3, 0x99)]);
+        assert_eq!(find_key(&mem, &o, &items, "_active").unwrap(), Some(0x99));
+        // Longer than asked for: not read at all.
+        assert_eq!(
+            read_strs(&mem, &o, &[s1, s3], 7).unwrap(),
+            vec![None, Some("_active".to_owned())]
+        );
+        // Split keys without values, a dict at an impossible address and
+        // unreadable keys are errors, not panics.
+        let bad = Fake(vec![(sk, keys(KEYS_SPLIT, &[(s3, 0)])), (sd, dict(sk, 0))]);
+        assert!(read_dict(&bad, &oo, sd).is_err());
+        assert!(read_dict(&mem, &oo, 3).is_err());
+        assert!(read_dict(&mem, &oo, s1).is_err());
+    }
 }
