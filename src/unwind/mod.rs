@@ -384,7 +384,9 @@ impl<M: ProcessMemory> Unwinder<M> {
         // Names, after the sample is decided: their reads are granted on
         // top of its budget, and failing them costs only names.
         self.name_keys.truncate(out.threads.len());
-        if self.names.due(&self.name_keys, std::time::Instant::now()) {
+        let now = std::time::Instant::now();
+        let due = self.names.due(&self.name_keys, now);
+        if due {
             self.mem.grant(NAME_READS, NAME_BYTES);
         }
         self.names.apply(
@@ -393,6 +395,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             &mut self.table,
             &mut out.threads,
             &self.name_keys,
+            due,
+            now,
         );
         r
     }

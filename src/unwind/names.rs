@@ -300,7 +300,9 @@ impl ThreadNames {
         new && age >= MIN_GAP
     }
 
-    /// Name every thread of a completed sample (`keys[i]` is `threads[i]`'s).
+    /// Name every thread of a completed sample (`keys[i]` is `threads[i]`'s),
+    /// resolving first when `due` (what [`ThreadNames::due`] said at `now`).
+    #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -308,21 +310,10 @@ impl ThreadNames {
         table: &mut FrameTable,
         threads: &mut [ThreadSample],
         keys: &[ThreadKey],
-    ) {
-        self.apply_at(mem, o, table, threads, keys, Instant::now());
-    }
-
-    /// [`ThreadNames::apply`] at time `now`.
-    pub fn apply_at(
-        &mut self,
-        mem: &dyn ProcessMemory,
-        o: &Offsets,
-        table: &mut FrameTable,
-        threads: &mut [ThreadSample],
-        keys: &[ThreadKey],
+        due: bool,
         now: Instant,
     ) {
-        if self.due(keys, now) {
+        if due {
             self.resolve(mem, o, table, keys, now);
         }
         // A thread new since the last resolution has no name until the
@@ -427,26 +418,27 @@ mod tests {
         let b = ThreadKey { tid: 8, ..a };
         let t0 = Instant::now();
         let mut threads = vec![ThreadSample::default()];
-        n.apply_at(&Comm, &offs, &mut table, &mut threads, &[a], t0);
+        let step = |n: &mut ThreadNames,
+                    table: &mut FrameTable,
+                    threads: &mut [ThreadSample],
+                    keys: &[ThreadKey],
+                    at| {
+            let due = n.due(keys, at);
+            n.apply(&Comm, &offs, table, threads, keys, due, at);
+        };
+        step(&mut n, &mut table, &mut threads, &[a], t0);
         assert_eq!(threads[0].name.map(|s| table.str(s)), Some("comm-7"));
         assert!(n.why.is_some(), "the reason names came from comm");
         assert_eq!(n.resolutions, 1);
         // Within the gap a new thread waits, unnamed; the known one keeps
         // its name without a read.
         let mut two = vec![ThreadSample::default(), ThreadSample::default()];
-        n.apply_at(
-            &Comm,
-            &offs,
-            &mut table,
-            &mut two,
-            &[a, b],
-            t0 + MIN_GAP / 2,
-        );
+        step(&mut n, &mut table, &mut two, &[a, b], t0 + MIN_GAP / 2);
         assert_eq!(n.resolutions, 1);
         assert_eq!(two[0].name.map(|s| table.str(s)), Some("comm-7"));
         assert_eq!(two[1].name, None);
         // After the gap it is resolved and named.
-        n.apply_at(&Comm, &offs, &mut table, &mut two, &[a, b], t0 + MIN_GAP);
+        step(&mut n, &mut table, &mut two, &[a, b], t0 + MIN_GAP);
         assert_eq!(n.resolutions, 2);
         assert_eq!(two[1].name.map(|s| table.str(s)), Some("comm-8"));
     }
