@@ -297,7 +297,7 @@ fn names_are_read_rarely_and_within_their_grant() {
     use std::time::Instant;
     use tachyon::model::Sample;
     use tachyon::unwind::names::REFRESH;
-    use tachyon::unwind::{READ_BUDGET, UnwindOptions};
+    use tachyon::unwind::{NAME_READS, READ_BUDGET, UnwindOptions};
 
     let mut interps = sid_interpreters();
     interps.extend(machine_old_interpreters());
@@ -360,10 +360,25 @@ fn names_are_read_rarely_and_within_their_grant() {
             it.name
         );
         let (calls, took) = first.expect("the first sample resolves");
+        // A refresh with everything else cached: what names alone cost,
+        // within the grant for them.
+        std::thread::sleep(REFRESH);
+        let before = u.name_resolutions();
+        let t0 = Instant::now();
+        u.sample(&mut s).unwrap();
+        let refresh_took = t0.elapsed();
+        assert_eq!(u.name_resolutions(), before + 1, "{}: refreshed", it.name);
+        let (refresh_calls, refresh_bytes) = u.reads_used();
+        let name_calls = refresh_calls.saturating_sub(steady_max);
+        assert!(
+            name_calls <= NAME_READS,
+            "{}: a refresh took {name_calls} reads",
+            it.name
+        );
         eprintln!(
-            "{}: first sample with names: {calls} reads, {took:?}; steady samples at most {steady_max} reads; {} resolutions in {elapsed:?}",
+            "{}: first sample with names: {calls} reads, {took:?}; steady samples at most {steady_max} reads; {} resolutions in {elapsed:?}; a refresh: {refresh_calls} reads, {refresh_bytes} bytes, {refresh_took:?}",
             it.name,
-            u.name_resolutions()
+            u.name_resolutions() - 1
         );
     }
 }
