@@ -184,9 +184,8 @@ pub struct Offsets {
     /// Mask that clears `_PyStackRef` tag bits (3.14+) off a pointer.
     pub tag_mask: u64,
 
-    /// What thread names need (dicts, ints, instance attributes), or why
-    /// they cannot be read from `threading` (names then come from `comm`).
-    pub objects: std::result::Result<objects::ObjectOffsets, String>,
+    /// What thread names need: dicts, ints, instance attributes.
+    pub objects: objects::ObjectOffsets,
 }
 
 /// The raw table: field name to value, in the version's layout.
@@ -527,6 +526,8 @@ impl Offsets {
             )));
         }
 
+        let objects = objects::ObjectOffsets::validate(&v, minor, interp_size)?;
+
         let owners = match minor {
             13 => FrameOwners {
                 thread: 0,
@@ -619,7 +620,7 @@ impl Offsets {
             unicode_ascii_size,
             unicode_compact_size,
             tag_mask: if minor >= 14 { !3 } else { !0 },
-            objects: objects::ObjectOffsets::from_raw(raw, minor, interp_size),
+            objects,
         })
     }
 }

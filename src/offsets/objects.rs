@@ -1,10 +1,10 @@
 //! Where a thread's name lives: `sys.modules`, dicts, ints, module objects
 //! and instance attributes (managed dicts), per version.
 //!
-//! Only thread names need these, and a thread name is a nicety: a table or
-//! carried layout that lacks one of them, or gives an implausible value,
-//! yields an [`ObjectOffsets`] error that says which, and names fall back
-//! to the kernel's `comm`; sampling is not affected.
+//! Only thread names need these. They are validated like every other
+//! offset (aligned, inside their struct, else the table is refused naming
+//! the field); what a read through them finds is untrusted as ever, and a
+//! failed read costs the names, which then come from the kernel's `comm`.
 //!
 //! Facts (x86-64, GIL builds), from the versions' headers (`pycore_dict.h`,
 //! `pycore_object.h`, `cpython/object.h`, `moduleobject.c`) and compiled
@@ -24,7 +24,8 @@
 //!   dict; 3.13+ a dict pointer 24 before it and, with inline values, a
 //!   `PyDictValues` at `obj + tp_basicsize` (`valid` byte at 3, values at 8).
 
-use super::RawTable;
+use super::Validator;
+use crate::error::Result;
 
 /// How instance attributes of a managed-dict type are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,68 +68,71 @@ pub const TPFLAGS_HEAPTYPE: u64 = 1 << 9;
 /// Bytes between the end of `PyTypeObject` and `ht_cached_keys`.
 const CACHED_KEYS_AFTER_TYPE: u64 = 464;
 
+/// Caps on the sizes of the small structs read here.
+const MAX_SMALL: u64 = 4096;
+
 impl ObjectOffsets {
-    /// From a debug table or carried layout of `minor`; the error names the
-    /// missing or implausible field.
-    pub fn from_raw(raw: &RawTable, minor: u8, interp_size: u64) -> Result<Self, String> {
-        let get = |n: &str| raw.get(n).ok_or_else(|| format!("{n} is not known"));
-        let interp_modules = get("interpreter_state.imports_modules")?;
-        if interp_modules % 8 != 0 || interp_modules + 8 > interp_size {
-            return Err(format!(
-                "interpreter_state.imports_modules = {interp_modules} is not a pointer field of the interpreter"
-            ));
+    /// From a debug table or carried layout of `minor`, validated like
+    /// every other offset: each field aligned and inside its struct, or the
+    /// table is refused naming it.
+    pub(super) fn validate(v: &Validator<'_>, minor: u8, interp_size: u64) -> Result<Self> {
+        let raw = v.raw;
+        let interp_modules = v.field("interpreter_state.imports_modules", 8, interp_size)?;
+        let dict_size = v.size("dict_object", 16, MAX_SMALL)?;
+        let dict_keys = v.field("dict_object.ma_keys", 8, dict_size)?;
+        let dict_values = v.field("dict_object.ma_values", 8, dict_size)?;
+        let long_size = v.size("long_object", 16, MAX_SMALL)?;
+        let (tag_name, signed) = match raw.get("long_object.lv_tag") {
+            Some(_) => ("long_object.lv_tag", false),
+            None => ("long_object.ob_size", true),
+        };
+        let long_tag = v.field(tag_name, 8, long_size)?;
+        // Two 30-bit digits are read; the first one must fit the struct.
+        let long_digit = v.field("long_object.ob_digit", 4, long_size)?;
+        if long_digit < long_tag + 8 {
+            return Err(v.err(format!(
+                "long_object.ob_digit = {long_digit} does not follow {tag_name} ({long_tag})"
+            )));
         }
-        let type_size = get("type_object.size")?;
+        let type_size = v.size("type_object", 32, MAX_SMALL)?;
+        let type_flags = v.field("type_object.tp_flags", 8, type_size)?;
+        let type_basicsize = match raw.get("type_object.tp_basicsize") {
+            Some(_) => v.field("type_object.tp_basicsize", 8, type_size)?,
+            None => 32,
+        };
         let heap_cached_keys = match raw.get("heap_type_object.ht_cached_keys") {
-            Some(v) => v,
+            Some(_) => {
+                let heap_size = v.size("heap_type_object", type_size, MAX_SMALL)?;
+                v.field("heap_type_object.ht_cached_keys", 8, heap_size)?
+            }
             None => type_size + CACHED_KEYS_AFTER_TYPE,
         };
-        let (long_tag, signed) = match raw.get("long_object.lv_tag") {
-            Some(t) => (t, false),
-            None => (get("long_object.ob_size")?, true),
-        };
-        let o = ObjectOffsets {
+        Ok(ObjectOffsets {
             interp_modules,
-            dict_keys: get("dict_object.ma_keys")?,
-            dict_values: get("dict_object.ma_values")?,
+            dict_keys,
+            dict_values,
             values_header: if minor >= 13 { 8 } else { 0 },
             long_tag,
             long_size_is_signed_count: signed,
-            long_digit: get("long_object.ob_digit")?,
+            long_digit,
             module_dict: 16,
-            type_basicsize: raw.get("type_object.tp_basicsize").unwrap_or(32),
-            type_flags: get("type_object.tp_flags")?,
+            type_basicsize,
+            type_flags,
             heap_cached_keys,
             managed: match minor {
                 11 => ManagedDict::Split311,
                 12 => ManagedDict::Tagged312,
                 _ => ManagedDict::Inline313,
             },
-        };
-        for (name, v) in [
-            ("dict_object.ma_keys", o.dict_keys),
-            ("dict_object.ma_values", o.dict_values),
-            ("type_object.tp_flags", o.type_flags),
-            ("heap_type_object.ht_cached_keys", o.heap_cached_keys),
-        ] {
-            if v % 8 != 0 || v > 4096 {
-                return Err(format!("{name} = {v} is implausible"));
-            }
-        }
-        if o.long_digit > 64 || o.long_tag + 8 > o.long_digit {
-            return Err(format!(
-                "long_object.ob_digit = {} does not follow its size field",
-                o.long_digit
-            ));
-        }
-        Ok(o)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::offsets::PyVersion;
+    use crate::error::Error;
+    use crate::offsets::{PyVersion, RawTable};
 
     fn raw(minor: u8, fields: &[(&'static str, u64)]) -> RawTable {
         RawTable {
@@ -140,17 +144,24 @@ mod tests {
 
     const COMMON: &[(&str, u64)] = &[
         ("interpreter_state.imports_modules", 7688),
+        ("dict_object.size", 48),
         ("dict_object.ma_keys", 32),
         ("dict_object.ma_values", 40),
+        ("long_object.size", 32),
         ("long_object.lv_tag", 16),
         ("long_object.ob_digit", 24),
         ("type_object.tp_flags", 168),
         ("type_object.size", 416),
     ];
 
+    fn validate(r: &RawTable) -> Result<ObjectOffsets> {
+        let v = Validator { raw: r, pid: 1 };
+        ObjectOffsets::validate(&v, r.version.minor, 200_000)
+    }
+
     #[test]
     fn cached_keys_follow_the_type_unless_the_table_says() {
-        let o = ObjectOffsets::from_raw(&raw(14, COMMON), 14, 200_000).unwrap();
+        let o = validate(&raw(14, COMMON)).unwrap();
         assert_eq!(o.heap_cached_keys, 880);
         assert_eq!(o.managed, ManagedDict::Inline313);
         assert_eq!(o.values_header, 8);
@@ -158,19 +169,30 @@ mod tests {
         let mut f = COMMON.to_vec();
         f.retain(|(n, _)| *n != "type_object.size");
         f.push(("type_object.size", 424));
-        let by_rule = ObjectOffsets::from_raw(&raw(15, &f), 15, 200_000).unwrap();
-        f.push(("heap_type_object.ht_cached_keys", 888));
-        let by_table = ObjectOffsets::from_raw(&raw(15, &f), 15, 200_000).unwrap();
-        assert_eq!(by_rule, by_table);
+        let by_rule = validate(&raw(15, &f)).unwrap();
+        f.extend([
+            ("heap_type_object.size", 944),
+            ("heap_type_object.ht_cached_keys", 888),
+        ]);
+        assert_eq!(by_rule, validate(&raw(15, &f)).unwrap());
     }
 
     #[test]
-    fn missing_or_wild_fields_are_named() {
+    fn missing_or_wild_fields_are_refused_by_name() {
+        let named = |f: &[(&'static str, u64)], name: &str| match validate(&raw(14, f)) {
+            Err(Error::InvalidOffsets { what, .. }) => assert!(what.contains(name), "{what}"),
+            other => panic!("{name}: {other:?}"),
+        };
         let mut f = COMMON.to_vec();
         f.retain(|(n, _)| *n != "dict_object.ma_keys");
-        let e = ObjectOffsets::from_raw(&raw(14, &f), 14, 200_000).unwrap_err();
-        assert!(e.contains("dict_object.ma_keys"), "{e}");
-        let e = ObjectOffsets::from_raw(&raw(14, COMMON), 14, 4096).unwrap_err();
-        assert!(e.contains("imports_modules"), "{e}");
+        named(&f, "dict_object.ma_keys");
+        let mut f = COMMON.to_vec();
+        f.retain(|(n, _)| *n != "interpreter_state.imports_modules");
+        f.push(("interpreter_state.imports_modules", u64::MAX - 7));
+        named(&f, "imports_modules");
+        let mut f = COMMON.to_vec();
+        f.retain(|(n, _)| *n != "long_object.ob_digit");
+        f.push(("long_object.ob_digit", 16));
+        named(&f, "long_object.ob_digit");
     }
 }

@@ -385,7 +385,7 @@ mod tests {
         let c = crate::offsets::carried::CARRIED[1];
         let v = crate::offsets::PyVersion::from_hex(0x030c_01f0);
         let o = Offsets::from_carried(1, &c.table(v)).unwrap();
-        let oo = o.objects.clone().unwrap();
+        let oo = o.objects.clone();
         (o, oo)
     }
 

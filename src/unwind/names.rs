@@ -341,15 +341,10 @@ impl ThreadNames {
             }
         }
         self.why = None;
-        match &o.objects {
-            Err(e) => self.why = Some(e.clone()),
-            Ok(oo) => {
-                for &i in &interps {
-                    match threading_names(mem, o, oo, i) {
-                        Ok(m) => found.extend(m.into_iter().map(|(id, n)| ((i, id), n))),
-                        Err(e) => self.why = Some(e.to_string()),
-                    }
-                }
+        for &i in &interps {
+            match threading_names(mem, o, &o.objects, i) {
+                Ok(m) => found.extend(m.into_iter().map(|(id, n)| ((i, id), n))),
+                Err(e) => self.why = Some(e.to_string()),
             }
         }
         let live: HashSet<ThreadKey> = keys.iter().copied().collect();
