@@ -1,6 +1,8 @@
 //! `tachyon dump`: one snapshot of every selected thread, printed like a
 //! traceback (root first, most recent call last), in the reference's words,
 //! with each frame's source line read from the target's own filesystem.
+//! Each header names its thread as `threading` knows it, quoted after the
+//! thread id, when the name could be read (the reference shows no names).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -145,6 +147,10 @@ pub fn format_dump(
             let _ = write!(subject, " for PID {pid}");
         }
         let _ = write!(subject, ", thread {}", t.tid);
+        if let Some(name) = t.name {
+            // Quoted and escaped: a name may hold anything.
+            let _ = write!(subject, " {:?}", table.str(name));
+        }
         let mut details: Vec<String> = Vec::new();
         if multi_interp {
             details.push(format!("interpreter {}", t.interpreter_id));

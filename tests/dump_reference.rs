@@ -48,12 +48,14 @@ fn parse_dump(who: &str, text: &str) -> Vec<Section> {
     let mut out: Vec<Section> = Vec::new();
     for line in text.lines() {
         if line.starts_with("Stack dump") {
+            // tachyon quotes the thread's name after its id; the name
+            // (`Thread-1 (work)`) may hold " (", the details never do.
             let (subject, rest) = line
-                .split_once(" (")
+                .rsplit_once(" (")
                 .unwrap_or_else(|| panic!("{who}: bad header {line:?} in:\n{text}"));
             let tid = subject
-                .rsplit_once(", thread ")
-                .and_then(|(_, t)| t.parse().ok())
+                .split_once(", thread ")
+                .and_then(|(_, t)| t.split(' ').next()?.parse().ok())
                 .unwrap_or_else(|| panic!("{who}: no thread id in {line:?}"));
             let details = rest
                 .strip_suffix("most recent call last):")

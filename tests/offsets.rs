@@ -562,6 +562,66 @@ const SPEC: &[(&str, Kind)] = &[
     ),
     ("unicode_object.asciiobject_size", UnicodeHeader),
     ("unicode_object.compactunicodeobject_size", UnicodeHeader),
+    // Thread names (src/offsets/objects.rs).
+    (
+        "interpreter_state.imports_modules",
+        Field {
+            width: 8,
+            size: "interpreter_state.size",
+        },
+    ),
+    ("dict_object.size", Size),
+    (
+        "dict_object.ma_keys",
+        Field {
+            width: 8,
+            size: "dict_object.size",
+        },
+    ),
+    (
+        "dict_object.ma_values",
+        Field {
+            width: 8,
+            size: "dict_object.size",
+        },
+    ),
+    ("long_object.size", Size),
+    (
+        "long_object.lv_tag",
+        Field {
+            width: 8,
+            size: "long_object.size",
+        },
+    ),
+    (
+        "long_object.ob_digit",
+        Field {
+            width: 4,
+            size: "long_object.size",
+        },
+    ),
+    (
+        "type_object.tp_flags",
+        Field {
+            width: 8,
+            size: "type_object.size",
+        },
+    ),
+    (
+        "type_object.tp_basicsize",
+        Field {
+            width: 8,
+            size: "type_object.size",
+        },
+    ),
+    ("heap_type_object.size", Size),
+    (
+        "heap_type_object.ht_cached_keys",
+        Field {
+            width: 8,
+            size: "heap_type_object.size",
+        },
+    ),
 ];
 
 /// Corrupt values for one field whose real value is `v`.
@@ -681,6 +741,9 @@ fn every_corrupt_field_is_refused_by_name_or_unused() {
                 "thread_state.exc_state",
                 "err_stackitem.exc_value",
                 "unicode_object.compactunicodeobject_size",
+                "type_object.tp_basicsize",
+                "heap_type_object.size",
+                "heap_type_object.ht_cached_keys",
             ];
             assert!(
                 raw.get(f).is_some() || optional.contains(f),

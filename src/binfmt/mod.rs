@@ -12,6 +12,11 @@
 //! stored statistics. Files written by either program are read by the
 //! other.
 //!
+//! Thread names, which the reference's format has no place for, are
+//! stored as extra strings of the string table that no frame refers to
+//! ([`thread_name_record`]): the reference's reader loads them and ignores
+//! them, tachyon's gives each thread its name back.
+//!
 //! Mapping to tachyon's model: a frame whose location is unknown (the
 //! reference's `location=None`: `<GC>`, `<native>`, and Python frames whose
 //! line is -1) is stored with line -1 and reads back as tachyon's
@@ -54,6 +59,25 @@ pub(crate) const RECORD_HEADER_SIZE: usize = 13;
 /// Smallest frame table entry: five one-byte varints and the opcode.
 pub(crate) const MIN_FRAME_ENTRY: u64 = 7;
 pub(crate) const OPCODE_NONE: u8 = 255;
+
+/// Opens a string-table entry that names a thread: NUL bytes, which no
+/// file name or function name holds.
+pub(crate) const THREAD_NAME_TAG: &str = "\0tachyon:thread-name\0";
+
+/// The string-table entry naming thread `tid` of interpreter `iid`:
+/// the tag, `tid:iid:`, the name.
+pub(crate) fn thread_name_record(tid: u64, iid: u32, name: &str) -> String {
+    format!("{THREAD_NAME_TAG}{tid}:{iid}:{name}")
+}
+
+/// The thread and name of a string-table entry written by
+/// [`thread_name_record`]; `None` for any other string.
+pub(crate) fn parse_thread_name_record(s: &str) -> Option<(u64, u32, &str)> {
+    let rest = s.strip_prefix(THREAD_NAME_TAG)?;
+    let (tid, rest) = rest.split_once(':')?;
+    let (iid, name) = rest.split_once(':')?;
+    Some((tid.parse().ok()?, iid.parse().ok()?, name))
+}
 
 /// How the sample data is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -15,11 +15,11 @@ use super::{
     Compression, DEFAULT_MAX_DECOMPRESSED, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX,
     FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
     MIN_FRAME_ENTRY, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION,
-    decode_config, invalid, unzigzag,
+    decode_config, invalid, parse_thread_name_record, unzigzag,
 };
 use crate::error::{Error, Result};
 use crate::model::{
-    Frame, FrameId, FrameKind, FrameTable, Location, RunStats, Sample, ThreadSample,
+    Frame, FrameId, FrameKind, FrameTable, Location, RunStats, Sample, StrId, ThreadSample,
 };
 
 /// The words of the replay command for a file that is not a profile at all.
@@ -52,6 +52,8 @@ pub struct BinaryReader<R: Read + Seek> {
     table: FrameTable,
     /// Binary frame index → interned frame.
     frame_ids: Vec<FrameId>,
+    /// Thread names stored in the string table, by (thread, interpreter).
+    names: HashMap<(u64, u32), StrId>,
     string_off: u64,
     opts: ReadOptions,
 }
@@ -247,13 +249,15 @@ impl<R: Read + Seek> BinaryReader<R> {
         let mut tables = vec![0u8; (tables_end - string_off) as usize];
         src.seek(SeekFrom::Start(string_off)).map_err(io_err)?;
         src.read_exact(&mut tables).map_err(io_err)?;
-        let (table, frame_ids) = parse_tables(&tables, (frame_off - string_off) as usize, &info)?;
+        let (table, frame_ids, names) =
+            parse_tables(&tables, (frame_off - string_off) as usize, &info)?;
         Ok(BinaryReader {
             src,
             name,
             info,
             table,
             frame_ids,
+            names,
             string_off,
             opts,
         })
@@ -296,6 +300,7 @@ impl<R: Read + Seek> BinaryReader<R> {
         let dec = Decoder {
             info: &self.info,
             frame_ids: &self.frame_ids,
+            names: &self.names,
             max_depth: self.opts.max_depth,
         };
         dec.run(&mut bytes, &mut f).map_err(|e| match e {
@@ -341,13 +346,17 @@ impl<R: Read + Seek> BinaryReader<R> {
     }
 }
 
+/// Thread names by (thread, interpreter).
+type Names = HashMap<(u64, u32), StrId>;
+
 /// Parse the string table (`strings_len` bytes) and the frame table after
-/// it, interning both.
+/// it, interning both, and the thread names among the strings.
 fn parse_tables(
     b: &[u8],
     strings_len: usize,
     info: &FileInfo,
-) -> Result<(FrameTable, Vec<FrameId>)> {
+) -> Result<(FrameTable, Vec<FrameId>, Names)> {
+    let mut names = Names::new();
     let mut table = FrameTable::new();
     let strs = &b[..strings_len];
     let mut pos = 0;
@@ -360,6 +369,12 @@ fn parse_tables(
         }
         let s = String::from_utf8_lossy(&strs[pos..pos + len as usize]);
         pos += len as usize;
+        if let Some((tid, iid, name)) = parse_thread_name_record(&s) {
+            // Not a frame's string: no frame may name it.
+            names.insert((tid, iid), table.intern_str(name));
+            str_ids.push(StrId::MAX);
+            continue;
+        }
         str_ids.push(table.intern_str(&s));
     }
     if pos != strs.len() {
@@ -388,8 +403,10 @@ fn parse_tables(
             return Err(invalid(format!("{what} is truncated")));
         }
         pos += 1; // the opcode: tachyon does not use it
-        let (Some(&file), Some(&func)) = (str_ids.get(file as usize), str_ids.get(func as usize))
-        else {
+        let (Some(&file), Some(&func)) = (
+            str_ids.get(file as usize).filter(|&&s| s != StrId::MAX),
+            str_ids.get(func as usize).filter(|&&s| s != StrId::MAX),
+        ) else {
             return Err(invalid(format!(
                 "{what} names string {} of {}",
                 file.max(func),
@@ -433,7 +450,7 @@ fn parse_tables(
             info.frame_count
         )));
     }
-    Ok((table, frame_ids))
+    Ok((table, frame_ids, names))
 }
 
 fn data_error(msg: impl Into<String>) -> Error {
@@ -494,6 +511,7 @@ impl<R: Read> Bytes<R> {
 struct Decoder<'a> {
     info: &'a FileInfo,
     frame_ids: &'a [FrameId],
+    names: &'a Names,
     max_depth: usize,
 }
 
@@ -579,6 +597,7 @@ impl Decoder<'_> {
                 let t = &mut sample.threads[0];
                 t.tid = tid;
                 t.interpreter_id = i64::from(iid);
+                t.name = self.names.get(&(tid, iid)).copied();
                 t.status = u32::from(status);
                 t.frames.clear();
                 t.frames.extend_from_slice(&th.prev);
@@ -843,6 +862,60 @@ mod tests {
 
     fn read(b: &[u8], opts: ReadOptions) -> Result<Vec<Sample>> {
         BinaryReader::new(io::Cursor::new(b), "t".into(), opts)?.read_samples()
+    }
+
+    #[test]
+    fn thread_names_round_trip_as_unreferenced_strings() {
+        let (mut t, f) = table();
+        let main = t.intern_str("MainThread");
+        let renamed = t.intern_str("ThreadPoolExecutor-0_1");
+        let mut a = sample(1000, vec![f[0]]);
+        a.threads[0].name = Some(main);
+        let mut other = a.threads[0].clone();
+        other.tid = 43;
+        other.name = None;
+        a.threads.push(other);
+        // The latest name is the one kept.
+        let mut b = sample(2000, vec![f[0]]);
+        b.threads[0].name = Some(renamed);
+        let (bytes, _) = write(&[a, b], &t, Compression::None);
+        let r = BinaryReader::new(
+            io::Cursor::new(&bytes[..]),
+            "t".into(),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        // The file, f0 and one record: one string more than the frames need.
+        assert_eq!(r.info().string_count, 3);
+        let mut r = r;
+        let got = r.read_samples().unwrap();
+        let tab = r.frames().clone();
+        let names: Vec<(u64, Option<&str>)> = got
+            .iter()
+            .flat_map(|s| &s.threads)
+            .map(|t| (t.tid, t.name.map(|n| tab.str(n))))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (42, Some("ThreadPoolExecutor-0_1")),
+                (43, None),
+                (42, Some("ThreadPoolExecutor-0_1"))
+            ]
+        );
+        // The record is no frame's string.
+        assert!(
+            tab.frames()
+                .iter()
+                .all(|fr| !tab.str(fr.func).contains('\0'))
+        );
+        assert_eq!(
+            crate::binfmt::parse_thread_name_record(&crate::binfmt::thread_name_record(
+                7, 2, "a:b"
+            )),
+            Some((7, 2, "a:b"))
+        );
+        assert_eq!(crate::binfmt::parse_thread_name_record("MainThread"), None);
     }
 
     #[test]

@@ -74,6 +74,9 @@ struct ThreadState {
     /// Encoded `(delta, status)` entries of a REPEAT not yet written.
     repeat: Vec<u8>,
     repeat_n: u64,
+    /// The thread's latest name (and its id in the caller's table).
+    name_id: Option<StrId>,
+    name: Option<Box<str>>,
 }
 
 enum Sink<W: Write> {
@@ -185,6 +188,15 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 &stack,
             );
             self.stack = stack;
+            if let Some(n) = t.name
+                && let Some(&i) = self.thread_index.get(&(t.tid, t.interpreter_id as u32))
+            {
+                let th = &mut self.threads[i];
+                if th.name_id != Some(n) {
+                    th.name_id = Some(n);
+                    th.name = Some(table.str(n).into());
+                }
+            }
         }
         if self.staging.len() >= FLUSH_SIZE {
             self.flush_staging();
@@ -202,6 +214,8 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 prev_ts: start,
                 repeat: Vec::new(),
                 repeat_n: 0,
+                name_id: None,
+                name: None,
             });
             self.threads.len() - 1
         });
@@ -378,6 +392,14 @@ impl<W: Write + Seek> BinaryWriter<W> {
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
         let string_off = out.stream_position().map_err(io)?;
+        // Thread names: strings no frame refers to, which the reference's
+        // reader loads and ignores (see `super::thread_name_record`).
+        for th in &self.threads {
+            if let Some(name) = &th.name {
+                let rec = super::thread_name_record(th.tid, th.iid, name);
+                self.strings.push(rec.into());
+            }
+        }
         let mut buf = Vec::new();
         for s in &self.strings {
             put_varint(&mut buf, s.len() as u64);

@@ -13,7 +13,9 @@
 //! the reference's is its own monotonic clock), the machine fields
 //! (`abi`, `oscpu`, `platform`, CPU counts) and `pid`, which like the
 //! reference's is the profiler's own unless [`GeckoCollector::with_pid`]
-//! says otherwise. Times are milliseconds from the first sample, as in the
+//! says otherwise; and a track's `name`, which is the thread's name
+//! (`MainThread`, `worker-3`) when the samples carry one, where the
+//! reference always writes `Thread-<tid>`. Times are milliseconds from the first sample, as in the
 //! reference's replay; markers start and end at sample times, and those still
 //! open at the end are closed at the last sample (so one opened at the last
 //! sample has length 0, as in the reference). The status bits must all be
@@ -112,6 +114,10 @@ struct Marker {
 struct Thread {
     tid: u64,
     is_main: bool,
+    /// The thread's latest name (`threading`'s, else the kernel's): the
+    /// track's name; without one the reference's `Thread-<tid>`.
+    name_id: Option<StrId>,
+    name: Option<String>,
     /// Seen before: state changes from now on make markers.
     initialized: bool,
     /// When each `MARKERS` state began, while it lasts.
@@ -502,6 +508,12 @@ impl Collector for GeckoCollector {
         self.last_us = self.last_us.max(now);
         for ts in &sample.threads {
             let th = self.thread(ts.tid, ts.status);
+            if let Some(n) = ts.name
+                && self.threads[th].name_id != Some(n)
+            {
+                self.threads[th].name_id = Some(n);
+                self.threads[th].name = Some(frames.str(n).to_owned());
+            }
             let has_gil = ts.status & status::HAS_GIL != 0;
             let on_cpu = ts.status & status::ON_CPU != 0;
             self.track(th, has_gil, HAS_GIL, NO_GIL, now);
@@ -689,7 +701,10 @@ impl Serialize for ThreadOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let t = self.t;
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("name", &format!("Thread-{}", t.tid))?;
+        match &t.name {
+            Some(name) => m.serialize_entry("name", name)?,
+            None => m.serialize_entry("name", &format!("Thread-{}", t.tid))?,
+        }
         m.serialize_entry("isMainThread", &t.is_main)?;
         m.serialize_entry("processStartupTime", &0)?;
         m.serialize_entry("processShutdownTime", &())?;
@@ -1026,6 +1041,34 @@ mod tests {
 
     fn reference(name: &str) -> Value {
         serde_json::from_str(&fixtures::read(&format!("gecko-{name}.json"))).unwrap()
+    }
+
+    #[test]
+    fn tracks_take_the_thread_name_when_known() {
+        let mut sc = scenarios().into_iter().next().unwrap();
+        let first = sc.samples[0].threads[0].tid;
+        let (old, new) = (
+            sc.frames.intern_str("before"),
+            sc.frames.intern_str("worker-3"),
+        );
+        let n = sc.samples.len();
+        for (i, s) in sc.samples.iter_mut().enumerate() {
+            for t in &mut s.threads {
+                if t.tid == first {
+                    // Renamed on the way: the latest name wins.
+                    t.name = Some(if i + 1 < n { old } else { new });
+                }
+            }
+        }
+        let p = profile(&mut collected(&sc));
+        for t in p["threads"].as_array().unwrap() {
+            let want = if t["tid"] == first {
+                "worker-3".to_owned()
+            } else {
+                format!("Thread-{}", t["tid"])
+            };
+            assert_eq!(t["name"], want.as_str());
+        }
     }
 
     #[test]

@@ -94,6 +94,17 @@ const PY311: Carried = Carried {
         ("pyobject.ob_type", 8),
         ("type_object.size", 408),
         ("type_object.tp_name", 24),
+        // Thread names (`offsets::objects`): `interp->modules`, dicts,
+        // ints (`ob_size` is the signed digit count) and type flags; the
+        // keys instances share are 464 bytes after the type (872).
+        ("interpreter_state.imports_modules", 888),
+        ("dict_object.size", 48),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("long_object.size", 32),
+        ("long_object.ob_size", 16),
+        ("long_object.ob_digit", 24),
+        ("type_object.tp_flags", 168),
         ("bytes_object.size", 40),
         ("bytes_object.ob_size", 16),
         ("bytes_object.ob_sval", 32),
@@ -168,6 +179,16 @@ const PY312: Carried = Carried {
         ("pyobject.ob_type", 8),
         ("type_object.size", 416),
         ("type_object.tp_name", 24),
+        // Thread names: `interp->imports.modules`, dicts, ints (`lv_tag`)
+        // and type flags; the keys instances share are at 880.
+        ("interpreter_state.imports_modules", 944),
+        ("dict_object.size", 48),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("long_object.size", 32),
+        ("long_object.lv_tag", 16),
+        ("long_object.ob_digit", 24),
+        ("type_object.tp_flags", 168),
         ("bytes_object.size", 40),
         ("bytes_object.ob_size", 16),
         ("bytes_object.ob_sval", 32),
@@ -325,6 +346,7 @@ impl Offsets {
             return Err(v.err("object header sizes are inconsistent".into()));
         }
 
+        let objects = super::objects::ObjectOffsets::validate(&v, minor, interp_size)?;
         let owners = FrameOwners {
             thread: 0,
             generator: 1,
@@ -404,6 +426,7 @@ impl Offsets {
             unicode_ascii_size,
             unicode_compact_size,
             tag_mask: !0,
+            objects,
         })
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod carried;
 pub mod layout;
+pub mod objects;
 
 use std::fmt;
 
@@ -182,6 +183,9 @@ pub struct Offsets {
 
     /// Mask that clears `_PyStackRef` tag bits (3.14+) off a pointer.
     pub tag_mask: u64,
+
+    /// What thread names need: dicts, ints, instance attributes.
+    pub objects: objects::ObjectOffsets,
 }
 
 /// The raw table: field name to value, in the version's layout.
@@ -522,6 +526,8 @@ impl Offsets {
             )));
         }
 
+        let objects = objects::ObjectOffsets::validate(&v, minor, interp_size)?;
+
         let owners = match minor {
             13 => FrameOwners {
                 thread: 0,
@@ -614,6 +620,7 @@ impl Offsets {
             unicode_ascii_size,
             unicode_compact_size,
             tag_mask: if minor >= 14 { !3 } else { !0 },
+            objects,
         })
     }
 }

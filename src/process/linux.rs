@@ -338,6 +338,14 @@ impl ProcessMemory for LinuxProcess {
         self.thread_state(tid)
     }
 
+    fn thread_comm(&self, tid: u64) -> Option<String> {
+        let host = self.host_tid(tid)?;
+        let s = std::fs::read(format!("/proc/{}/task/{host}/comm", self.pid)).ok()?;
+        let s = String::from_utf8_lossy(&s);
+        let name = s.strip_suffix('\n').unwrap_or(&s);
+        (!name.is_empty()).then(|| name.to_owned())
+    }
+
     fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
         if self.mem_file().is_some() {
             for r in reqs.iter_mut() {

@@ -43,6 +43,12 @@ pub trait ProcessMemory {
         None
     }
 
+    /// The kernel's name of one OS thread (at most 15 bytes on Linux),
+    /// where the platform can tell.
+    fn thread_comm(&self, _tid: u64) -> Option<String> {
+        None
+    }
+
     /// Read one plain-old-data integer.
     fn read_u64(&self, addr: u64) -> Result<u64> {
         let mut b = [0u8; 8];
@@ -152,6 +158,10 @@ impl<T: ProcessMemory + ?Sized> ProcessMemory for &T {
     fn os_thread_state(&self, tid: u64) -> Option<char> {
         (**self).os_thread_state(tid)
     }
+
+    fn thread_comm(&self, tid: u64) -> Option<String> {
+        (**self).thread_comm(tid)
+    }
 }
 
 impl<M: ProcessMemory> ProcessMemory for Metered<M> {
@@ -169,6 +179,10 @@ impl<M: ProcessMemory> ProcessMemory for Metered<M> {
 
     fn os_thread_state(&self, tid: u64) -> Option<char> {
         self.inner.os_thread_state(tid)
+    }
+
+    fn thread_comm(&self, tid: u64) -> Option<String> {
+        self.inner.thread_comm(tid)
     }
 }
 

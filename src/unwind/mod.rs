@@ -9,8 +9,10 @@
 //! sampler counts.
 
 pub mod code;
+pub mod dict;
 pub mod frames;
 pub mod linetable;
+pub mod names;
 pub mod objects;
 pub mod threads;
 
@@ -24,6 +26,7 @@ use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
+use names::{ThreadKey, ThreadNames};
 use threads::{InterpFacts, MAX_INTERPRETERS, MAX_THREADS, ThreadFacts};
 
 /// What to sample and what to put in the stacks.
@@ -68,6 +71,10 @@ pub const BUDGET_THREADS: usize = 256;
 /// sample, before the chunks are read speculatively.
 pub const READS_PER_CHUNK: u32 = 2;
 pub use frames::{BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, READS_PER_CODE_LOAD};
+/// Granted to a sample after which thread names are resolved (rarely: see
+/// [`names`]); a resolution that needs more falls back to `comm`.
+pub const NAME_READS: u32 = 512;
+pub const NAME_BYTES: u64 = 8 << 20;
 
 /// The most reads one sample may make, given the threads it found, the
 /// code objects it loaded and the older chunks it had to read one by one.
@@ -81,7 +88,7 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
 /// The most reads any sample may make, whatever the memory holds, given
 /// the code objects it loaded (each load is bounded by itself).
 pub fn max_reads(code_loads: u64) -> u64 {
-    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS) + NAME_READS as u64
 }
 
 /// The most bytes any sample may read, given the code objects it loaded.
@@ -90,6 +97,7 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
         + BYTES_PER_THREAD * BUDGET_THREADS as u64
         + BYTES_PER_CODE_LOAD * code_loads
         + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
+        + NAME_BYTES
 }
 
 pub struct Unwinder<M: ProcessMemory> {
@@ -144,6 +152,10 @@ pub struct Unwinder<M: ProcessMemory> {
     seen: HashSet<u64>,
     /// Older chunks granted reads in this sample.
     chunk_grants: Cell<usize>,
+    /// Thread names, resolved after a sample, rarely.
+    names: ThreadNames,
+    /// Per thread of the sample being taken, what its name is keyed by.
+    name_keys: Vec<ThreadKey>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -297,6 +309,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             order: Vec::new(),
             seen: HashSet::new(),
             chunk_grants: Cell::new(0),
+            names: ThreadNames::new(),
+            name_keys: Vec::new(),
         }
     }
 
@@ -365,8 +379,37 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         if r.is_err() {
             out.threads.clear();
+            return r;
         }
+        // Names, after the sample is decided: their reads are granted on
+        // top of its budget, and failing them costs only names.
+        self.name_keys.truncate(out.threads.len());
+        let now = std::time::Instant::now();
+        let due = self.names.due(&self.name_keys, now);
+        if due {
+            self.mem.grant(NAME_READS, NAME_BYTES);
+        }
+        self.names.apply(
+            &self.mem,
+            &self.runtime.offsets,
+            &mut self.table,
+            &mut out.threads,
+            &self.name_keys,
+            due,
+            now,
+        );
         r
+    }
+
+    /// Why thread names could not be read from `threading` at the last
+    /// resolution (they came from `comm` then), or `None`.
+    pub fn names_unavailable(&self) -> Option<&str> {
+        self.names.why.as_deref()
+    }
+
+    /// How many times thread names were read from the target so far.
+    pub fn name_resolutions(&self) -> u64 {
+        self.names.resolutions
     }
 
     fn sample_checked(&mut self, out: &mut Sample) -> Result<()> {
@@ -907,6 +950,16 @@ impl<M: ProcessMemory> Unwinder<M> {
         let status = t.status(tstate == interp.threads_main, is_holder, os_state);
         if *n == out.threads.len() {
             out.threads.push(ThreadSample::default());
+        }
+        let key = ThreadKey {
+            tid: t.native_id,
+            ident: t.thread_id,
+            interp: interp.addr,
+        };
+        if *n == self.name_keys.len() {
+            self.name_keys.push(key);
+        } else {
+            self.name_keys[*n] = key;
         }
         let slot = &mut out.threads[*n];
         slot.tid = t.native_id;

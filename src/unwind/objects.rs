@@ -69,10 +69,21 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
         buf.extend_from_slice(&data);
     }
     let data = &buf[start..start + len];
-    let mut s = match kind {
+    let mut s = decode_chars(kind, ascii, data)
+        .ok_or_else(|| Error::corrupt("ASCII string holds non-ASCII bytes"))?;
+    if chars < length {
+        s.push_str("...");
+    }
+    Ok(s)
+}
+
+/// The text of a compact string's characters (`kind` bytes each); `None`
+/// when an ASCII string holds a byte above 127.
+pub fn decode_chars(kind: u64, ascii: bool, data: &[u8]) -> Option<String> {
+    Some(match kind {
         1 if ascii => {
             if !data.is_ascii() {
-                return Err(Error::corrupt("ASCII string holds non-ASCII bytes"));
+                return None;
             }
             String::from_utf8_lossy(data).into_owned()
         }
@@ -87,11 +98,7 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
                 char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}')
             })
             .collect(),
-    };
-    if chars < length {
-        s.push_str("...");
-    }
-    Ok(s)
+    })
 }
 
 /// Read the contents of a `bytes` object; `None` when it is longer than

@@ -11,6 +11,8 @@ pub const MAX_THREADS: usize = 8192;
 
 /// Facts read once per interpreter per sample.
 pub struct InterpFacts {
+    /// Where the interpreter state is.
+    pub addr: u64,
     pub id: i64,
     pub next: u64,
     pub threads_head: u64,
@@ -52,6 +54,7 @@ impl InterpFacts {
             None => 0,
         };
         Some(InterpFacts {
+            addr,
             id,
             shared_gil,
             next: b.u64_at(o.interp_next)?,
@@ -82,6 +85,8 @@ impl InterpFacts {
 /// Facts from one thread state.
 pub struct ThreadFacts {
     pub native_id: u64,
+    /// `pthread_t`: `threading`'s ident of the thread.
+    pub thread_id: u64,
     pub next: u64,
     /// The current frame; 0 until read through `cframe` (3.11, 3.12; see
     /// [`ThreadFacts::cframe_slot`]).
@@ -119,6 +124,7 @@ impl ThreadFacts {
         };
         Some(ThreadFacts {
             native_id: b.u64_at(o.tstate_native_thread_id)?,
+            thread_id: b.u64_at(o.tstate_thread_id)?,
             next: b.u64_at(o.tstate_next)?,
             current_frame,
             cframe,
