@@ -226,6 +226,31 @@ fn a_live_flame_graph_loads_and_its_views_work_in_chromium() {
     );
     assert!(!hot.contains(&"crunch".to_string()), "{hot:?}");
 
+    // The pointer, driven by a copy of the page with a few lines added:
+    // over the first box above the root, a tooltip; a click on the first
+    // box above that zooms into it.
+    let probe = html.replace(
+        "</body>",
+        "<script>(function(){var c=document.getElementById('fg'),r=c.getBoundingClientRect(),\
+         at=function(t,d){c.dispatchEvent(new MouseEvent(t,{clientX:r.left+3,clientY:r.bottom-(d+0.5)*18,bubbles:true}))};\
+         at('mousemove',1);document.body.dataset.tip=document.getElementById('tip').textContent;\
+         at('click',2);document.body.dataset.crumbs=document.getElementById('crumbs').textContent;})();</script></body>",
+    );
+    std::fs::write(dir.outside("probe.html"), probe).unwrap();
+    let dom = chromium(
+        &format!("file://{}", dir.outside("probe.html").display()),
+        None,
+    );
+    let tip = body_attr(&dom, "data-tip").expect("a tooltip");
+    assert!(tip.starts_with("&lt;module&gt;"), "{tip}");
+    assert!(tip.contains("two.py:") && tip.contains("Samples: "), "{tip}");
+    assert!(tip.contains("GIL: held "), "GIL shares recorded: {tip}");
+    let crumbs = body_attr(&dom, "data-crumbs").expect("zoomed");
+    assert!(
+        crumbs.starts_with("all › &lt;module&gt; (") && crumbs.contains("› crunch ("),
+        "{crumbs}"
+    );
+
     // Module names instead of paths: two.py is module `<dir>.two`.
     let dom = chromium(&format!("{url}#labels=module"), None);
     assert_eq!(body_attr(&dom, "data-labels").as_deref(), Some("module"));
