@@ -1,9 +1,10 @@
 //! The flame graph pages in headless Chromium: a live profile of a
 //! two-thread program under the sid root's CPython 3.15 loads without
 //! console errors and names its hottest function; the page's own script,
-//! driven through the address (`#icicle&thread=TID`, `#search=RE`),
-//! switches to the icicle view, filters to one thread and highlights
-//! matches; the differential page of a recording against itself loads the
+//! driven through the address (`#icicle&thread=TID`, `#inverted`,
+//! `#labels=module`, `#search=RE`) and the pointer, switches to the icicle
+//! view, filters to one thread, inverts the tree, labels by module,
+//! highlights matches, shows tooltips and zooms; the differential page of a recording against itself loads the
 //! same way. A synthetic profile of 20,000 distinct stacks (also as a
 //! differential page) stays small and loads; its size and load-to-
 //! interactive time are printed, not asserted.
@@ -190,6 +191,7 @@ fn a_live_flame_graph_loads_and_its_views_work_in_chromium() {
     let dom = chromium(&url, None);
     ready(&dom);
     assert_eq!(body_attr(&dom, "data-view").as_deref(), Some("flame"));
+    assert_eq!(body_attr(&dom, "data-tree").as_deref(), Some("call"));
     assert_eq!(body_attr(&dom, "data-thread").as_deref(), Some("all"));
     let hot = hot_spots(&dom);
     assert_eq!(hot.first().map(String::as_str), Some("crunch"), "{hot:?}");
@@ -243,13 +245,33 @@ fn a_live_flame_graph_loads_and_its_views_work_in_chromium() {
     );
     let tip = body_attr(&dom, "data-tip").expect("a tooltip");
     assert!(tip.starts_with("&lt;module&gt;"), "{tip}");
-    assert!(tip.contains("two.py:") && tip.contains("Samples: "), "{tip}");
+    assert!(
+        tip.contains("two.py:") && tip.contains("Samples: "),
+        "{tip}"
+    );
     assert!(tip.contains("GIL: held "), "GIL shares recorded: {tip}");
     let crumbs = body_attr(&dom, "data-crumbs").expect("zoomed");
     assert!(
         crumbs.starts_with("all › &lt;module&gt; (") && crumbs.contains("› crunch ("),
         "{crumbs}"
     );
+
+    // The inverted tree: crunch itself is the widest root, so the first
+    // box above the root is crunch's.
+    let probe = html.replace(
+        "</body>",
+        "<script>(function(){var c=document.getElementById('fg'),r=c.getBoundingClientRect();\
+         c.dispatchEvent(new MouseEvent('mousemove',{clientX:r.left+3,clientY:r.bottom-1.5*18,bubbles:true}));\
+         document.body.dataset.tip=document.getElementById('tip').textContent;})();</script></body>",
+    );
+    std::fs::write(dir.outside("probe.html"), probe).unwrap();
+    let dom = chromium(
+        &format!("file://{}#inverted", dir.outside("probe.html").display()),
+        None,
+    );
+    assert_eq!(body_attr(&dom, "data-tree").as_deref(), Some("inverted"));
+    let tip = body_attr(&dom, "data-tip").expect("a tooltip");
+    assert!(tip.starts_with("crunch"), "{tip}");
 
     // Module names instead of paths: two.py is module `<dir>.two`.
     let dom = chromium(&format!("{url}#labels=module"), None);
@@ -464,18 +486,21 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
     for (what, path) in [("flame graph", &page), ("diff flame graph", &diff_page)] {
         let html = std::fs::read_to_string(path).unwrap();
         let d = data(&html);
-        let drawn = d["nodes"].as_array().unwrap().len() / 2;
-        let dom = chromium(&format!("file://{}", path.display()), None);
+        let drawn = d["tree"]["nodes"].as_array().unwrap().len() / 2;
+        let inverted = d["inverted"]["nodes"].as_array().unwrap().len() / 2;
+        let url = format!("file://{}", path.display());
+        let dom = chromium(&url, None);
         let ms = ready(&dom);
         let script: f64 = body_attr(&dom, "data-script").unwrap().parse().unwrap();
-        // The most frequent stack's leaf is the hottest function.
         let hot = hot_spots(&dom);
         assert!(!hot.is_empty());
+        let inv_ms = ready(&chromium(&format!("{url}#inverted"), None));
         eprintln!(
             "{what}: 20,000 distinct stacks, {n} samples: {} bytes, {drawn} nodes drawn ({} left out), \
-             written in {build:.2?}; load to interactive {ms:.0} ms (script {script:.0} ms); hottest {}",
+             {inverted} inverted; written in {build:.2?}; load to interactive {ms:.0} ms (script \
+             {script:.0} ms), inverted {inv_ms:.0} ms; hottest {}",
             html.len(),
-            d["dropped"],
+            d["tree"]["dropped"],
             hot[0]
         );
         if std::env::var_os("TACHYON_SCREENSHOTS").is_some() {

@@ -69,8 +69,9 @@ pub struct DiffFlamegraphCollector {
     baseline_capture: Option<CaptureConfig>,
     /// Frames of both runs, matched by file and function.
     keys: Keys,
-    /// The baseline's stacks, as the `BASELINE` series.
-    tree: CallTree,
+    /// The baseline's stacks, as the `BASELINE` series: the call tree and
+    /// the inverted one.
+    trees: [CallTree; 2],
     /// The baseline's (unscaled) self and cumulative samples per key.
     baseline_keys: HashMap<u32, (u64, u64)>,
     baseline_samples: u64,
@@ -94,8 +95,16 @@ impl DiffFlamegraphCollector {
         let mut counts = StackCounts::new();
         reader.replay(|s, _| counts.add(s)).map_err(named)?;
         let mut keys = Keys::default();
-        let mut tree = CallTree::new();
-        tree.add_stacks(&counts, keys.mapper(reader.frames(), false), |_| BASELINE);
+        let trees = [false, true].map(|inverted| {
+            let mut tree = CallTree::new();
+            tree.add_stacks(
+                &counts,
+                keys.mapper(reader.frames(), false),
+                |_| BASELINE,
+                inverted,
+            );
+            tree
+        });
         let baseline_keys = key_totals(&counts, keys.mapper(reader.frames(), false), |_| ())
             .into_iter()
             .map(|(((), k), v)| (k, v))
@@ -107,7 +116,7 @@ impl DiffFlamegraphCollector {
             baseline_mode: info.mode,
             baseline_capture: info.capture,
             keys,
-            tree,
+            trees,
             baseline_keys,
             baseline_samples: counts.total(),
             current: StackCounts::new(),
@@ -169,8 +178,13 @@ impl DiffFlamegraphCollector {
             return Ok(None);
         }
         let scale = self.scale(stats.interval_us);
-        let mut tree = self.tree.clone();
-        tree.add_stacks(&self.current, self.keys.mapper(frames, false), |_| CURRENT);
+        let mut tree = self.trees[0].clone();
+        tree.add_stacks(
+            &self.current,
+            self.keys.mapper(frames, false),
+            |_| CURRENT,
+            false,
+        );
         let cur_self = tree.ends(|s| s == CURRENT);
         let base_self = tree.ends(|s| s == BASELINE);
         let cur = tree.totals(&cur_self);
@@ -203,8 +217,23 @@ impl DiffFlamegraphCollector {
         sort_widest_first(&mut tree, &cur, &base, &self.keys.list);
         let current_keys = key_totals(&self.current, self.keys.mapper(frames, false), |_| ());
 
+        let mut inverted = self.trees[1].clone();
+        inverted.add_stacks(
+            &self.current,
+            self.keys.mapper(frames, false),
+            |_| CURRENT,
+            true,
+        );
+        let inv_cur = inverted.totals(&inverted.ends(|s| s == CURRENT));
+        let inv_base = inverted.totals(&inverted.ends(|s| s == BASELINE));
+        sort_widest_first(&mut inverted, &inv_cur, &inv_base, &self.keys.list);
+
         let mut data = PageData::new(&self.keys.list);
-        let emitted = data.tree(&tree, &cur, None);
+        let emitted = format!(
+            ",\"tree\":{},\"inverted\":{}",
+            data.tree(&tree, &cur, None),
+            data.tree(&inverted, &inv_cur, None)
+        );
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"diff\"");
         data.stats(&mut json, TITLE, stats, sum.current, self.current.threads());
@@ -426,6 +455,11 @@ mod tests {
         let cur = d.totals(|s| s == CURRENT as i64);
         let base = d.totals(|s| s == BASELINE as i64);
         assert_eq!(cur, [(75, 0), (75, 5), (60, 60), (10, 10)]);
+        // The inverted tree: work, decode and main (itself) at the roots.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(inv.totals(|s| s == CURRENT as i64)[1].0, 60);
+        assert_eq!(inv.labels[1], "work (/app/main.py)");
+        assert_eq!(inv.labels[2], "main (/app/main.py)");
         // Unscaled in the page: work 10, decode 20, and gone's 5 hidden in
         // main (not drawn, still in main's width).
         assert_eq!(base, [(35, 0), (35, 0), (10, 10), (20, 20)]);

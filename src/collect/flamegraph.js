@@ -6,28 +6,33 @@
   "use strict";
   var t0 = performance.now();
   var D = JSON.parse(document.getElementById("data").textContent);
-  var S = D.strings, FR = D.frames, E = D.ends, W = D.w;
-  var N = D.nodes.length / 2, diff = D.kind === "diff";
+  var S = D.strings, FR = D.frames, diff = D.kind === "diff";
   var scale = diff ? D.baseline.scale : 1;
-  var parent = new Int32Array(N), frame = new Int32Array(N), depth = new Int32Array(N);
-  var kids = [], maxDepth = 0, i;
-  for (i = 0; i < N; i++) {
-    parent[i] = D.nodes[2 * i];
-    frame[i] = D.nodes[2 * i + 1];
-    kids.push([]);
-    if (i > 0) {
-      kids[parent[i]].push(i);
-      depth[i] = depth[parent[i]] + 1;
-      if (depth[i] > maxDepth) maxDepth = depth[i];
+  // The tree drawn: the call tree, or the inverted one (the functions that
+  // ran at the roots, their callers above them). Per node, for the current
+  // thread filter: subtree samples, own (self) samples, status counts over
+  // the subtree; the baseline's (scaled) for a diff.
+  var T, E, W, N, parent, frame, depth, kids, maxDepth;
+  var tot, own, gil, wait, cpu, known, btot, bown;
+  function load(name) {
+    T = D[name]; E = T.ends; W = T.w; N = T.nodes.length / 2;
+    parent = new Int32Array(N); frame = new Int32Array(N); depth = new Int32Array(N);
+    kids = []; maxDepth = 0;
+    for (var i = 0; i < N; i++) {
+      parent[i] = T.nodes[2 * i];
+      frame[i] = T.nodes[2 * i + 1];
+      kids.push([]);
+      if (i > 0) {
+        kids[parent[i]].push(i);
+        depth[i] = depth[parent[i]] + 1;
+        if (depth[i] > maxDepth) maxDepth = depth[i];
+      }
     }
+    tot = new Float64Array(N); own = new Float64Array(N);
+    gil = new Float64Array(N); wait = new Float64Array(N); cpu = new Float64Array(N); known = new Float64Array(N);
+    btot = new Float64Array(N); bown = new Float64Array(N);
   }
-  // Per node, for the current thread filter: subtree samples, own (self)
-  // samples, status counts over the subtree; the baseline's (scaled) for
-  // a diff.
-  var tot = new Float64Array(N), own = new Float64Array(N);
-  var gil = new Float64Array(N), wait = new Float64Array(N), cpu = new Float64Array(N), known = new Float64Array(N);
-  var btot = new Float64Array(N), bown = new Float64Array(N);
-  var st = { thread: -1, icicle: false, module: false, zoom: 0, re: null, pick: null };
+  var st = { thread: -1, icicle: false, inverted: false, module: false, zoom: 0, re: null, pick: null };
   var $ = function (id) { return document.getElementById(id); };
   var body = document.body, canvas = $("fg"), ctx = canvas.getContext("2d");
   var tip = $("tip"), side = $("side");
@@ -125,9 +130,12 @@
     return (colorCache[f] = rgb(KINDS[FR[5 * f + 4]][1](v, w)));
   }
   var maxChange = 0;
+  // What a diff's colour shows: the change in a box's self samples; in the
+  // inverted tree, in its samples (its roots' are the functions' self).
+  function change(n) { return st.inverted ? tot[n] - btot[n] : own[n] - bown[n]; }
   function diffColor(n) {
     if (n !== 0 && btot[n] === 0) return "rgb(190,130,230)";
-    var d = own[n] - bown[n];
+    var d = change(n);
     if (Math.abs(d) < 0.005 || maxChange === 0) return "rgb(245,245,245)";
     var t = 40 + 175 * Math.min(1, Math.abs(d) / maxChange);
     return d > 0 ? rgb([255, 255 - t, 255 - t]) : rgb([255 - t, 255 - t, 255]);
@@ -198,7 +206,7 @@
     charW = ctx.measureText("abcdefghijklmnopqrstuvwxyz_( )").width / 30;
     if (diff) {
       maxChange = 0;
-      for (var n = 1; n < N; n++) maxChange = Math.max(maxChange, Math.abs(own[n] - bown[n]));
+      for (var n = 1; n < N; n++) maxChange = Math.max(maxChange, Math.abs(change(n)));
     }
     var boxes = 0;
     for (var d = 0; d < depthShown; d++) {
@@ -267,13 +275,13 @@
       }
     }
     h += "<div>Samples: " + fmt(tot[n]) + " (" + pct(tot[n], tot[0]) + ")" +
-      (n !== 0 ? ", " + pct(tot[n], tot[parent[n]]) + " of its caller" : "") + "</div>";
-    h += "<div>Self: " + fmt(own[n]) + " (" + pct(own[n], tot[0]) + ")</div>";
+      (n !== 0 ? ", " + pct(tot[n], tot[parent[n]]) + (st.inverted ? " of its callee's" : " of its caller's") : "") + "</div>";
+    if (!st.inverted) h += "<div>Self: " + fmt(own[n]) + " (" + pct(own[n], tot[0]) + ")</div>";
     if (diff) {
-      var d = own[n] - bown[n];
+      var d = change(n), was = st.inverted ? btot[n] : bown[n], now = st.inverted ? tot[n] : own[n];
       h += "<div>Baseline: " + (+btot[n].toFixed(2)) + " samples (scaled ×" + (+scale.toFixed(3)) + ")</div>";
-      h += "<div>Self " + fmt(own[n]) + " vs " + (+bown[n].toFixed(2)) + ": " + (d >= 0.005 ? "+" : "") + (+d.toFixed(2)) +
-        (bown[n] > 0 ? ", " + (d >= 0 ? "+" : "") + (100 * d / bown[n]).toFixed(1) + "%" : own[n] > 0 ? ", new" : "") + "</div>";
+      h += "<div>" + (st.inverted ? "Samples " : "Self ") + fmt(now) + " vs " + (+was.toFixed(2)) + ": " + (d >= 0.005 ? "+" : "") + (+d.toFixed(2)) +
+        (was > 0 ? ", " + (d >= 0 ? "+" : "") + (100 * d / was).toFixed(1) + "%" : now > 0 ? ", new" : "") + "</div>";
     }
     h += statusLines(n);
     h += "<div class=\"hint\">click to zoom</div>";
@@ -302,7 +310,7 @@
       if (b.vanished) h += "<dt>Not drawn</dt><dd>" + b.vanished + " call path" + (b.vanished === 1 ? "" : "s") + " only in the baseline (" + (+b.vanished_samples.toFixed(2)) + " samples)</dd>";
     }
     h += "</dl>";
-    if (D.dropped) h += "<p class=\"note\">" + fmt(D.dropped) + " call paths under " + D.threshold + "% of the samples are not drawn; their samples count in their callers.</p>";
+    if (T.dropped) h += "<p class=\"note\">" + fmt(T.dropped) + " call paths under " + T.threshold + "% of the samples are not drawn; their samples count in their " + (st.inverted ? "callees" : "callers") + ".</p>";
     h += "</section>";
     if ((D.status.gil || D.status.cpu) && samples > 0) {
       h += "<section><h2>Runtime" + (sel >= 0 ? " (this thread)" : "") + "</h2>";
@@ -314,6 +322,8 @@
       h += "</section>";
     }
     h += "<section><h2>View</h2><div class=\"toggles\">";
+    h += '<button type="button" id="t-normal"' + (st.inverted ? "" : ' class="on"') + ">Call tree</button>";
+    h += '<button type="button" id="t-inverted"' + (st.inverted ? ' class="on"' : "") + ">Inverted</button></div><div class=\"toggles\">";
     h += '<button type="button" id="v-flame"' + (st.icicle ? "" : ' class="on"') + ">Flame</button>";
     h += '<button type="button" id="v-icicle"' + (st.icicle ? ' class="on"' : "") + ">Icicle</button></div><div class=\"toggles\">";
     h += '<button type="button" id="l-file"' + (st.module ? "" : ' class="on"') + ">File paths</button>";
@@ -345,13 +355,15 @@
     } else {
       KINDS.forEach(function (k) { h += '<span><i style="background:' + rgb(k[1](0.5, 0.5)) + '"></i>' + esc(k[0]) + "</span>"; });
     }
-    h += "</div><p class=\"note\">Width is samples" + (diff ? " in this run; colour is the change in a box's self samples" : "") +
+    h += "</div><p class=\"note\">Width is samples" + (diff ? " in this run; colour is the change in a box's " + (st.inverted ? "samples" : "self samples") : "") +
+      (st.inverted ? "; inverted: the functions that ran at the roots, their callers stacked on them" : "") +
       ". Click a box to zoom, Escape to zoom out, / to search.</p></section>";
     side.innerHTML = h;
   }
 
   function setHash() {
     var parts = [];
+    if (st.inverted) parts.push("inverted");
     if (st.icicle) parts.push("icicle");
     if (st.module) parts.push("labels=module");
     if (st.thread >= 0) parts.push("thread=" + D.threads[st.thread][0]);
@@ -360,6 +372,7 @@
     var h = parts.length ? "#" + parts.join("&") : " ";
     try { history.replaceState(null, "", h === " " ? location.pathname + location.search : h); } catch (e) { /* file: URLs may refuse */ }
     body.dataset.view = st.icicle ? "icicle" : "flame";
+    body.dataset.tree = st.inverted ? "inverted" : "call";
     body.dataset.labels = st.module ? "module" : "file";
     body.dataset.thread = st.thread >= 0 ? String(D.threads[st.thread][0]) : "all";
   }
@@ -384,6 +397,7 @@
   location.hash.replace(/^#/, "").split("&").forEach(function (p) {
     var kv = p.split("="), v = kv.length > 1 ? decodeURIComponent(kv.slice(1).join("=")) : "";
     if (kv[0] === "icicle") st.icicle = true;
+    else if (kv[0] === "inverted") st.inverted = true;
     else if (kv[0] === "labels") st.module = v === "module";
     else if (kv[0] === "thread") {
       D.threads.forEach(function (t, k) { if (String(t[0]) === v) st.thread = k; });
@@ -393,6 +407,15 @@
   side.addEventListener("click", function (ev) {
     var t = ev.target.closest("button, li");
     if (!t) return;
+    if (t.id === "t-normal" || t.id === "t-inverted") {
+      if (st.inverted !== (t.id === "t-inverted")) {
+        st.inverted = !st.inverted;
+        load(st.inverted ? "inverted" : "tree");
+        st.zoom = 0;
+        refresh(true);
+      }
+      return;
+    }
     if (t.id === "v-flame" || t.id === "v-icicle") st.icicle = t.id === "v-icicle";
     else if (t.id === "l-file" || t.id === "l-module") st.module = t.id === "l-module";
     else if (t.dataset.hot !== undefined) {
@@ -437,6 +460,7 @@
   });
   window.addEventListener("resize", function () { draw(); });
 
+  load(st.inverted ? "inverted" : "tree");
   refresh(true);
   // Load to interactive (since navigation started), and the script's part.
   body.dataset.script = (performance.now() - t0).toFixed(1);

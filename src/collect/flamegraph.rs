@@ -95,18 +95,29 @@ impl FlamegraphCollector {
             .collect();
 
         let mut keys = Keys::default();
-        let mut tree = CallTree::new();
-        let ends = tree.add_stacks(&self.counts, keys.mapper(frames, true), |t| series[&t]);
-        let all = tree.totals(&tree.ends(|_| true));
-        sort_widest_first(&mut tree, &all, &[], &keys.list);
-        let mut status: HashMap<(u32, u32), StatusCounts> = HashMap::new();
-        for (cell, &node) in self.counts.cells().iter().zip(&ends) {
-            if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
-                let e = status.entry((node, series[&cell.tid])).or_default();
-                for (a, b) in e.iter_mut().zip(st) {
-                    *a += b;
+        // The call tree, and the same stacks inverted (the functions that
+        // ran at the roots, their callers below them).
+        let mut trees = Vec::new();
+        for inverted in [false, true] {
+            let mut tree = CallTree::new();
+            let ends = tree.add_stacks(
+                &self.counts,
+                keys.mapper(frames, true),
+                |t| series[&t],
+                inverted,
+            );
+            let all = tree.totals(&tree.ends(|_| true));
+            sort_widest_first(&mut tree, &all, &[], &keys.list);
+            let mut status: HashMap<(u32, u32), StatusCounts> = HashMap::new();
+            for (cell, &node) in self.counts.cells().iter().zip(&ends) {
+                if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
+                    let e = status.entry((node, series[&cell.tid])).or_default();
+                    for (a, b) in e.iter_mut().zip(st) {
+                        *a += b;
+                    }
                 }
             }
+            trees.push((tree, all, status));
         }
         // Hot spots are functions (lines merged), as a person asks "which
         // function", and a function's lines are often many boxes.
@@ -117,8 +128,15 @@ impl FlamegraphCollector {
 
         let mut data = PageData::new(&keys.list);
         // Status columns only when there is something to show.
-        let with_status = (self.saw_gil || self.saw_cpu).then_some(&status);
-        let emitted = data.tree(&tree, &all, with_status);
+        let show_status = self.saw_gil || self.saw_cpu;
+        let mut emitted = String::new();
+        for ((tree, all, status), name) in trees.iter().zip(["tree", "inverted"]) {
+            let _ = write!(
+                emitted,
+                ",\"{name}\":{}",
+                data.tree(tree, all, show_status.then_some(status))
+            );
+        }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"flame\"");
         data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
@@ -176,7 +194,7 @@ impl FlamegraphCollector {
         data.finish(&mut json);
         json.push('}');
         let summary = Summary {
-            roots: tree.nodes[0].children.len(),
+            roots: trees[0].0.nodes[0].children.len(),
             samples: self.counts.total(),
             frames: keys.list.len(),
         };
@@ -306,8 +324,8 @@ impl<'k> PageData<'k> {
         format!("{func},{file},{module},{}", k.kind.code())
     }
 
-    /// `,"threshold":..,"dropped":..,"nodes":[parent,frame,..],"w":W,
-    /// "ends":[node,series,self,hidden(,gil,wait,cpu,known),..]`: the
+    /// `{"threshold":..,"dropped":..,"nodes":[parent,frame,..],"w":W,
+    /// "ends":[node,series,self,hidden(,gil,wait,cpu,known),..]}`: the
     /// nodes holding at least the threshold's share of `totals` (and more
     /// than nothing), in depth-first order; the samples of the nodes left
     /// out are their nearest kept ancestor's `hidden` ones.
@@ -352,7 +370,7 @@ impl<'k> PageData<'k> {
         let mut json = String::with_capacity(pre.len() * 12 + entries.len() * 16);
         let _ = write!(
             json,
-            ",\"threshold\":{},\"dropped\":{},\"nodes\":[",
+            "{{\"threshold\":{},\"dropped\":{},\"nodes\":[",
             share * 100.0,
             tree.nodes.len() - pre.len()
         );
@@ -381,7 +399,7 @@ impl<'k> PageData<'k> {
                 let _ = write!(json, ",{},{},{},{}", v[2], v[3], v[4], v[5]);
             }
         }
-        json.push(']');
+        json.push_str("]}");
         json
     }
 
@@ -571,7 +589,10 @@ pub(crate) mod testing {
         pub labels: Vec<String>,
         pub parent: Vec<i64>,
         pub kinds: Vec<i64>,
+        /// The whole data.
         pub v: Value,
+        /// The tree drawn: `tree` or `inverted`.
+        pub t: Value,
     }
 
     fn ints(v: &Value) -> Vec<i64> {
@@ -584,7 +605,12 @@ pub(crate) mod testing {
 
     impl Drawn {
         pub fn of(html: &str) -> Drawn {
+            Drawn::tree(html, "tree")
+        }
+
+        pub fn tree(html: &str, name: &str) -> Drawn {
             let v = data(html);
+            let t = v[name].clone();
             let s: Vec<String> = v["strings"]
                 .as_array()
                 .unwrap()
@@ -592,7 +618,7 @@ pub(crate) mod testing {
                 .map(|x| x.as_str().unwrap().to_string())
                 .collect();
             let fr = ints(&v["frames"]);
-            let nodes = ints(&v["nodes"]);
+            let nodes = ints(&t["nodes"]);
             let (mut labels, mut parent, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
             for n in nodes.chunks(2) {
                 parent.push(n[0]);
@@ -615,6 +641,7 @@ pub(crate) mod testing {
                 parent,
                 kinds,
                 v,
+                t,
             }
         }
 
@@ -629,8 +656,8 @@ pub(crate) mod testing {
         /// Per node: (subtree samples, own samples) of the series `keep`
         /// accepts; hidden samples count in the subtree only.
         pub fn totals(&self, keep: impl Fn(i64) -> bool) -> Vec<(u64, u64)> {
-            let w = self.v["w"].as_u64().unwrap() as usize;
-            let ends = ints(&self.v["ends"]);
+            let w = self.t["w"].as_u64().unwrap() as usize;
+            let ends = ints(&self.t["ends"]);
             let mut t = vec![(0u64, 0u64); self.labels.len()];
             for e in ends.chunks(w) {
                 if keep(e[1]) {
@@ -647,8 +674,8 @@ pub(crate) mod testing {
 
         /// The ends entries of node `n`, without node number.
         pub fn ends_of(&self, n: usize) -> Vec<Vec<i64>> {
-            let w = self.v["w"].as_u64().unwrap() as usize;
-            ints(&self.v["ends"])
+            let w = self.t["w"].as_u64().unwrap() as usize;
+            ints(&self.t["ends"])
                 .chunks(w)
                 .filter(|e| e[0] as usize == n)
                 .map(|e| e[1..].to_vec())
@@ -774,7 +801,7 @@ mod tests {
         assert_eq!(s["error_pct"], 9.09);
         assert_eq!(s["mode"], "cpu");
         assert_eq!(s["threads"], 2);
-        assert_eq!(d.v["dropped"], 0);
+        assert_eq!(d.t["dropped"], 0);
         // No status bits were set: no shares to show.
         assert_eq!(
             d.v["status"],
@@ -795,6 +822,25 @@ mod tests {
         assert_eq!(hot[2].0, "idle");
         assert_eq!(hot.len(), 3, "<module> has no self samples");
         assert_eq!(d.hot(2), [("idle".into(), "/app/main.py".into(), 2, 2)]);
+        // Inverted: the functions that ran at the roots, callers below.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(
+            inv.labels,
+            [
+                "all",
+                "decode (/usr/lib/python3.15/json/decoder.py:353)",
+                "work (/app/main.py:3)",
+                "<module> (/app/main.py:10)",
+                "idle (/app/main.py:20)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+                "<module> (/app/main.py:10)"
+            ]
+        );
+        let it = inv.totals(|_| true);
+        assert_eq!(it[0], (10, 0));
+        assert_eq!((it[1].0, it[4].0, it[6].0), (6, 2, 2));
+        assert_eq!(inv.parent[2], 1);
         let sum = c.render(&t, &stats(11)).unwrap().unwrap().1;
         assert_eq!((sum.roots, sum.samples, sum.frames), (1, 10, 4));
     }
@@ -821,7 +867,7 @@ mod tests {
         c.collect(&named, &t);
         let d = Drawn::of(&html(&c, &t, &stats(6)));
         assert_eq!(d.v["status"], serde_json::json!({"gil": true, "cpu": true}));
-        assert_eq!(d.v["w"], 8);
+        assert_eq!(d.t["w"], 8);
         assert_eq!(
             d.v["threads"],
             serde_json::json!([[1, null, 1, 5], [2, "worker-1", 0, 1]])
@@ -929,8 +975,8 @@ mod tests {
         let page = html(&c, &t, &stats(130_000));
         let d = Drawn::of(&page);
         assert_eq!(d.labels, ["all", "main (/app/m.py:1)", "hot (/app/m.py:2)"]);
-        assert_eq!(d.v["dropped"], 30_000);
-        assert_eq!(d.v["threshold"], 0.1);
+        assert_eq!(d.t["dropped"], 30_000);
+        assert_eq!(d.t["threshold"], 0.1);
         let tot = d.totals(|_| true);
         assert_eq!(tot[0], (130_000, 0));
         assert_eq!(d.ends_of(1), [vec![0, 0, 30_000]]);
@@ -972,6 +1018,9 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert!(got.starts_with("<!DOCTYPE html>"));
         assert!(got.trim_end().ends_with("</html>"));
-        assert_eq!(data(&got)["nodes"], serde_json::json!([-1, -1, 0, 0]));
+        assert_eq!(
+            data(&got)["tree"]["nodes"],
+            serde_json::json!([-1, -1, 0, 0])
+        );
     }
 }

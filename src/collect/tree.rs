@@ -256,13 +256,16 @@ impl CallTree {
     }
 
     /// Add every counted stack of `counts`, frames mapped to keys by
-    /// `key`, each thread to the series `series(tid)`. Returns, per cell
-    /// of `counts` (in its order), the node its stack ended at.
+    /// `key`, each thread to the series `series(tid)`: root first (callers
+    /// above... callees), or, `inverted`, leaf first (the functions that
+    /// ran at the roots, their callers below them). Returns, per cell of
+    /// `counts` (in its order), the node its stack ended at.
     pub fn add_stacks(
         &mut self,
         counts: &StackCounts,
         mut key: impl FnMut(FrameId) -> u32,
         mut series: impl FnMut(u64) -> u32,
+        inverted: bool,
     ) -> Vec<u32> {
         let mut path = Vec::new();
         counts
@@ -270,7 +273,12 @@ impl CallTree {
             .iter()
             .map(|cell| {
                 path.clear();
-                path.extend(counts.stack(cell.stack).iter().rev().map(|&f| key(f)));
+                let stack = counts.stack(cell.stack);
+                if inverted {
+                    path.extend(stack.iter().map(|&f| key(f)));
+                } else {
+                    path.extend(stack.iter().rev().map(|&f| key(f)));
+                }
                 self.add(path.iter().copied(), series(cell.tid), cell.count)
             })
             .collect()
@@ -455,8 +463,16 @@ mod tests {
         c.add_stack(8, &[f2, m], 1);
         let mut keys = Keys::default();
         let mut tree = CallTree::new();
-        let ends = tree.add_stacks(&c, keys.mapper(&t, false), |tid| tid as u32);
+        let ends = tree.add_stacks(&c, keys.mapper(&t, false), |tid| tid as u32, false);
         assert_eq!(ends, [3, 2]);
+        // Inverted: f at the root, its callers below.
+        let mut inv = CallTree::new();
+        let ends = inv.add_stacks(&c, keys.mapper(&t, false), |tid| tid as u32, true);
+        assert_eq!(ends, [3, 4]);
+        assert_eq!(inv.nodes[1].key, 1);
+        assert_eq!(inv.nodes[4].key, 0);
+        assert_eq!(inv.nodes[4].parent, 1);
+        assert_eq!(inv.totals(&inv.ends(|_| true))[1], 3);
         // Lines ignored: f:2 and f:3 are one key.
         assert_eq!(keys.list.len(), 2);
         let tot = key_totals(&c, keys.mapper(&t, false), |_| ());
