@@ -489,12 +489,17 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
         let drawn = d["tree"]["nodes"].as_array().unwrap().len() / 2;
         let inverted = d["inverted"]["nodes"].as_array().unwrap().len() / 2;
         let url = format!("file://{}", path.display());
-        let dom = chromium(&url, None);
-        let ms = ready(&dom);
-        let script: f64 = body_attr(&dom, "data-script").unwrap().parse().unwrap();
-        let hot = hot_spots(&dom);
-        assert!(!hot.is_empty());
-        let inv_ms = ready(&chromium(&format!("{url}#inverted"), None));
+        // The machine is shared: the best of three loads.
+        let (mut ms, mut script, mut inv_ms) = (f64::MAX, f64::MAX, f64::MAX);
+        let mut hot = Vec::new();
+        for _ in 0..3 {
+            let dom = chromium(&url, None);
+            ms = ms.min(ready(&dom));
+            script = script.min(body_attr(&dom, "data-script").unwrap().parse().unwrap());
+            hot = hot_spots(&dom);
+            assert!(!hot.is_empty());
+            inv_ms = inv_ms.min(ready(&chromium(&format!("{url}#inverted"), None)));
+        }
         eprintln!(
             "{what}: 20,000 distinct stacks, {n} samples: {} bytes, {drawn} nodes drawn ({} left out), \
              {inverted} inverted; written in {build:.2?}; load to interactive {ms:.0} ms (script \

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::stacks::{StackCounts, StackId};
-use super::tree::{CallTree, FrameKey, Keys, key_totals, module_name};
+use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
 use crate::error::Result;
 use crate::model::{FrameTable, Sample, StrId, status};
@@ -51,7 +51,7 @@ type StatusCounts = [u64; 4];
 pub struct FlamegraphCollector {
     output: Output,
     counts: StackCounts,
-    status: HashMap<(u64, StackId), StatusCounts>,
+    status: IdMap<(u64, StackId), StatusCounts>,
     /// The last name each thread was seen with.
     names: HashMap<u64, StrId>,
     /// Threads seen with the main-thread flag.
@@ -67,7 +67,7 @@ impl FlamegraphCollector {
         FlamegraphCollector {
             output,
             counts: StackCounts::new(),
-            status: HashMap::new(),
+            status: IdMap::default(),
             names: HashMap::new(),
             main_threads: Vec::new(),
             saw_gil: false,
@@ -108,7 +108,7 @@ impl FlamegraphCollector {
             );
             let all = tree.totals(&tree.ends(|_| true));
             sort_widest_first(&mut tree, &all, &[], &keys.list);
-            let mut status: HashMap<(u32, u32), StatusCounts> = HashMap::new();
+            let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
             for (cell, &node) in self.counts.cells().iter().zip(&ends) {
                 if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
                     let e = status.entry((node, series[&cell.tid])).or_default();
@@ -333,7 +333,7 @@ impl<'k> PageData<'k> {
         &mut self,
         tree: &CallTree,
         totals: &[u64],
-        status: Option<&HashMap<(u32, u32), StatusCounts>>,
+        status: Option<&IdMap<(u32, u32), StatusCounts>>,
     ) -> String {
         let share = threshold(tree.nodes.len());
         let min = ((totals[0] as f64 * share).ceil() as u64).max(1);
@@ -352,7 +352,7 @@ impl<'k> PageData<'k> {
             };
         }
         let width = if status.is_some() { 8 } else { 4 };
-        let mut entries: HashMap<(u32, u32), [u64; 6]> = HashMap::new();
+        let mut entries: IdMap<(u32, u32), [u64; 6]> = IdMap::default();
         for (i, n) in tree.nodes.iter().enumerate() {
             let d = dest[i];
             for &(s, c) in &n.ends {
