@@ -5,7 +5,9 @@
 //! `#labels=module`, `#search=RE`) and the pointer, switches to the icicle
 //! view, filters to one thread, inverts the tree, labels by module,
 //! highlights matches, shows tooltips and zooms; the differential page of a recording against itself loads the
-//! same way. A synthetic profile of 20,000 distinct stacks (also as a
+//! same way. A recording made by the reference, drawn by both, gives the
+//! same samples per thread, GIL held and waiting counts and hottest
+//! function on both pages. A synthetic profile of 20,000 distinct stacks (also as a
 //! differential page) stays small and loads; its size and load-to-
 //! interactive time are printed, not asserted.
 
@@ -322,6 +324,119 @@ fn keep_screenshot(shot: &Path, name: &str) {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(shot, Path::new(&dir).join(name)).unwrap();
     }
+}
+
+/// The reference's page's data: its `const EMBEDDED_DATA = {...}`.
+fn reference_data(html: &str) -> serde_json::Value {
+    const OPEN: &str = "const EMBEDDED_DATA = ";
+    let start = html.find(OPEN).expect("the reference's embedded data") + OPEN.len();
+    serde_json::Deserializer::from_str(&html[start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .expect("a value")
+        .expect("JSON")
+}
+
+/// Self samples per function name in the reference's tree.
+fn reference_self(
+    node: &serde_json::Value,
+    strings: &[serde_json::Value],
+    out: &mut std::collections::HashMap<String, u64>,
+) {
+    if let (Some(f), Some(n)) = (node["funcname"].as_u64(), node["self"].as_u64()) {
+        *out.entry(strings[f as usize].as_str().unwrap().to_string())
+            .or_default() += n;
+    }
+    for c in node["children"].as_array().into_iter().flatten() {
+        reference_self(c, strings, out);
+    }
+}
+
+#[test]
+fn a_reference_recording_gives_the_reference_pages_numbers() {
+    let py = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("python3.15 in the sid root");
+    let dir = RootDir::new(&[("two.py", PROGRAM)]);
+    let root = sid_root();
+    let reference = |args: &[&str]| {
+        let out = Command::new("chroot")
+            .arg(&root)
+            .arg(&py.exe)
+            .args(["-m", "profiling.sampling"])
+            .args(args)
+            .current_dir(&dir.outside)
+            .stdin(Stdio::null())
+            .output()
+            .expect("MISSING TOOL: chroot");
+        assert!(
+            out.status.success(),
+            "reference {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // One recording by the reference, drawn by both.
+    let bin = dir.inside("run.bin");
+    reference(&["run", "-a", "--binary", "-o", &bin, &dir.inside("two.py")]);
+    reference(&[
+        "replay",
+        "--flamegraph",
+        "-o",
+        &dir.inside("ref.html"),
+        &bin,
+    ]);
+    tachyon(
+        &["replay", "--flamegraph", "-o", "ours.html", "run.bin"],
+        &dir.outside,
+    );
+    let theirs = reference_data(&std::fs::read_to_string(dir.outside("ref.html")).unwrap());
+    let ours = data(&std::fs::read_to_string(dir.outside("ours.html")).unwrap());
+
+    // Samples, and per thread.
+    assert_eq!(ours["stats"]["samples"], theirs["value"]);
+    let threads = ours["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), theirs["threads"].as_array().unwrap().len());
+    for t in threads {
+        let tid = t[0].to_string();
+        assert_eq!(t[3], theirs["thread_values"][&tid][0], "thread {tid}");
+    }
+    // GIL held and waited for, in all and per thread.
+    let tree = &ours["tree"];
+    let w = tree["w"].as_u64().unwrap() as usize;
+    assert_eq!(w, 8, "status recorded");
+    let ends: Vec<u64> = tree["ends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let count = |series: Option<u64>, col: usize| -> u64 {
+        ends.chunks(w)
+            .filter(|e| series.is_none_or(|s| e[1] == s))
+            .map(|e| e[col])
+            .sum()
+    };
+    let stats = &theirs["stats"]["thread_stats"];
+    assert_eq!(count(None, 4), stats["has_gil"].as_u64().unwrap());
+    assert_eq!(count(None, 5), stats["gil_requested"].as_u64().unwrap());
+    for (k, t) in threads.iter().enumerate() {
+        let per = &theirs["stats"]["per_thread_stats"][&t[0].to_string()];
+        assert_eq!(count(Some(k as u64), 4), per["has_gil"].as_u64().unwrap());
+        assert_eq!(
+            count(Some(k as u64), 5),
+            per["gil_requested"].as_u64().unwrap()
+        );
+    }
+    // The hottest function by self samples.
+    let strings = theirs["strings"].as_array().unwrap();
+    let mut selfs = std::collections::HashMap::new();
+    reference_self(&theirs, strings, &mut selfs);
+    let (top, n) = selfs.iter().max_by_key(|(_, n)| **n).unwrap();
+    let hot = &ours["hot"][0][0];
+    let our_strings = ours["strings"].as_array().unwrap();
+    assert_eq!(our_strings[hot[0].as_u64().unwrap() as usize], top.as_str());
+    assert_eq!(hot[4].as_u64(), Some(*n), "{top}'s self samples");
 }
 
 /// `1234567` as `1,234,567`, as the page writes counts.
