@@ -404,7 +404,7 @@ fn a_reference_recording_gives_the_reference_pages_numbers() {
     // GIL held and waited for, in all and per thread.
     let tree = &ours["tree"];
     let w = tree["w"].as_u64().unwrap() as usize;
-    assert_eq!(w, 8, "status recorded");
+    assert_eq!(w, 9, "status recorded");
     let ends: Vec<u64> = tree["ends"]
         .as_array()
         .unwrap()
@@ -427,6 +427,11 @@ fn a_reference_recording_gives_the_reference_pages_numbers() {
             count(Some(k as u64), 5),
             per["gil_requested"].as_u64().unwrap()
         );
+        assert_eq!(
+            count(Some(k as u64), 8),
+            per["has_exception"].as_u64().unwrap()
+        );
+        assert_eq!(ours["gc"][k], per["gc_samples"], "GC samples");
     }
     // The hottest function by self samples.
     let strings = theirs["strings"].as_array().unwrap();

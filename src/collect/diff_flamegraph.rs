@@ -240,7 +240,7 @@ impl DiffFlamegraphCollector {
         let b = &self.baseline_stats;
         let _ = write!(
             json,
-            ",\"status\":{{\"gil\":false,\"cpu\":false}},\"threads\":[],\"baseline\":{{\"samples\":{},\"duration\":{:.3},\"interval_us\":{},\"scale\":{},\"vanished\":{},\"vanished_samples\":{:.2},\"grew\":{},\"shrank\":{}}}",
+            ",\"status\":{{\"gil\":false,\"cpu\":false,\"exception\":false}},\"threads\":[],\"gc\":[],\"baseline\":{{\"samples\":{},\"duration\":{:.3},\"interval_us\":{},\"scale\":{},\"vanished\":{},\"vanished_samples\":{:.2},\"grew\":{},\"shrank\":{}}}",
             sum.baseline,
             if b.duration_s.is_finite() {
                 b.duration_s

@@ -13,7 +13,7 @@
   // thread filter: subtree samples, own (self) samples, status counts over
   // the subtree; the baseline's (scaled) for a diff.
   var T, E, W, N, parent, frame, depth, kids, maxDepth;
-  var tot, own, gil, wait, cpu, known, btot, bown;
+  var tot, own, gil, wait, cpu, known, exc, btot, bown;
   function load(name) {
     T = D[name]; E = T.ends; W = T.w; N = T.nodes.length / 2;
     parent = new Int32Array(N); frame = new Int32Array(N); depth = new Int32Array(N);
@@ -30,7 +30,7 @@
     }
     tot = new Float64Array(N); own = new Float64Array(N);
     gil = new Float64Array(N); wait = new Float64Array(N); cpu = new Float64Array(N); known = new Float64Array(N);
-    btot = new Float64Array(N); bown = new Float64Array(N);
+    exc = new Float64Array(N); btot = new Float64Array(N); bown = new Float64Array(N);
   }
   var st = { thread: -1, icicle: false, inverted: false, module: false, zoom: 0, re: null, pick: null };
   var $ = function (id) { return document.getElementById(id); };
@@ -77,7 +77,7 @@
   function hotList() { return D.hot[diff ? 0 : st.thread + 1] || []; }
 
   function compute() {
-    tot.fill(0); own.fill(0); gil.fill(0); wait.fill(0); cpu.fill(0); known.fill(0);
+    tot.fill(0); own.fill(0); gil.fill(0); wait.fill(0); cpu.fill(0); known.fill(0); exc.fill(0);
     btot.fill(0); bown.fill(0);
     for (var k = 0; k < E.length; k += W) {
       var n = E[k], s = E[k + 1];
@@ -89,14 +89,14 @@
       if (!diff && st.thread >= 0 && s !== st.thread) continue;
       own[n] += E[k + 2];
       tot[n] += E[k + 2] + E[k + 3];
-      if (W === 8) {
-        gil[n] += E[k + 4]; wait[n] += E[k + 5]; cpu[n] += E[k + 6]; known[n] += E[k + 7];
+      if (W === 9) {
+        gil[n] += E[k + 4]; wait[n] += E[k + 5]; cpu[n] += E[k + 6]; known[n] += E[k + 7]; exc[n] += E[k + 8];
       }
     }
     for (var j = N - 1; j > 0; j--) {
       var p = parent[j];
       tot[p] += tot[j]; btot[p] += btot[j];
-      gil[p] += gil[j]; wait[p] += wait[j]; cpu[p] += cpu[j]; known[p] += known[j];
+      gil[p] += gil[j]; wait[p] += wait[j]; cpu[p] += cpu[j]; known[p] += known[j]; exc[p] += exc[j];
     }
     for (j = 0; j < N; j++) {
       if (kids[j].length > 1) kids[j].sort(function (a, b) { return tot[b] - tot[a] || a - b; });
@@ -263,6 +263,7 @@
         " · released " + pct(Math.max(0, tot[n] - gil[n] - wait[n]), tot[n]) + "</div>";
     }
     if (D.status.cpu && known[n] > 0) out += "<div>On CPU: " + pct(cpu[n], known[n]) + "</div>";
+    if (D.status.exception && tot[n] > 0) out += "<div>Handling an exception: " + pct(exc[n], tot[n]) + "</div>";
     return out;
   }
   function tooltip(n) {
@@ -312,13 +313,17 @@
     h += "</dl>";
     if (T.dropped) h += "<p class=\"note\">" + fmt(T.dropped) + " call paths under " + T.threshold + "% of the samples are not drawn; their samples count in their " + (st.inverted ? "callees" : "callers") + ".</p>";
     h += "</section>";
-    if ((D.status.gil || D.status.cpu) && samples > 0) {
+    var gcs = 0;
+    D.gc.forEach(function (g, k) { if (sel < 0 || k === sel) gcs += g; });
+    if ((D.status.gil || D.status.cpu || D.status.exception || gcs > 0) && samples > 0) {
       h += "<section><h2>Runtime" + (sel >= 0 ? " (this thread)" : "") + "</h2>";
       if (D.status.gil) {
         h += bar("GIL held", 100 * gil[0] / samples, "gil-held") + bar("GIL waiting", 100 * wait[0] / samples, "gil-wait") +
           bar("GIL released", 100 * Math.max(0, samples - gil[0] - wait[0]) / samples, "gil-released");
       }
       if (D.status.cpu && known[0] > 0) h += bar("On CPU", 100 * cpu[0] / known[0], "on-cpu");
+      h += bar("Garbage collection", 100 * gcs / samples, "gc");
+      if (D.status.exception) h += bar("Handling an exception", 100 * exc[0] / samples, "exception");
       h += "</section>";
     }
     h += "<section><h2>View</h2><div class=\"toggles\">";

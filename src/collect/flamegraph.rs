@@ -35,7 +35,7 @@ use super::stacks::{StackCounts, StackId};
 use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
 use crate::error::Result;
-use crate::model::{FrameTable, Sample, StrId, status};
+use crate::model::{FrameKind, FrameTable, Sample, StrId, status};
 
 pub(crate) use super::tree::{Kind, classify};
 
@@ -43,8 +43,8 @@ pub(crate) use super::tree::{Kind, classify};
 pub const TITLE: &str = "tachyon flame graph";
 
 /// Per (thread, stack): samples holding the GIL, waiting for it, on a
-/// CPU, and with a known CPU state.
-type StatusCounts = [u64; 4];
+/// CPU, with a known CPU state, and handling an exception.
+type StatusCounts = [u64; 5];
 
 /// Counts distinct stacks per thread, with their status bits, and renders
 /// them as an HTML flame graph; see the module documentation.
@@ -60,6 +60,7 @@ pub struct FlamegraphCollector {
     /// that was "running": the shares are worth showing.
     saw_gil: bool,
     saw_cpu: bool,
+    saw_exception: bool,
 }
 
 impl FlamegraphCollector {
@@ -72,6 +73,7 @@ impl FlamegraphCollector {
             main_threads: Vec::new(),
             saw_gil: false,
             saw_cpu: false,
+            saw_exception: false,
         }
     }
 
@@ -128,7 +130,7 @@ impl FlamegraphCollector {
 
         let mut data = PageData::new(&keys.list);
         // Status columns only when there is something to show.
-        let show_status = self.saw_gil || self.saw_cpu;
+        let show_status = self.saw_gil || self.saw_cpu || self.saw_exception;
         let mut emitted = String::new();
         for ((tree, all, status), name) in trees.iter().zip(["tree", "inverted"]) {
             let _ = write!(
@@ -142,9 +144,23 @@ impl FlamegraphCollector {
         data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
         let _ = write!(
             json,
-            ",\"status\":{{\"gil\":{},\"cpu\":{}}}",
-            self.saw_gil, self.saw_cpu
+            ",\"status\":{{\"gil\":{},\"cpu\":{},\"exception\":{}}}",
+            self.saw_gil, self.saw_cpu, self.saw_exception
         );
+        // Per thread, the samples in garbage collection (a `<GC>` frame
+        // on the stack).
+        let mut gc = vec![0u64; threads.len()];
+        for c in self.counts.cells() {
+            if self
+                .counts
+                .stack(c.stack)
+                .iter()
+                .any(|&f| frames.frame(f).kind == FrameKind::Gc)
+            {
+                gc[series[&c.tid] as usize] += c.count;
+            }
+        }
+        let _ = write!(json, ",\"gc\":{gc:?}");
         json.push_str(",\"threads\":[");
         for (i, &(tid, n)) in threads.iter().enumerate() {
             if i > 0 {
@@ -325,7 +341,7 @@ impl<'k> PageData<'k> {
     }
 
     /// `{"threshold":..,"dropped":..,"nodes":[parent,frame,..],"w":W,
-    /// "ends":[node,series,self,hidden(,gil,wait,cpu,known),..]}`: the
+    /// "ends":[node,series,self,hidden(,gil,wait,cpu,known,exception),..]}`: the
     /// nodes holding at least the threshold's share of `totals` (and more
     /// than nothing), in depth-first order; the samples of the nodes left
     /// out are their nearest kept ancestor's `hidden` ones.
@@ -351,8 +367,8 @@ impl<'k> PageData<'k> {
                 dest[tree.nodes[i].parent as usize]
             };
         }
-        let width = if status.is_some() { 8 } else { 4 };
-        let mut entries: IdMap<(u32, u32), [u64; 6]> = IdMap::default();
+        let width = if status.is_some() { 9 } else { 4 };
+        let mut entries: IdMap<(u32, u32), [u64; 7]> = IdMap::default();
         for (i, n) in tree.nodes.iter().enumerate() {
             let d = dest[i];
             for &(s, c) in &n.ends {
@@ -365,7 +381,7 @@ impl<'k> PageData<'k> {
                 }
             }
         }
-        let mut entries: Vec<((u32, u32), [u64; 6])> = entries.into_iter().collect();
+        let mut entries: Vec<((u32, u32), [u64; 7])> = entries.into_iter().collect();
         entries.sort_unstable_by_key(|e| e.0);
         let mut json = String::with_capacity(pre.len() * 12 + entries.len() * 16);
         let _ = write!(
@@ -395,8 +411,8 @@ impl<'k> PageData<'k> {
                 v[0],
                 v[1]
             );
-            if width == 8 {
-                let _ = write!(json, ",{},{},{},{}", v[2], v[3], v[4], v[5]);
+            if width == 9 {
+                let _ = write!(json, ",{},{},{},{},{}", v[2], v[3], v[4], v[5], v[6]);
             }
         }
         json.push_str("]}");
@@ -488,10 +504,12 @@ impl Collector for FlamegraphCollector {
             let wait = t.status & status::GIL_REQUESTED != 0;
             let known = t.status & status::UNKNOWN == 0;
             let cpu = known && t.status & status::ON_CPU != 0;
+            let exception = t.status & status::HAS_EXCEPTION != 0;
             self.saw_gil |= gil || wait;
             self.saw_cpu |= cpu;
+            self.saw_exception |= exception;
             let e = self.status.entry((t.tid, stack)).or_default();
-            for (a, on) in e.iter_mut().zip([gil, wait, cpu, known]) {
+            for (a, on) in e.iter_mut().zip([gil, wait, cpu, known, exception]) {
                 *a += u64::from(on);
             }
         }
@@ -805,8 +823,9 @@ mod tests {
         // No status bits were set: no shares to show.
         assert_eq!(
             d.v["status"],
-            serde_json::json!({"gil": false, "cpu": false})
+            serde_json::json!({"gil": false, "cpu": false, "exception": false})
         );
+        assert_eq!(d.v["gc"], serde_json::json!([0, 0]));
         // Hot spots by self samples: everything, then per thread.
         let hot = d.hot(0);
         assert_eq!(
@@ -862,25 +881,29 @@ mod tests {
         }
         c.collect(&with(1, GIL_REQUESTED | UNKNOWN, &[m, f]), &t);
         c.collect(&with(1, 0, &[m]), &t);
-        let mut named = with(2, GIL_REQUESTED, &[m, f]);
+        let mut named = with(2, GIL_REQUESTED | HAS_EXCEPTION, &[m, f]);
         named.threads[0].name = Some(t.intern_str("worker-1"));
         c.collect(&named, &t);
         let d = Drawn::of(&html(&c, &t, &stats(6)));
-        assert_eq!(d.v["status"], serde_json::json!({"gil": true, "cpu": true}));
-        assert_eq!(d.t["w"], 8);
+        assert_eq!(
+            d.v["status"],
+            serde_json::json!({"gil": true, "cpu": true, "exception": true})
+        );
+        assert_eq!(d.t["w"], 9);
         assert_eq!(
             d.v["threads"],
             serde_json::json!([[1, null, 1, 5], [2, "worker-1", 0, 1]])
         );
         let f_node = d.node("f (/app/m.py:2)");
-        // series, self, hidden, GIL held, waiting, on CPU, CPU known.
+        // series, self, hidden, GIL held, waiting, on CPU, CPU known,
+        // exception.
         assert_eq!(
             d.ends_of(f_node),
-            [vec![0, 4, 0, 3, 1, 3, 3], vec![1, 1, 0, 0, 1, 0, 1]]
+            [vec![0, 4, 0, 3, 1, 3, 3, 0], vec![1, 1, 0, 0, 1, 0, 1, 1]]
         );
         assert_eq!(
             d.ends_of(d.node("main (/app/m.py:1)")),
-            [vec![0, 1, 0, 0, 0, 0, 1]]
+            [vec![0, 1, 0, 0, 0, 0, 1, 0]]
         );
     }
 
@@ -928,6 +951,8 @@ mod tests {
             ]
         );
         assert_eq!(&d.kinds[2..4], [3, 4]);
+        // Three samples in garbage collection.
+        assert_eq!(d.v["gc"], serde_json::json!([3]));
         // The script's legend names both kinds.
         assert!(SCRIPT.contains("<GC> garbage collection"));
         assert!(SCRIPT.contains("<native> C calling Python"));
