@@ -1,19 +1,22 @@
 //! Flame graph (`--flamegraph`): one self-contained HTML page, its call
-//! tree embedded as compact JSON and drawn on a canvas by a small script of
-//! our own (`flamegraph.js`, `flamegraph.css`), as the reference writes
+//! trees embedded as compact JSON and drawn on a canvas by a small script
+//! of our own (`flamegraph.js`, `flamegraph.css`), as the reference writes
 //! one self-contained HTML file.
 //!
 //! * The page: click a box to zoom (its callers stay, full width), Escape
 //!   or "Reset" to zoom out; a search box (regular expression or text) that
 //!   highlights matches and says what share of the samples they hold;
-//!   tooltips with samples, share, self samples, file and line, and GIL
-//!   and CPU shares when the run recorded them; flame (root at the bottom)
-//!   or icicle (root at the top); labels by file path or module name; a
-//!   thread filter (threads by name when known, else by id; all threads
-//!   by default); a sidebar with the run's summary (samples, duration,
-//!   rate, error rate, missed samples, mode) and the top functions by self
+//!   tooltips with samples, share, self samples, file and line, and the
+//!   GIL, CPU and exception shares when the run recorded them; the call
+//!   tree or the inverted one (the functions that ran at the roots, their
+//!   callers stacked on them); flame (root at the bottom) or icicle (root
+//!   at the top); labels by file path or module name; a thread filter
+//!   (threads by name when known, else by id; all threads by default); a
+//!   sidebar with the run's summary (samples, duration, rate, error rate,
+//!   missed samples, mode), GIL held/waiting/released, on-CPU, garbage
+//!   collection and exception shares, and the top functions by self
 //!   samples (click one to highlight it). The state can be given in the
-//!   address after `#` (`#icicle&thread=TID&search=RE&labels=module`).
+//!   address after `#` (`#inverted&icicle&thread=TID&search=RE&labels=module`).
 //! * Boxes are merged by function, file and line at the same place in the
 //!   tree (frames differing only in column are one box, as in the
 //!   reference's tree keyed by `(file, line, func)`); siblings widest
@@ -22,7 +25,7 @@
 //!   green, `<native>` blue, unreadable frames grey.
 //! * Samples are counted per distinct stack and thread
 //!   ([`super::stacks::StackCounts`]) with the status bits per stack; the
-//!   tree is the shared [`super::tree::CallTree`], one series per thread.
+//!   trees are the shared [`super::tree::CallTree`], one series per thread.
 //! * Nodes holding less than 0.01% of the samples are left out (0.05%
 //!   above 5,000 nodes, 0.1% above 20,000; the reference drops nodes under
 //!   0.1%); their samples stay in their parent's width, and the hot-spot
