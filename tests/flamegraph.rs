@@ -521,7 +521,14 @@ fn synthetic(t: &mut FrameTable, n: usize, seed: u64) -> Vec<(u64, Vec<u32>, u64
     out
 }
 
-fn feed(c: &mut dyn Collector, t: &FrameTable, stacks: &[(u64, Vec<u32>, u64)]) -> u64 {
+/// Feed `stacks` to `c`, one sample per count; thread `1000 + i` named
+/// `names[i]`.
+fn feed(
+    c: &mut dyn Collector,
+    t: &FrameTable,
+    stacks: &[(u64, Vec<u32>, u64)],
+    names: &[Option<u32>],
+) -> u64 {
     let mut total = 0;
     for (k, (tid, stack, count)) in stacks.iter().enumerate() {
         for i in 0..*count {
@@ -537,6 +544,7 @@ fn feed(c: &mut dyn Collector, t: &FrameTable, stacks: &[(u64, Vec<u32>, u64)]) 
                         tid: *tid,
                         status: st,
                         frames: stack.clone(),
+                        name: names.get((*tid - 1000) as usize).copied().flatten(),
                         ..Default::default()
                     }],
                 },
@@ -573,9 +581,13 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
 
     let mut t = FrameTable::new();
     let stacks = synthetic(&mut t, 20_000, 0x9e37_79b9_7f4a_7c15);
+    // Three named threads, one whose name is unknown.
+    let names: Vec<Option<u32>> = (0..4)
+        .map(|i| (i < 3).then(|| t.intern_str(&format!("worker-{i}"))))
+        .collect();
     let page = dir.join("flame.html");
     let mut c = FlamegraphCollector::new(Output::File(page.clone()));
-    let n = feed(&mut c, &t, &stacks);
+    let n = feed(&mut c, &t, &stacks, &names);
     let start = Instant::now();
     c.finish(&t, &run_stats(n)).unwrap();
     let build = start.elapsed();
@@ -596,11 +608,11 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
             )
         })
         .collect();
-    let bn = feed(&mut b, &t, &base_stacks);
+    let bn = feed(&mut b, &t, &base_stacks, &names);
     b.finish(&t, &run_stats(bn)).unwrap();
     let diff_page = dir.join("diff.html");
     let mut dc = DiffFlamegraphCollector::new(&base, Output::File(diff_page.clone())).unwrap();
-    feed(&mut dc, &t, &stacks);
+    feed(&mut dc, &t, &stacks, &names);
     dc.finish(&t, &run_stats(n)).unwrap();
 
     for (what, path) in [("flame graph", &page), ("diff flame graph", &diff_page)] {
@@ -618,6 +630,11 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
             script = script.min(body_attr(&dom, "data-script").unwrap().parse().unwrap());
             hot = hot_spots(&dom);
             assert!(!hot.is_empty());
+            // Threads by name when known, else by id.
+            if what == "flame graph" {
+                assert!(dom.contains(">worker-1 (1001) · "), "named thread listed");
+                assert!(dom.contains(">thread 1003 · "), "unnamed thread listed");
+            }
             inv_ms = inv_ms.min(ready(&chromium(&format!("{url}#inverted"), None)));
         }
         eprintln!(
