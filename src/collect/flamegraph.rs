@@ -86,50 +86,14 @@ impl FlamegraphCollector {
         if self.counts.is_empty() {
             return Ok(None);
         }
-        // Threads, busiest first; each one a series of the tree.
-        let mut per_thread: HashMap<u64, u64> = HashMap::new();
-        for c in self.counts.cells() {
-            *per_thread.entry(c.tid).or_default() += c.count;
-        }
-        let mut threads: Vec<(u64, u64)> = per_thread.into_iter().collect();
-        threads.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let threads = self.threads();
         let series: HashMap<u64, u32> = threads
             .iter()
             .enumerate()
             .map(|(i, &(tid, _))| (tid, i as u32))
             .collect();
-
         let mut keys = Keys::default();
-        // The call tree, and the same stacks inverted (the functions that
-        // ran at the roots, their callers below them).
-        let mut trees = Vec::new();
-        for inverted in [false, true] {
-            let mut tree = CallTree::new();
-            let ends = tree.add_stacks(
-                &self.counts,
-                keys.mapper(frames, true),
-                |t| series[&t],
-                inverted,
-            );
-            let all = tree.totals(&tree.ends(|_| true));
-            sort_widest_first(&mut tree, &all, &[], &keys.list);
-            let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
-            for (cell, &node) in self.counts.cells().iter().zip(&ends) {
-                if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
-                    let e = status.entry((node, series[&cell.tid])).or_default();
-                    for (a, b) in e.iter_mut().zip(st) {
-                        *a += b;
-                    }
-                }
-            }
-            trees.push((tree, all, status));
-        }
-        // Hot spots are functions (lines merged), as a person asks "which
-        // function", and a function's lines are often many boxes.
-        let mut functions = Keys::default();
-        let hot = key_totals(&self.counts, functions.mapper(frames, false), |t| {
-            series[&t]
-        });
+        let trees = [false, true].map(|inverted| self.tree(frames, &mut keys, &series, inverted));
 
         let mut data = PageData::new(&keys.list);
         // Status columns only when there is something to show.
@@ -147,12 +111,76 @@ impl FlamegraphCollector {
         data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
         let _ = write!(
             json,
-            ",\"status\":{{\"gil\":{},\"cpu\":{},\"exception\":{}}}",
-            self.saw_gil, self.saw_cpu, self.saw_exception
+            ",\"status\":{{\"gil\":{},\"cpu\":{},\"exception\":{}}},\"gc\":{:?}",
+            self.saw_gil,
+            self.saw_cpu,
+            self.saw_exception,
+            self.gc_per_thread(frames, &series, threads.len())
         );
-        // Per thread, the samples in garbage collection (a `<GC>` frame
-        // on the stack).
-        let mut gc = vec![0u64; threads.len()];
+        self.threads_json(&mut json, frames, &threads);
+        self.hot_json(&mut json, frames, &mut data, &series, threads.len());
+        json.push_str(&emitted);
+        data.finish(&mut json);
+        json.push('}');
+        let summary = Summary {
+            roots: trees[0].0.nodes[0].children.len(),
+            samples: self.counts.total(),
+            frames: keys.list.len(),
+        };
+        Ok(Some((page(TITLE, &json), summary)))
+    }
+
+    /// Threads and their samples, busiest first: the tree's series.
+    fn threads(&self) -> Vec<(u64, u64)> {
+        let mut per_thread: HashMap<u64, u64> = HashMap::new();
+        for c in self.counts.cells() {
+            *per_thread.entry(c.tid).or_default() += c.count;
+        }
+        let mut threads: Vec<(u64, u64)> = per_thread.into_iter().collect();
+        threads.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        threads
+    }
+
+    /// The call tree (or, `inverted`, the functions that ran at the roots
+    /// with their callers stacked on them), siblings widest first; each
+    /// node's samples over all threads; its status counts per thread.
+    fn tree(
+        &self,
+        frames: &FrameTable,
+        keys: &mut Keys,
+        series: &HashMap<u64, u32>,
+        inverted: bool,
+    ) -> (CallTree, Vec<u64>, IdMap<(u32, u32), StatusCounts>) {
+        let mut tree = CallTree::new();
+        let ends = tree.add_stacks(
+            &self.counts,
+            keys.mapper(frames, true),
+            |t| series[&t],
+            inverted,
+        );
+        let all = tree.totals(&tree.ends(|_| true));
+        sort_widest_first(&mut tree, &all, &[], &keys.list);
+        let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
+        for (cell, &node) in self.counts.cells().iter().zip(&ends) {
+            if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
+                let e = status.entry((node, series[&cell.tid])).or_default();
+                for (a, b) in e.iter_mut().zip(st) {
+                    *a += b;
+                }
+            }
+        }
+        (tree, all, status)
+    }
+
+    /// Per thread, the samples in garbage collection (a `<GC>` frame on
+    /// the stack).
+    fn gc_per_thread(
+        &self,
+        frames: &FrameTable,
+        series: &HashMap<u64, u32>,
+        threads: usize,
+    ) -> Vec<u64> {
+        let mut gc = vec![0u64; threads];
         for c in self.counts.cells() {
             if self
                 .counts
@@ -163,24 +191,43 @@ impl FlamegraphCollector {
                 gc[series[&c.tid] as usize] += c.count;
             }
         }
-        let _ = write!(json, ",\"gc\":{gc:?}");
+        gc
+    }
+
+    /// `,"threads":[[tid,name|null,main,samples],..]`.
+    fn threads_json(&self, json: &mut String, frames: &FrameTable, threads: &[(u64, u64)]) {
         json.push_str(",\"threads\":[");
         for (i, &(tid, n)) in threads.iter().enumerate() {
             if i > 0 {
                 json.push(',');
             }
             let name = match self.names.get(&tid) {
-                Some(&s) if (s as usize) < frames.strings().len() => {
-                    serde_json::to_string(frames.str(s)).unwrap_or_else(|_| "null".into())
-                }
+                Some(&s) if (s as usize) < frames.strings().len() => json_str(frames.str(s)),
                 _ => "null".into(),
             };
             let main = u8::from(self.main_threads.contains(&tid));
             let _ = write!(json, "[{tid},{name},{main},{n}]");
         }
         json.push(']');
-        // Hot spots: everything, then each thread.
-        let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); threads.len() + 1];
+    }
+
+    /// `,"hot":[all, thread 0, ..]`, each a list of
+    /// `[func,file,module,kind,self,total]`: the top functions (lines
+    /// merged, as a person asks "which function", and a function's lines
+    /// are often many boxes) by self samples, counted from every stack.
+    fn hot_json(
+        &self,
+        json: &mut String,
+        frames: &FrameTable,
+        data: &mut PageData<'_>,
+        series: &HashMap<u64, u32>,
+        threads: usize,
+    ) {
+        let mut functions = Keys::default();
+        let hot = key_totals(&self.counts, functions.mapper(frames, false), |t| {
+            series[&t]
+        });
+        let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); threads + 1];
         let mut overall: HashMap<u32, (u64, u64)> = HashMap::new();
         for (&(s, k), &(own, cum)) in &hot {
             lists[s as usize + 1].push((k, own, cum));
@@ -209,15 +256,6 @@ impl FlamegraphCollector {
             json.push(']');
         }
         json.push(']');
-        json.push_str(&emitted);
-        data.finish(&mut json);
-        json.push('}');
-        let summary = Summary {
-            roots: trees[0].0.nodes[0].children.len(),
-            samples: self.counts.total(),
-            frames: keys.list.len(),
-        };
-        Ok(Some((page(TITLE, &json), summary)))
     }
 }
 
@@ -917,9 +955,12 @@ mod tests {
         let b = py(&mut t, "/tmp/ünïcode/数据.py", "größe_関数", 2);
         let c_ = py(&mut t, "/tmp/</script><script>alert(1)</script>.py", "f", 3);
         let mut c = FlamegraphCollector::new(Output::Stdout);
-        c.collect(&sample(1, &[a, b, c_]), &t);
+        let mut s = sample(1, &[a, b, c_]);
+        s.threads[0].name = Some(t.intern_str("</script><!-- thread"));
+        c.collect(&s, &t);
         let page = html(&c, &t, &stats(1));
         assert_eq!(page.matches("</script>").count(), 2, "only the page's own");
+        assert!(!page.contains("<!--"));
         assert!(!page.contains("<lambda>"));
         let d = Drawn::of(&page);
         assert_eq!(d.labels[1], "<lambda> (/tmp/a&b/\"q\"'s.py:1)");
@@ -928,6 +969,7 @@ mod tests {
             d.labels[3],
             "f (/tmp/</script><script>alert(1)</script>.py:3)"
         );
+        assert_eq!(d.v["threads"][0][1], "</script><!-- thread");
     }
 
     #[test]
