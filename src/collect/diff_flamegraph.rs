@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use super::flamegraph::{PageData, page, sort_widest_first};
 use super::stacks::StackCounts;
-use super::tree::{CallTree, Keys, key_totals};
+use super::tree::{CallTree, IdMap, Keys, key_totals};
 use super::{Collector, Output};
 use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
@@ -178,61 +178,16 @@ impl DiffFlamegraphCollector {
             return Ok(None);
         }
         let scale = self.scale(stats.interval_us);
-        let mut tree = self.trees[0].clone();
-        tree.add_stacks(
-            &self.current,
-            self.keys.mapper(frames, false),
-            |_| CURRENT,
-            false,
-        );
-        let cur_self = tree.ends(|s| s == CURRENT);
-        let base_self = tree.ends(|s| s == BASELINE);
-        let cur = tree.totals(&cur_self);
-        let base = tree.totals(&base_self);
-        let mut sum = Summary {
-            current: cur[0],
-            baseline: self.baseline_samples,
-            scale,
-            grew: 0,
-            shrank: 0,
-            vanished: 0,
-            vanished_samples: 0.0,
-        };
-        for i in 1..tree.nodes.len() {
-            let b = base_self[i] as f64 * scale;
-            if cur[i] == 0 {
-                if base_self[i] > 0 {
-                    sum.vanished += 1;
-                    sum.vanished_samples += b;
-                }
-                continue;
-            }
-            let d = cur_self[i] as f64 - b;
-            if d >= 0.005 {
-                sum.grew += 1;
-            } else if d <= -0.005 {
-                sum.shrank += 1;
-            }
-        }
-        sort_widest_first(&mut tree, &cur, &base, &self.keys.list);
+        let calls = self.merged(frames, false);
+        let sum = Summary::of(&calls, self.baseline_samples, scale);
+        let inverted = self.merged(frames, true);
         let current_keys = key_totals(&self.current, self.keys.mapper(frames, false), |_| ());
-
-        let mut inverted = self.trees[1].clone();
-        inverted.add_stacks(
-            &self.current,
-            self.keys.mapper(frames, false),
-            |_| CURRENT,
-            true,
-        );
-        let inv_cur = inverted.totals(&inverted.ends(|s| s == CURRENT));
-        let inv_base = inverted.totals(&inverted.ends(|s| s == BASELINE));
-        sort_widest_first(&mut inverted, &inv_cur, &inv_base, &self.keys.list);
 
         let mut data = PageData::new(&self.keys.list);
         let emitted = format!(
             ",\"tree\":{},\"inverted\":{}",
-            data.tree(&tree, &cur, None),
-            data.tree(&inverted, &inv_cur, None)
+            data.tree(&calls.tree, &calls.cur, None),
+            data.tree(&inverted.tree, &inverted.cur, None)
         );
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"diff\"");
@@ -254,9 +209,46 @@ impl DiffFlamegraphCollector {
             sum.grew,
             sum.shrank,
         );
-        // Hot spots: this run's top functions by self samples, with the
-        // baseline's (unscaled) numbers for the same function.
-        let mut hot: Vec<(u32, u64, u64)> = current_keys
+        self.hot_json(&mut json, &mut data, current_keys);
+        json.push_str(&emitted);
+        data.finish(&mut json);
+        json.push('}');
+        Ok(Some((page(TITLE, &json), sum)))
+    }
+
+    /// The baseline's tree (or the inverted one) with this run added,
+    /// siblings widest first (this run, then the baseline).
+    fn merged(&mut self, frames: &FrameTable, inverted: bool) -> Merged {
+        let mut tree = self.trees[usize::from(inverted)].clone();
+        tree.add_stacks(
+            &self.current,
+            self.keys.mapper(frames, false),
+            |_| CURRENT,
+            inverted,
+        );
+        let cur_self = tree.ends(|s| s == CURRENT);
+        let base_self = tree.ends(|s| s == BASELINE);
+        let cur = tree.totals(&cur_self);
+        let base = tree.totals(&base_self);
+        sort_widest_first(&mut tree, &cur, &base, &self.keys.list);
+        Merged {
+            tree,
+            cur,
+            cur_self,
+            base_self,
+        }
+    }
+
+    /// `,"hot":[[..]]`: this run's top functions by self samples,
+    /// `[func,file,module,kind,self,total,baseline self,baseline total]`
+    /// (the baseline's unscaled).
+    fn hot_json(
+        &self,
+        json: &mut String,
+        data: &mut PageData<'_>,
+        current: IdMap<((), u32), (u64, u64)>,
+    ) {
+        let mut hot: Vec<(u32, u64, u64)> = current
             .into_iter()
             .filter(|(_, v)| v.0 > 0)
             .map(|(((), k), (own, cum))| (k, own, cum))
@@ -278,11 +270,16 @@ impl DiffFlamegraphCollector {
             );
         }
         json.push_str("]]");
-        json.push_str(&emitted);
-        data.finish(&mut json);
-        json.push('}');
-        Ok(Some((page(TITLE, &json), sum)))
     }
+}
+
+/// Both runs in one tree; per node: this run's subtree and own samples,
+/// the baseline's own samples (unscaled).
+struct Merged {
+    tree: CallTree,
+    cur: Vec<u64>,
+    cur_self: Vec<u64>,
+    base_self: Vec<u64>,
 }
 
 impl Collector for DiffFlamegraphCollector {
@@ -327,6 +324,38 @@ struct Summary {
 }
 
 impl Summary {
+    /// The numbers of the call tree `m`: which drawn boxes' self samples
+    /// grew or shrank against the baseline scaled by `scale`, and the call
+    /// paths only the baseline has.
+    fn of(m: &Merged, baseline: u64, scale: f64) -> Summary {
+        let mut sum = Summary {
+            current: m.cur[0],
+            baseline,
+            scale,
+            grew: 0,
+            shrank: 0,
+            vanished: 0,
+            vanished_samples: 0.0,
+        };
+        for i in 1..m.tree.nodes.len() {
+            let b = m.base_self[i] as f64 * scale;
+            if m.cur[i] == 0 {
+                if m.base_self[i] > 0 {
+                    sum.vanished += 1;
+                    sum.vanished_samples += b;
+                }
+                continue;
+            }
+            let d = m.cur_self[i] as f64 - b;
+            if d >= 0.005 {
+                sum.grew += 1;
+            } else if d <= -0.005 {
+                sum.shrank += 1;
+            }
+        }
+        sum
+    }
+
     fn line(&self) -> String {
         let mut s = format!(
             "Differential flame graph: {} current samples vs {} baseline samples (×{} = {}); {} frame{} grew, {} shrank",
