@@ -16,9 +16,9 @@ mod common;
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{RootDir, sid_interpreters, sid_root, tachyon_bin};
+use common::{RootDir, chromium, sid_interpreters, sid_root, tachyon_bin};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
@@ -62,69 +62,6 @@ fn tachyon(args: &[&str], cwd: &Path) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
-}
-
-/// Headless Chromium on `url`: the DOM after the page's scripts ran
-/// (or a screenshot). Fails on any console error.
-fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let profile = std::env::temp_dir().join(format!(
-        "tachyon-flame-chromium-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&profile);
-    let mut cmd = Command::new("/usr/bin/chromium");
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--window-size=1400,900",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()));
-    match screenshot {
-        Some(p) => cmd.arg(format!("--screenshot={}", p.display())),
-        None => cmd.arg("--dump-dom"),
-    };
-    let out_path = profile.with_extension("out");
-    let err_path = profile.with_extension("err");
-    let mut child = cmd
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .expect("MISSING TOOL: /usr/bin/chromium");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within a minute on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let dom = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&profile);
-    let _ = std::fs::remove_file(&out_path);
-    let _ = std::fs::remove_file(&err_path);
-    assert!(status.success(), "chromium failed on {url}: {err}");
-    for bad in ["Uncaught", "ERROR:CONSOLE", ":CONSOLE("] {
-        assert!(!err.contains(bad), "console error on {url}:\n{err}");
-    }
-    dom
 }
 
 /// The value of `name="..."` in the `<body>` tag of a dumped DOM.
