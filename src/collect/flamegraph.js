@@ -141,6 +141,11 @@
     return d > 0 ? rgb([255, 255 - t, 255 - t]) : rgb([255 - t, 255 - t, 255]);
   }
 
+  // A diff box deep enough in colour to need white text.
+  function dark(n) {
+    return n !== 0 && btot[n] > 0 && maxChange > 0 && Math.abs(change(n)) / maxChange > 0.6;
+  }
+
   // Which nodes the search (or a picked hot spot) matches, and the share
   // of samples under them (each sample once).
   var match = null;
@@ -222,7 +227,7 @@
           var text = label(node), fit = Math.floor((w - 6) / charW);
           if (text.length > fit) text = fit > 2 ? text.slice(0, fit - 2) + ".." : "";
           if (text) {
-            ctx.fillStyle = match && match[node] ? "#fff" : "#000";
+            ctx.fillStyle = (match && match[node]) || (diff && dark(node)) ? "#fff" : "#000";
             ctx.fillText(text, x + 3, y + RH / 2);
           }
         }
