@@ -10,9 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{RootDir, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{RootDir, chromium, sid_interpreters, sid_root, spawn, tachyon_bin};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -216,64 +216,6 @@ fn a_replayed_heatmap_agrees_with_the_collapsed_stacks_and_says_when_source_is_g
     assert!(html.contains("Source unavailable"), "{html}");
     assert!(!html.contains("def fingerprint"));
     assert_eq!(page_rows(&html), expected);
-}
-
-/// Headless Chromium on `url`: its DOM, after failing on any console error
-/// or uncaught exception. Killed (our own child) after a minute.
-fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    let profile =
-        std::env::temp_dir().join(format!("tachyon-heatmap-chromium-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&profile);
-    let mut cmd = Command::new("/usr/bin/chromium");
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--window-size=1200,900",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()));
-    match screenshot {
-        Some(p) => cmd.arg(format!("--screenshot={}", p.display())),
-        None => cmd.arg("--dump-dom"),
-    };
-    let out_path = profile.with_extension("out");
-    let err_path = profile.with_extension("err");
-    let mut child = cmd
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .expect("MISSING TOOL: /usr/bin/chromium");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within a minute on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let dom = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&profile);
-    let _ = std::fs::remove_file(&out_path);
-    let _ = std::fs::remove_file(&err_path);
-    assert!(status.success(), "chromium failed on {url}: {err}");
-    for bad in ["Uncaught", "ERROR:CONSOLE", ":CONSOLE("] {
-        assert!(!err.contains(bad), "console error on {url}:\n{err}");
-    }
-    dom
 }
 
 #[test]

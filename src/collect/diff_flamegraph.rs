@@ -1,13 +1,15 @@
 //! Differential flame graph (`--diff-flamegraph BASELINE.bin`): this run's
 //! flame graph, coloured by how each box's self samples changed against a
-//! baseline recorded earlier with `--binary`. One self-contained HTML file,
-//! drawn by `inferno`'s differential mode with the same page and script as
-//! [`super::flamegraph`].
+//! baseline recorded earlier with `--binary`. The same self-contained page
+//! as [`super::flamegraph`] (zoom, search, icicle, labels, sidebar, hot
+//! spots), over the shared [`super::tree::CallTree`] with two series: this
+//! run and the baseline.
 //!
-//! * Box **width** is this run's samples (threads merged, as in the plain
-//!   flame graph). **Colour** is the change in the box's *self* samples:
-//!   red grew, blue shrank, white unchanged; the deepest colour is the
-//!   largest change in the graph (inferno's scale).
+//! * Box **width** is this run's samples (threads merged: the two runs'
+//!   threads are different threads, so there is no thread filter).
+//!   **Colour** is the change in the box's *self* samples: red grew, blue
+//!   shrank, white unchanged, purple new; the deepest colour is the largest
+//!   change in the graph.
 //! * Frames are matched by `(file, function)` per frame, root first, lines
 //!   ignored, as the reference does: a function whose lines moved between
 //!   the runs still matches. Boxes are labelled `func (file)`, without a
@@ -16,16 +18,12 @@
 //!   interval` (the reference's scale), so a baseline taken at 2 ms counts
 //!   double against a run at 1 ms. Runs are not normalised by their length:
 //!   a longer run shows growth everywhere, as it does in the reference.
-//!   Scaled counts are kept to 1/100 of a sample (inferno reads integer
-//!   counts: everything is handed over ×100 and shown ÷100).
+//!   The page carries the baseline's counts and the scale; it scales them.
 //! * Each box's tooltip gives its samples and share, the baseline's
-//!   (scaled) samples for the same path, and the self-sample change, e.g.
-//!   `work (/app/m.py) (60 samples, 60.00%; baseline 20; self 60 vs 20:
-//!   +40, +200.0%)`.
-//! * **Call paths only in the baseline** are handled as inferno does: they
-//!   have no width in this run, so they are not drawn (they still count
-//!   towards the colour scale). The page and the closing line say how many
-//!   there were and how many scaled samples they held.
+//!   (scaled) samples for the same path, and the self-sample change.
+//! * **Call paths only in the baseline** have no width in this run, so they
+//!   are not drawn. The page and the closing line say how many there were
+//!   and how many scaled samples they held.
 //! * The baseline must have been recorded in the same `--mode` (checked by
 //!   [`DiffFlamegraphCollector::check`] before sampling and again at the
 //!   end), as the reference requires. Capture settings that change which
@@ -38,114 +36,28 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use inferno::flamegraph::Options;
-use inferno::flamegraph::color::{BackgroundColor, Color};
-
-use super::flamegraph::{clean, draw, page, short_file, swatch};
+use super::flamegraph::{PageData, page, sort_widest_first};
 use super::stacks::StackCounts;
+use super::tree::{CallTree, IdMap, Keys, key_totals};
 use super::{Collector, Output};
 use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
 use crate::error::{Error, Result};
-use crate::model::{FrameId, FrameKind, FrameTable, Mode, RunStats, Sample};
+use crate::model::{FrameTable, Mode, RunStats, Sample};
 
-/// The page's and the graph's title.
+pub(crate) use super::flamegraph::escape;
+
+/// The page's title.
 pub const TITLE: &str = "tachyon differential flame graph";
-
-/// Counts are handed to inferno in hundredths of a sample.
-const FIXED: f64 = 100.0;
 
 /// The reference's default output name, `diff_flamegraph_<pid>.html`.
 pub fn default_output_name(pid: u32) -> String {
     format!("diff_flamegraph_{pid}.html")
 }
 
-/// A frame as matched between runs: file and function, lines ignored.
-/// Synthetic frames (`<GC>`, `<native>`, unreadable) match by name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    file: Option<Box<str>>,
-    func: Box<str>,
-}
-
-/// Keys interned across both runs.
-#[derive(Default)]
-struct Keys {
-    list: Vec<Key>,
-    index: HashMap<Key, u32>,
-}
-
-impl Keys {
-    fn of(&mut self, frames: &FrameTable, id: FrameId) -> u32 {
-        let f = frames.frame(id);
-        let (file, func) = (frames.str(f.file), frames.str(f.func));
-        let synthetic = f.kind != FrameKind::Python || (file == "~" && f.location.is_none());
-        let key = Key {
-            file: (!synthetic).then(|| file.into()),
-            func: func.into(),
-        };
-        if let Some(&k) = self.index.get(&key) {
-            return k;
-        }
-        let k = self.list.len() as u32;
-        self.list.push(key.clone());
-        self.index.insert(key, k);
-        k
-    }
-
-    /// One label per key, `func (file)`; a key whose short label is taken
-    /// by another gets its full path (and, failing that, a number), so no
-    /// two keys share a box.
-    fn labels(&self) -> Vec<String> {
-        let mut used: HashMap<String, ()> = HashMap::new();
-        let mut out = Vec::with_capacity(self.list.len());
-        for (i, k) in self.list.iter().enumerate() {
-            let text = |full: bool| match &k.file {
-                None => clean(k.func.to_string()),
-                Some(f) if full => clean(format!("{} ({f})", k.func)),
-                Some(f) => clean(format!("{} ({})", k.func, short_file(f))),
-            };
-            let mut l = text(false);
-            if used.contains_key(&l) {
-                l = text(true);
-            }
-            if used.contains_key(&l) {
-                l = format!("{l} #{i}");
-            }
-            used.insert(l.clone(), ());
-            out.push(l);
-        }
-        out
-    }
-}
-
-/// Root-first key paths → samples ending there.
-type Paths = HashMap<Box<[u32]>, u64>;
-
-/// The counted stacks as root-first key paths, threads merged; keys are
-/// interned in the order first seen, as a streaming count would.
-fn key_paths(counts: &StackCounts, frames: &FrameTable, keys: &mut Keys) -> Paths {
-    let mut key_of = vec![u32::MAX; frames.len()];
-    let mut paths = Paths::new();
-    let mut buf = Vec::new();
-    for cell in counts.cells() {
-        buf.clear();
-        for &id in counts.stack(cell.stack).iter().rev() {
-            let slot = &mut key_of[id as usize];
-            if *slot == u32::MAX {
-                *slot = keys.of(frames, id);
-            }
-            buf.push(*slot);
-        }
-        match paths.get_mut(&buf[..]) {
-            Some(n) => *n += cell.count,
-            None => {
-                paths.insert(buf.as_slice().into(), cell.count);
-            }
-        }
-    }
-    paths
-}
+/// The tree's series: this run, the baseline.
+const CURRENT: u32 = 0;
+const BASELINE: u32 = 1;
 
 /// Renders this run against a baseline `.bin`; see the module
 /// documentation.
@@ -155,8 +67,14 @@ pub struct DiffFlamegraphCollector {
     baseline_stats: RunStats,
     baseline_mode: Option<Mode>,
     baseline_capture: Option<CaptureConfig>,
+    /// Frames of both runs, matched by file and function.
     keys: Keys,
-    baseline: Paths,
+    /// The baseline's stacks, as the `BASELINE` series: the call tree and
+    /// the inverted one.
+    trees: [CallTree; 2],
+    /// The baseline's (unscaled) self and cumulative samples per key.
+    baseline_keys: HashMap<u32, (u64, u64)>,
+    baseline_samples: u64,
     current: StackCounts,
 }
 
@@ -177,7 +95,20 @@ impl DiffFlamegraphCollector {
         let mut counts = StackCounts::new();
         reader.replay(|s, _| counts.add(s)).map_err(named)?;
         let mut keys = Keys::default();
-        let paths = key_paths(&counts, reader.frames(), &mut keys);
+        let trees = [false, true].map(|inverted| {
+            let mut tree = CallTree::new();
+            tree.add_stacks(
+                &counts,
+                keys.mapper(reader.frames(), false),
+                |_| BASELINE,
+                inverted,
+            );
+            tree
+        });
+        let baseline_keys = key_totals(&counts, keys.mapper(reader.frames(), false), |_| ())
+            .into_iter()
+            .map(|(((), k), v)| (k, v))
+            .collect();
         Ok(DiffFlamegraphCollector {
             output,
             baseline_path: baseline.to_path_buf(),
@@ -185,7 +116,9 @@ impl DiffFlamegraphCollector {
             baseline_mode: info.mode,
             baseline_capture: info.capture,
             keys,
-            baseline: paths,
+            trees,
+            baseline_keys,
+            baseline_samples: counts.total(),
             current: StackCounts::new(),
         })
     }
@@ -241,49 +174,112 @@ impl DiffFlamegraphCollector {
         frames: &FrameTable,
         stats: &RunStats,
     ) -> Result<Option<(String, Summary)>> {
-        let scale = self.scale(stats.interval_us);
-        let current = key_paths(&self.current, frames, &mut self.keys);
-        let tree = Tree::build(&current, &self.baseline, scale, &self.keys);
-        let root = &tree.nodes[0];
-        if root.cur_total == 0 {
+        if self.current.is_empty() {
             return Ok(None);
         }
-        let mut sum = Summary {
-            current: root.cur_total,
-            baseline: self.baseline.values().sum(),
-            scale,
-            grew: 0,
-            shrank: 0,
-            vanished: 0,
-            vanished_samples: 0.0,
-        };
-        for n in &tree.nodes[1..] {
-            if n.cur_total == 0 {
-                if n.base_self > 0.0 {
-                    sum.vanished += 1;
-                    sum.vanished_samples += n.base_self;
-                }
-                continue;
-            }
-            let d = n.cur_self as f64 - n.base_self;
-            if d >= 0.005 {
-                sum.grew += 1;
-            } else if d <= -0.005 {
-                sum.shrank += 1;
-            }
-        }
-        let (lines, at) = tree.folded_lines();
+        let scale = self.scale(stats.interval_us);
+        let calls = self.merged(frames, false);
+        let sum = Summary::of(&calls, self.baseline_samples, scale);
+        let inverted = self.merged(frames, true);
+        let current_keys = key_totals(&self.current, self.keys.mapper(frames, false), |_| ());
 
-        let mut opts = Options::default();
-        opts.title = TITLE.to_string();
-        opts.subtitle = Some(subtitle(stats, &self.baseline_stats, &sum));
-        opts.bgcolors = Some(BackgroundColor::Grey);
-        opts.deterministic = true;
-        opts.factor = 1.0 / FIXED;
-        let svg = draw(&mut opts, &lines, "differential flame graph")?;
-        let svg = retitle(&svg, &tree, &at);
-        Ok(Some((html_page(&svg, &sum), sum)))
+        let mut data = PageData::new(&self.keys.list);
+        let emitted = format!(
+            ",\"tree\":{},\"inverted\":{}",
+            data.tree(&calls.tree, &calls.cur, None),
+            data.tree(&inverted.tree, &inverted.cur, None)
+        );
+        let mut json = String::with_capacity(emitted.len() + 4096);
+        json.push_str("{\"kind\":\"diff\"");
+        data.stats(&mut json, TITLE, stats, sum.current, self.current.threads());
+        let b = &self.baseline_stats;
+        let _ = write!(
+            json,
+            ",\"status\":{{\"gil\":false,\"cpu\":false,\"exception\":false}},\"threads\":[],\"gc\":[],\"baseline\":{{\"samples\":{},\"duration\":{:.3},\"interval_us\":{},\"scale\":{},\"vanished\":{},\"vanished_samples\":{:.2},\"grew\":{},\"shrank\":{}}}",
+            sum.baseline,
+            if b.duration_s.is_finite() {
+                b.duration_s
+            } else {
+                0.0
+            },
+            b.interval_us,
+            scale,
+            sum.vanished,
+            sum.vanished_samples,
+            sum.grew,
+            sum.shrank,
+        );
+        self.hot_json(&mut json, &mut data, current_keys);
+        json.push_str(&emitted);
+        data.finish(&mut json);
+        json.push('}');
+        Ok(Some((page(TITLE, &json), sum)))
     }
+
+    /// The baseline's tree (or the inverted one) with this run added,
+    /// siblings widest first (this run, then the baseline).
+    fn merged(&mut self, frames: &FrameTable, inverted: bool) -> Merged {
+        let mut tree = self.trees[usize::from(inverted)].clone();
+        tree.add_stacks(
+            &self.current,
+            self.keys.mapper(frames, false),
+            |_| CURRENT,
+            inverted,
+        );
+        let cur_self = tree.ends(|s| s == CURRENT);
+        let base_self = tree.ends(|s| s == BASELINE);
+        let cur = tree.totals(&cur_self);
+        let base = tree.totals(&base_self);
+        sort_widest_first(&mut tree, &cur, &base, &self.keys.list);
+        Merged {
+            tree,
+            cur,
+            cur_self,
+            base_self,
+        }
+    }
+
+    /// `,"hot":[[..]]`: this run's top functions by self samples,
+    /// `[func,file,module,kind,self,total,baseline self,baseline total]`
+    /// (the baseline's unscaled).
+    fn hot_json(
+        &self,
+        json: &mut String,
+        data: &mut PageData<'_>,
+        current: IdMap<((), u32), (u64, u64)>,
+    ) {
+        let mut hot: Vec<(u32, u64, u64)> = current
+            .into_iter()
+            .filter(|(_, v)| v.0 > 0)
+            .map(|(((), k), (own, cum))| (k, own, cum))
+            .collect();
+        hot.sort_unstable_by(|a, b| {
+            b.1.cmp(&a.1)
+                .then(b.2.cmp(&a.2))
+                .then_with(|| self.keys.list[a.0 as usize].cmp(&self.keys.list[b.0 as usize]))
+        });
+        hot.truncate(20);
+        json.push_str(",\"hot\":[[");
+        for (j, &(k, own, cum)) in hot.iter().enumerate() {
+            let f = data.function(&self.keys.list[k as usize]);
+            let (bo, bc) = self.baseline_keys.get(&k).copied().unwrap_or_default();
+            let _ = write!(
+                json,
+                "{}[{f},{own},{cum},{bo},{bc}]",
+                if j > 0 { "," } else { "" }
+            );
+        }
+        json.push_str("]]");
+    }
+}
+
+/// Both runs in one tree; per node: this run's subtree and own samples,
+/// the baseline's own samples (unscaled).
+struct Merged {
+    tree: CallTree,
+    cur: Vec<u64>,
+    cur_self: Vec<u64>,
+    base_self: Vec<u64>,
 }
 
 impl Collector for DiffFlamegraphCollector {
@@ -328,6 +324,38 @@ struct Summary {
 }
 
 impl Summary {
+    /// The numbers of the call tree `m`: which drawn boxes' self samples
+    /// grew or shrank against the baseline scaled by `scale`, and the call
+    /// paths only the baseline has.
+    fn of(m: &Merged, baseline: u64, scale: f64) -> Summary {
+        let mut sum = Summary {
+            current: m.cur[0],
+            baseline,
+            scale,
+            grew: 0,
+            shrank: 0,
+            vanished: 0,
+            vanished_samples: 0.0,
+        };
+        for i in 1..m.tree.nodes.len() {
+            let b = m.base_self[i] as f64 * scale;
+            if m.cur[i] == 0 {
+                if m.base_self[i] > 0 {
+                    sum.vanished += 1;
+                    sum.vanished_samples += b;
+                }
+                continue;
+            }
+            let d = m.cur_self[i] as f64 - b;
+            if d >= 0.005 {
+                sum.grew += 1;
+            } else if d <= -0.005 {
+                sum.shrank += 1;
+            }
+        }
+        sum
+    }
+
     fn line(&self) -> String {
         let mut s = format!(
             "Differential flame graph: {} current samples vs {} baseline samples (×{} = {}); {} frame{} grew, {} shrank",
@@ -363,300 +391,12 @@ fn num(x: f64) -> String {
     }
 }
 
-fn interval(us: u64) -> String {
-    match us {
-        0 => "?".to_string(),
-        us if us % 1000 == 0 => format!("{} ms", us / 1000),
-        us => format!("{us} µs"),
-    }
-}
-
-/// The line under the title: both runs and the scale.
-fn subtitle(cur: &RunStats, base: &RunStats, sum: &Summary) -> String {
-    format!(
-        "current {} samples in {:.2} s at {} · baseline {} samples in {:.2} s at {}, scaled ×{} · mode {} · red: more self samples, blue: fewer",
-        sum.current,
-        cur.duration_s,
-        interval(cur.interval_us),
-        sum.baseline,
-        base.duration_s,
-        interval(base.interval_us),
-        num(sum.scale),
-        cur.mode.as_str(),
-    )
-}
-
-#[derive(Default)]
-struct Node {
-    /// `u32::MAX` for the root.
-    key: u32,
-    cur_self: u64,
-    cur_total: u64,
-    /// Scaled.
-    base_self: f64,
-    base_total: f64,
-    children: Vec<usize>,
-}
-
-/// Both runs merged into one tree over keys.
-struct Tree {
-    nodes: Vec<Node>,
-    labels: Vec<String>,
-}
-
-impl Tree {
-    fn build(cur: &Paths, base: &Paths, scale: f64, keys: &Keys) -> Tree {
-        let mut nodes = vec![Node {
-            key: u32::MAX,
-            ..Node::default()
-        }];
-        let mut index: HashMap<(usize, u32), usize> = HashMap::new();
-        let mut all: Vec<(&[u32], u64, bool)> = cur
-            .iter()
-            .map(|(p, &n)| (&p[..], n, true))
-            .chain(base.iter().map(|(p, &n)| (&p[..], n, false)))
-            .collect();
-        all.sort_unstable();
-        for (path, n, is_cur) in all {
-            let mut node = 0;
-            for &k in path {
-                node = match index.get(&(node, k)) {
-                    Some(&c) => c,
-                    None => {
-                        let c = nodes.len();
-                        nodes.push(Node {
-                            key: k,
-                            ..Node::default()
-                        });
-                        nodes[node].children.push(c);
-                        index.insert((node, k), c);
-                        c
-                    }
-                };
-            }
-            if is_cur {
-                nodes[node].cur_self += n;
-            } else {
-                nodes[node].base_self += n as f64 * scale;
-            }
-        }
-        // Children come after their parents: sum bottom-up.
-        for i in (0..nodes.len()).rev() {
-            let (mut c, mut b) = (nodes[i].cur_self, nodes[i].base_self);
-            for &ch in &nodes[i].children {
-                c += nodes[ch].cur_total;
-                b += nodes[ch].base_total;
-            }
-            nodes[i].cur_total = c;
-            nodes[i].base_total = b;
-        }
-        let labels = keys.labels();
-        // Widest first (this run, then the baseline), then by label.
-        for i in 0..nodes.len() {
-            let mut ch = std::mem::take(&mut nodes[i].children);
-            ch.sort_by(|&a, &b| {
-                let (a, b) = (&nodes[a], &nodes[b]);
-                b.cur_total
-                    .cmp(&a.cur_total)
-                    .then(b.base_total.total_cmp(&a.base_total))
-                    .then_with(|| labels[a.key as usize].cmp(&labels[b.key as usize]))
-            });
-            nodes[i].children = ch;
-        }
-        Tree { nodes, labels }
-    }
-
-    /// `stack before after` lines (hundredths of samples) in depth-first
-    /// order, and where each drawn box lands: (depth, start) → node.
-    fn folded_lines(&self) -> (Vec<String>, HashMap<(usize, u64), usize>) {
-        let mut lines = Vec::new();
-        let mut at = HashMap::new();
-        let mut path: Vec<u32> = Vec::new();
-        let mut x: u64 = 0;
-        let mut todo: Vec<(usize, usize)> = self.nodes[0]
-            .children
-            .iter()
-            .rev()
-            .map(|&c| (c, 1))
-            .collect();
-        while let Some((i, depth)) = todo.pop() {
-            let node = &self.nodes[i];
-            path.truncate(depth - 1);
-            path.push(node.key);
-            if node.cur_total > 0 {
-                at.insert((depth, x), i);
-            }
-            if node.cur_self > 0 || node.base_self > 0.0 {
-                let mut line = String::new();
-                for (k, &key) in path.iter().enumerate() {
-                    if k > 0 {
-                        line.push(';');
-                    }
-                    line.push_str(&self.labels[key as usize]);
-                }
-                let after = node.cur_self * FIXED as u64;
-                let before = (node.base_self * FIXED).round() as u64;
-                let _ = write!(line, " {before} {after}");
-                lines.push(line);
-                x += after;
-            }
-            todo.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
-        }
-        at.insert((0, 0), 0);
-        (lines, at)
-    }
-
-    /// A box's tooltip.
-    fn title(&self, i: usize) -> String {
-        let n = &self.nodes[i];
-        let total = self.nodes[0].cur_total as f64;
-        if i == 0 {
-            return format!(
-                "all ({} samples, 100%; baseline {})",
-                n.cur_total,
-                num(n.base_total)
-            );
-        }
-        let d = n.cur_self as f64 - n.base_self;
-        let pct = if n.base_self > 0.0 {
-            format!("{:+.1}%", d * 100.0 / n.base_self)
-        } else if n.cur_self > 0 {
-            "new".to_string()
-        } else {
-            "+0.0%".to_string()
-        };
-        let sign = if d >= 0.005 { "+" } else { "" };
-        format!(
-            "{} ({} samples, {:.2}%; baseline {}; self {} vs {}: {sign}{}, {pct})",
-            self.labels[n.key as usize],
-            n.cur_total,
-            n.cur_total as f64 * 100.0 / total,
-            num(n.base_total),
-            n.cur_self,
-            num(n.base_self),
-            num(d),
-        )
-    }
-}
-
-/// The value of attribute `name` in the tag `tag`.
-fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
-    let pat = format!(" {name}=\"");
-    let start = tag.find(&pat)? + pat.len();
-    let len = tag[start..].find('"')?;
-    Some(&tag[start..start + len])
-}
-
-/// Replace inferno's tooltips (`name (N samples, P%; +D%)`) with ours,
-/// which add the baseline's samples and the self-sample change. A box is
-/// found by its depth (the rank of its `y`, root lowest) and its start
-/// (`fg:x`); one not found keeps inferno's text.
-fn retitle(svg: &str, tree: &Tree, at: &HashMap<(usize, u64), usize>) -> String {
-    const OPEN: &str = "<g><title>";
-    // (title start, title end, y, fg:x) per box.
-    let mut boxes: Vec<(usize, usize, f64, u64)> = Vec::new();
-    let mut pos = 0;
-    while let Some(o) = svg[pos..].find(OPEN) {
-        let start = pos + o + OPEN.len();
-        let Some(len) = svg[start..].find("</title>") else {
-            break;
-        };
-        let end = start + len;
-        pos = end;
-        let Some(r) = svg[end..].find("<rect ") else {
-            break;
-        };
-        let rect = &svg[end + r..];
-        let rect = &rect[..rect.find("/>").unwrap_or(rect.len())];
-        let (Some(y), Some(x)) = (
-            attr(rect, "y").and_then(|v| v.parse::<f64>().ok()),
-            attr(rect, "fg:x").and_then(|v| v.parse::<u64>().ok()),
-        ) else {
-            continue;
-        };
-        boxes.push((start, end, y, x));
-    }
-    let mut ys: Vec<f64> = boxes.iter().map(|b| b.2).collect();
-    ys.sort_by(|a, b| b.total_cmp(a));
-    ys.dedup();
-    let mut out = String::with_capacity(svg.len() + boxes.len() * 40);
-    let mut last = 0;
-    for (start, end, y, x) in boxes {
-        let depth = ys.iter().position(|&v| v == y).unwrap_or(usize::MAX);
-        if let Some(&i) = at.get(&(depth, x)) {
-            out.push_str(&svg[last..start]);
-            out.push_str(&escape(&tree.title(i)));
-            last = end;
-        }
-    }
-    out.push_str(&svg[last..]);
-    out
-}
-
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The page: the SVG inline (its script runs there too), then a legend.
-fn html_page(svg: &str, sum: &Summary) -> String {
-    let mut legend = [
-        swatch(
-            Color {
-                r: 255,
-                g: 90,
-                b: 90,
-            },
-            "more self samples than the baseline",
-        ),
-        swatch(
-            Color {
-                r: 90,
-                g: 90,
-                b: 255,
-            },
-            "fewer",
-        ),
-        swatch(
-            Color {
-                r: 255,
-                g: 255,
-                b: 255,
-            },
-            "unchanged",
-        ),
-    ]
-    .join("\n");
-    if sum.vanished > 0 {
-        let _ = write!(
-            legend,
-            "\n<span class=\"key\">{} call path{} seen only in the baseline ({} samples after scaling) ha{} no width here and {} not drawn</span>",
-            sum.vanished,
-            if sum.vanished == 1 { "" } else { "s" },
-            num(sum.vanished_samples),
-            if sum.vanished == 1 { "s" } else { "ve" },
-            if sum.vanished == 1 { "is" } else { "are" },
-        );
-    }
-    page(TITLE, svg, &legend, HELP)
-}
-
-const HELP: &str = "Box width is this run's samples, summed over threads; colour is the change in a box's self samples against the baseline (scaled by the ratio of the sampling intervals), frames matched by file and function, lines ignored. Click a box to zoom in, \"Reset Zoom\" to zoom out; Ctrl-F or \"Search\" to highlight functions by regular expression.";
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::collect::Collector;
     use crate::collect::binary::{BinaryCollector, BinaryOptions};
+    use crate::collect::flamegraph::testing::Drawn;
     use crate::collect::scenarios::{py, sample};
 
     fn stats(interval_us: u64, n: u64, mode: Mode) -> RunStats {
@@ -718,29 +458,8 @@ mod tests {
         t
     }
 
-    /// Each box's title and fill, from the SVG.
-    fn boxes(svg: &str) -> Vec<(String, (u8, u8, u8))> {
-        let mut out = Vec::new();
-        for part in svg.split("<g><title>").skip(1) {
-            let title = &part[..part.find("</title>").unwrap()];
-            let f = part.find("fill=\"rgb(").unwrap() + "fill=\"rgb(".len();
-            let rgb: Vec<u8> = part[f..f + part[f..].find(')').unwrap()]
-                .split(',')
-                .map(|x| x.trim().parse().unwrap())
-                .collect();
-            out.push((title.to_string(), (rgb[0], rgb[1], rgb[2])));
-        }
-        out
-    }
-
-    fn find<'a>(b: &'a [(String, (u8, u8, u8))], prefix: &str) -> &'a (String, (u8, u8, u8)) {
-        b.iter()
-            .find(|(t, _)| t.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no box {prefix}: {b:?}"))
-    }
-
     #[test]
-    fn grown_is_red_shrunk_is_blue_with_interval_scaling() {
+    fn both_runs_in_one_tree_with_the_scale_and_the_summary() {
         let path = baseline("scale.bin", 2000, Mode::Cpu, CaptureConfig::default());
         let mut c = DiffFlamegraphCollector::new(&path, Output::Stdout).unwrap();
         let _ = std::fs::remove_file(&path);
@@ -749,44 +468,52 @@ mod tests {
         let (page, sum) = c.render(&t, &stats(1000, 75, Mode::Cpu)).unwrap().unwrap();
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("<title>tachyon differential flame graph</title>"));
-        let start = page.find("<svg").unwrap();
-        let svg = &page[start..page.rfind("</svg>").unwrap() + 6];
-        assert!(svg.contains("onload=\"init(evt)\""));
-        assert!(svg.contains(super::super::flamegraph::ZOOM_LOOKUP_HTML));
-        let b = boxes(svg);
-        // Baseline ×2: work 20 → 60, decode 40 → 10, gone 10 → (not drawn).
-        let (work_t, work_c) = find(&b, "work (/app/main.py)");
+        let d = Drawn::of(&page);
+        assert_eq!(d.v["kind"], "diff");
+        // Matched by file and function, lines ignored; the baseline-only
+        // `gone` is not drawn.
         assert_eq!(
-            work_t,
-            "work (/app/main.py) (60 samples, 80.00%; baseline 20; self 60 vs 20: +40, +200.0%)"
+            d.labels,
+            [
+                "all",
+                "main (/app/main.py)",
+                "work (/app/main.py)",
+                "decode (/usr/lib/python3.15/json/decoder.py)"
+            ]
         );
-        assert!(work_c.0 == 255 && work_c.2 < 200, "grew is red: {work_c:?}");
-        let (dec_t, dec_c) = find(&b, "decode (");
+        let cur = d.totals(|s| s == CURRENT as i64);
+        let base = d.totals(|s| s == BASELINE as i64);
+        assert_eq!(cur, [(75, 0), (75, 5), (60, 60), (10, 10)]);
+        // The inverted tree: work, decode and main (itself) at the roots.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(inv.totals(|s| s == CURRENT as i64)[1].0, 60);
+        assert_eq!(inv.labels[1], "work (/app/main.py)");
+        assert_eq!(inv.labels[2], "main (/app/main.py)");
+        // Unscaled in the page: work 10, decode 20, and gone's 5 hidden in
+        // main (not drawn, still in main's width).
+        assert_eq!(base, [(35, 0), (35, 0), (10, 10), (20, 20)]);
+        assert_eq!(d.ends_of(1), [vec![0, 5, 0], vec![1, 0, 5]]);
+        let b = &d.v["baseline"];
+        assert_eq!(b["scale"], 2.0);
+        assert_eq!(b["samples"], 35);
+        assert_eq!(b["vanished"], 1);
+        assert_eq!(b["vanished_samples"], 10.0);
         assert_eq!(
-            dec_t,
-            "decode (/usr/lib/python3.15/json/decoder.py) (10 samples, 13.33%; baseline 40; self 10 vs 40: -30, -75.0%)"
+            (b["grew"].as_u64(), b["shrank"].as_u64()),
+            (Some(2), Some(1))
         );
-        assert!(dec_c.2 == 255 && dec_c.0 < 255, "shrank is blue: {dec_c:?}");
-        // The strongest change gets the deepest colour.
-        assert!(work_c.1 < dec_c.1, "{work_c:?} vs {dec_c:?}");
-        let (main_t, main_c) = find(&b, "main (/app/main.py)");
-        assert_eq!(
-            main_t,
-            "main (/app/main.py) (75 samples, 100.00%; baseline 70; self 5 vs 0: +5, new)"
-        );
-        assert!(main_c.0 == 255 && main_c.1 > work_c.1, "{main_c:?}");
-        assert_eq!(find(&b, "all (").0, "all (75 samples, 100%; baseline 70)");
-        assert!(!svg.contains("gone"), "baseline-only paths are not drawn");
-        assert_eq!(b.len(), 4);
-        // Subtitle and summary.
-        assert!(svg.contains(
-            "current 75 samples in 0.07 s at 1 ms · baseline 35 samples in 0.07 s at 2 ms, scaled ×2 · mode cpu"
-        ), "{svg}");
+        // Hot spots: this run's self samples with the baseline's.
+        let hot: Vec<_> = d.v["hot"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[4].as_u64().unwrap(), e[6].as_u64().unwrap()))
+            .collect();
+        assert_eq!(hot, [(60, 10), (10, 20), (5, 0)]);
         assert_eq!(
             sum.line(),
             "Differential flame graph: 75 current samples vs 35 baseline samples (×2 = 70); 2 frames grew, 1 shrank; 1 call path only in the baseline (10 samples) not drawn"
         );
-        assert!(page.contains("1 call path seen only in the baseline (10 samples after scaling)"));
     }
 
     #[test]
@@ -797,14 +524,9 @@ mod tests {
         let t = current(&mut c);
         let (page, sum) = c.render(&t, &stats(1000, 75, Mode::Wall)).unwrap().unwrap();
         assert_eq!(sum.scale, 0.5);
-        let b = boxes(&page);
-        // decode: 20 × 0.5 = 10 → unchanged, (inferno's) white.
-        let (dec_t, dec_c) = find(&b, "decode (");
-        assert!(dec_t.ends_with("self 10 vs 10: 0, +0.0%)"), "{dec_t}");
-        assert!(
-            dec_c.0 >= 250 && dec_c.0 == dec_c.1 && dec_c.1 == dec_c.2,
-            "{dec_c:?}"
-        );
+        assert_eq!(Drawn::of(&page).v["baseline"]["scale"], 0.5);
+        // decode: 20 × 0.5 = 10, unchanged: neither grew nor shrank.
+        assert_eq!((sum.grew, sum.shrank), (2, 0));
         // gone: 5 × 0.5 = 2.5 samples.
         assert!(
             sum.line().ends_with("(2.5 samples) not drawn"),
@@ -896,12 +618,16 @@ mod tests {
         let got = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_file(&out);
         assert!(got.trim_end().ends_with("</html>"));
-        assert!(got.contains("work (/app/main.py)"));
+        assert!(
+            Drawn::of(&got)
+                .labels
+                .contains(&"work (/app/main.py)".to_string())
+        );
         assert_eq!(default_output_name(42), "diff_flamegraph_42.html");
     }
 
     #[test]
-    fn colliding_short_labels_stay_apart() {
+    fn same_names_in_different_files_stay_apart() {
         let mut keys = Keys::default();
         let mut t = FrameTable::new();
         let a = py(
@@ -916,13 +642,13 @@ mod tests {
             "f",
             1,
         );
-        keys.of(&t, a);
-        keys.of(&t, b);
-        let l = keys.labels();
-        assert_eq!(l[0], "f (.../pkg/mod.py)");
-        assert_eq!(
-            l[1],
-            "f (/home/someone/projects/number/two/very/long/pkg/mod.py)"
+        let c = py(
+            &mut t,
+            "/home/someone/projects/number/two/very/long/pkg/mod.py",
+            "f",
+            9,
         );
+        assert_ne!(keys.of(&t, a, false), keys.of(&t, b, false));
+        assert_eq!(keys.of(&t, b, false), keys.of(&t, c, false));
     }
 }

@@ -1,154 +1,524 @@
-//! Flame graph (`--flamegraph`): one self-contained HTML file holding an
-//! interactive SVG drawn by the `inferno` crate (click to zoom, Ctrl-F or the
-//! "Search" button for a regex search, tooltips, "Reset Zoom"), as the
-//! reference writes one self-contained HTML file.
+//! Flame graph (`--flamegraph`): one self-contained HTML page, its call
+//! trees embedded as compact JSON and drawn on a canvas by a small script
+//! of our own (`flamegraph.js`, `flamegraph.css`), as the reference writes
+//! one self-contained HTML file.
 //!
-//! * Samples are counted by frame-id sequence per thread (no strings per
-//!   sample, as in [`super::collapsed`]); labels are built once per frame at
-//!   the end.
-//! * A frame is labelled `func (file:line)`, the file shortened to
-//!   `.../dir/name.py` when longer than 50 characters (the reference's
-//!   rule); synthetic frames (`<GC>`, `<native>`) and unreadable ones carry
-//!   just their name. Frames with the same label at the same place in the
-//!   tree are one box, so frames differing only in column merge, as in the
-//!   reference's tree keyed by `(file, line, func)`.
-//! * Threads are merged by default, like the reference's tree: a box's width
-//!   is its samples summed over threads (with `-a`, thread-samples).
-//!   [`FlamegraphCollector::with_thread_roots`] puts a `thread <tid>` box
-//!   under each thread's stacks instead.
-//! * Siblings are ordered widest first (the reference's order), not
-//!   alphabetically as `flamegraph.pl` does.
-//! * Colours follow the frame's file: your code in reds, the standard
-//!   library in yellows, installed packages (`site-packages`,
-//!   `dist-packages`) in aquas; the shade is a hash of file and function, so
-//!   a function keeps its colour between runs. `<GC>` is green, `<native>`
-//!   blue, unreadable frames grey.
-//! * Boxes narrower than 0.01% of the total are not drawn (0.05% above 5,000
-//!   distinct stacks, 0.1% above 20,000) to keep big profiles loadable; the
-//!   reference drops nodes under 0.1%.
+//! * The page: click a box to zoom (its callers stay, full width), Escape
+//!   or "Reset" to zoom out; a search box (regular expression or text) that
+//!   highlights matches and says what share of the samples they hold;
+//!   tooltips with samples, share, self samples, file and line, and the
+//!   GIL, CPU and exception shares when the run recorded them; the call
+//!   tree or the inverted one (the functions that ran at the roots, their
+//!   callers stacked on them); flame (root at the bottom) or icicle (root
+//!   at the top); labels by file path or module name; a thread filter
+//!   (threads by name when known, else by id; all threads by default); a
+//!   sidebar with the run's summary (samples, duration, rate, error rate,
+//!   missed samples, mode), GIL held/waiting/released, on-CPU, garbage
+//!   collection and exception shares, and the top functions by self
+//!   samples (click one to highlight it). The state can be given in the
+//!   address after `#` (`#inverted&icicle&thread=TID&search=RE&labels=module`).
+//! * Boxes are merged by function, file and line at the same place in the
+//!   tree (frames differing only in column are one box, as in the
+//!   reference's tree keyed by `(file, line, func)`); siblings widest
+//!   first. Colours follow [`super::tree::classify`]: your code in reds,
+//!   the standard library in yellows, installed packages in aquas, `<GC>`
+//!   green, `<native>` blue, unreadable frames grey.
+//! * Samples are counted per distinct stack and thread
+//!   ([`super::stacks::StackCounts`]) with the status bits per stack; the
+//!   trees are the shared [`super::tree::CallTree`], one series per thread.
+//! * Nodes holding less than 0.01% of the samples are left out (0.05%
+//!   above 5,000 nodes, 0.1% above 20,000; the reference drops nodes under
+//!   0.1%); their samples stay in their parent's width, and the hot-spot
+//!   list is counted from every stack, so it misses nothing.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
-use inferno::flamegraph::{self as inferno_fg, Options, Palette, TextTruncateDirection};
-
-use super::stacks::StackCounts;
+use super::stacks::{StackCounts, StackId};
+use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
-use crate::error::{Error, Result};
-use crate::model::{FrameId, FrameKind, FrameTable, Sample, status};
+use crate::error::Result;
+use crate::model::{FrameKind, FrameTable, Sample, StrId, status};
 
-/// The page's and the graph's title.
+pub(crate) use super::tree::{Kind, classify};
+
+/// The page's title.
 pub const TITLE: &str = "tachyon flame graph";
 
-/// Counts distinct stacks per thread and renders them as an HTML flame
-/// graph; see the module documentation.
+/// Per (thread, stack): samples holding the GIL, waiting for it, on a
+/// CPU, with a known CPU state, and handling an exception.
+type StatusCounts = [u64; 5];
+
+/// Counts distinct stacks per thread, with their status bits, and renders
+/// them as an HTML flame graph; see the module documentation.
 pub struct FlamegraphCollector {
     output: Output,
-    thread_roots: bool,
     counts: StackCounts,
+    status: IdMap<(u64, StackId), StatusCounts>,
+    /// The last name each thread was seen with.
+    names: HashMap<u64, StrId>,
     /// Threads seen with the main-thread flag.
     main_threads: Vec<u64>,
+    /// Some sample had a GIL bit (held or requested) / a known CPU state
+    /// that was "running": the shares are worth showing.
+    saw_gil: bool,
+    saw_cpu: bool,
+    saw_exception: bool,
 }
 
 impl FlamegraphCollector {
     pub fn new(output: Output) -> Self {
         FlamegraphCollector {
             output,
-            thread_roots: false,
             counts: StackCounts::new(),
+            status: IdMap::default(),
+            names: HashMap::new(),
             main_threads: Vec::new(),
+            saw_gil: false,
+            saw_cpu: false,
+            saw_exception: false,
         }
     }
 
-    /// One tower per thread, under a `thread <tid>` box, instead of all
-    /// threads merged (the default).
-    pub fn with_thread_roots(mut self, on: bool) -> Self {
-        self.thread_roots = on;
-        self
-    }
-
-    /// The call tree, labelled; `None` when nothing was sampled.
-    fn tree(&self, frames: &FrameTable) -> Option<Tree> {
-        let mut tree = Tree::default();
-        tree.nodes.push(Node::default());
-        let mut label_of: Vec<u32> = vec![u32::MAX; frames.len()];
-        // Threads in id order, each one's stacks in frame order: the same
-        // tree, box for box, whatever order the samples came in.
-        let mut cells: Vec<(u64, &[FrameId], u64)> = self
-            .counts
-            .cells()
-            .iter()
-            .map(|c| (c.tid, self.counts.stack(c.stack), c.count))
-            .collect();
-        cells.sort_unstable();
-        let mut thread_base: Option<(u64, usize)> = None;
-        for (tid, stack, n) in cells {
-            let base = if !self.thread_roots {
-                0
-            } else if let Some((t, b)) = thread_base
-                && t == tid
-            {
-                b
-            } else {
-                let main = if self.main_threads.contains(&tid) {
-                    " (main)"
-                } else {
-                    ""
-                };
-                let label = tree.intern(format!("thread {tid}{main}"), Kind::Thread);
-                let b = tree.child(0, label);
-                thread_base = Some((tid, b));
-                b
-            };
-            let mut node = base;
-            for &id in stack.iter().rev() {
-                let slot = &mut label_of[id as usize];
-                if *slot == u32::MAX {
-                    let (text, kind) = label(frames, id);
-                    *slot = tree.intern(text, kind);
-                }
-                node = tree.child(node, *slot);
-            }
-            tree.nodes[node].self_samples += n;
-            tree.total += n;
-        }
-        if tree.total == 0 {
-            return None;
-        }
-        tree.sum_totals();
-        Some(tree)
-    }
-
-    /// The HTML page and the numbers for the closing message; `None` when
+    /// The page and the numbers for the closing message; `None` when
     /// nothing was sampled.
     fn render(&self, frames: &FrameTable, stats: &RunStats) -> Result<Option<(String, Summary)>> {
-        let Some(tree) = self.tree(frames) else {
+        if self.counts.is_empty() {
             return Ok(None);
-        };
-        let lines = tree.folded_lines();
-        let summary = Summary {
-            roots: tree.nodes[0].children.len(),
-            samples: tree.total,
-            frames: tree.labels.len(),
-        };
-
-        let mut palette = PaletteMap::default();
-        // inferno's root box ("all") has the empty name.
-        palette.insert("", ROOT_COLOR);
-        for (text, &kind) in tree.labels.iter().zip(&tree.kinds) {
-            palette.insert(text, color_for(kind, text));
         }
-        let mut opts = Options::default();
-        opts.title = TITLE.to_string();
-        opts.subtitle = Some(subtitle(stats, self.counts.threads()));
-        opts.colors = Palette::Multi(inferno_fg::color::MultiPalette::Python);
-        opts.bgcolors = Some(BackgroundColor::Grey);
-        opts.deterministic = true;
-        opts.palette_map = Some(&mut palette);
-        let svg = draw(&mut opts, &lines, "flame graph")?;
-        Ok(Some((html_page(&svg), summary)))
+        let threads = self.threads();
+        let series: HashMap<u64, u32> = threads
+            .iter()
+            .enumerate()
+            .map(|(i, &(tid, _))| (tid, i as u32))
+            .collect();
+        let mut keys = Keys::default();
+        let trees = [false, true].map(|inverted| self.tree(frames, &mut keys, &series, inverted));
+
+        let mut data = PageData::new(&keys.list);
+        // Status columns only when there is something to show.
+        let show_status = self.saw_gil || self.saw_cpu || self.saw_exception;
+        let mut emitted = String::new();
+        for ((tree, all, status), name) in trees.iter().zip(["tree", "inverted"]) {
+            let _ = write!(
+                emitted,
+                ",\"{name}\":{}",
+                data.tree(tree, all, show_status.then_some(status))
+            );
+        }
+        let mut json = String::with_capacity(emitted.len() + 4096);
+        json.push_str("{\"kind\":\"flame\"");
+        data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
+        let _ = write!(
+            json,
+            ",\"status\":{{\"gil\":{},\"cpu\":{},\"exception\":{}}},\"gc\":{:?}",
+            self.saw_gil,
+            self.saw_cpu,
+            self.saw_exception,
+            self.gc_per_thread(frames, &series, threads.len())
+        );
+        self.threads_json(&mut json, frames, &threads);
+        self.hot_json(&mut json, frames, &mut data, &series, threads.len());
+        json.push_str(&emitted);
+        data.finish(&mut json);
+        json.push('}');
+        let summary = Summary {
+            roots: trees[0].0.nodes[0].children.len(),
+            samples: self.counts.total(),
+            frames: keys.list.len(),
+        };
+        Ok(Some((page(TITLE, &json), summary)))
     }
+
+    /// Threads and their samples, busiest first: the tree's series.
+    fn threads(&self) -> Vec<(u64, u64)> {
+        let mut per_thread: HashMap<u64, u64> = HashMap::new();
+        for c in self.counts.cells() {
+            *per_thread.entry(c.tid).or_default() += c.count;
+        }
+        let mut threads: Vec<(u64, u64)> = per_thread.into_iter().collect();
+        threads.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        threads
+    }
+
+    /// The call tree (or, `inverted`, the functions that ran at the roots
+    /// with their callers stacked on them), siblings widest first; each
+    /// node's samples over all threads; its status counts per thread.
+    fn tree(
+        &self,
+        frames: &FrameTable,
+        keys: &mut Keys,
+        series: &HashMap<u64, u32>,
+        inverted: bool,
+    ) -> (CallTree, Vec<u64>, IdMap<(u32, u32), StatusCounts>) {
+        let mut tree = CallTree::new();
+        let ends = tree.add_stacks(
+            &self.counts,
+            keys.mapper(frames, true),
+            |t| series[&t],
+            inverted,
+        );
+        let all = tree.totals(&tree.ends(|_| true));
+        sort_widest_first(&mut tree, &all, &[], &keys.list);
+        let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
+        for (cell, &node) in self.counts.cells().iter().zip(&ends) {
+            if let Some(st) = self.status.get(&(cell.tid, cell.stack)) {
+                let e = status.entry((node, series[&cell.tid])).or_default();
+                for (a, b) in e.iter_mut().zip(st) {
+                    *a += b;
+                }
+            }
+        }
+        (tree, all, status)
+    }
+
+    /// Per thread, the samples in garbage collection (a `<GC>` frame on
+    /// the stack).
+    fn gc_per_thread(
+        &self,
+        frames: &FrameTable,
+        series: &HashMap<u64, u32>,
+        threads: usize,
+    ) -> Vec<u64> {
+        let mut gc = vec![0u64; threads];
+        for c in self.counts.cells() {
+            if self
+                .counts
+                .stack(c.stack)
+                .iter()
+                .any(|&f| frames.frame(f).kind == FrameKind::Gc)
+            {
+                gc[series[&c.tid] as usize] += c.count;
+            }
+        }
+        gc
+    }
+
+    /// `,"threads":[[tid,name|null,main,samples],..]`.
+    fn threads_json(&self, json: &mut String, frames: &FrameTable, threads: &[(u64, u64)]) {
+        json.push_str(",\"threads\":[");
+        for (i, &(tid, n)) in threads.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            let name = match self.names.get(&tid) {
+                Some(&s) if (s as usize) < frames.strings().len() => json_str(frames.str(s)),
+                _ => "null".into(),
+            };
+            let main = u8::from(self.main_threads.contains(&tid));
+            let _ = write!(json, "[{tid},{name},{main},{n}]");
+        }
+        json.push(']');
+    }
+
+    /// `,"hot":[all, thread 0, ..]`, each a list of
+    /// `[func,file,module,kind,self,total]`: the top functions (lines
+    /// merged, as a person asks "which function", and a function's lines
+    /// are often many boxes) by self samples, counted from every stack.
+    fn hot_json(
+        &self,
+        json: &mut String,
+        frames: &FrameTable,
+        data: &mut PageData<'_>,
+        series: &HashMap<u64, u32>,
+        threads: usize,
+    ) {
+        let mut functions = Keys::default();
+        let hot = key_totals(&self.counts, functions.mapper(frames, false), |t| {
+            series[&t]
+        });
+        let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); threads + 1];
+        let mut overall: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (&(s, k), &(own, cum)) in &hot {
+            lists[s as usize + 1].push((k, own, cum));
+            let e = overall.entry(k).or_default();
+            e.0 += own;
+            e.1 += cum;
+        }
+        lists[0] = overall.into_iter().map(|(k, (a, b))| (k, a, b)).collect();
+        json.push_str(",\"hot\":[");
+        for (i, l) in lists.iter_mut().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            l.retain(|x| x.1 > 0);
+            l.sort_unstable_by(|a, b| {
+                b.1.cmp(&a.1)
+                    .then(b.2.cmp(&a.2))
+                    .then_with(|| functions.list[a.0 as usize].cmp(&functions.list[b.0 as usize]))
+            });
+            l.truncate(if i == 0 { HOT_ALL } else { HOT_THREAD });
+            json.push('[');
+            for (j, &(k, own, cum)) in l.iter().enumerate() {
+                let f = data.function(&functions.list[k as usize]);
+                let _ = write!(json, "{}[{f},{own},{cum}]", if j > 0 { "," } else { "" });
+            }
+            json.push(']');
+        }
+        json.push(']');
+    }
+}
+
+/// Hot spots listed for all threads, and for each thread.
+const HOT_ALL: usize = 20;
+const HOT_THREAD: usize = 10;
+
+/// Order siblings widest first by `main`, then by `second` (when given),
+/// then by what they stand for, so the page is the same however the
+/// samples came in.
+pub(super) fn sort_widest_first(
+    tree: &mut CallTree,
+    main: &[u64],
+    second: &[u64],
+    keys: &[FrameKey],
+) {
+    let node_key: Vec<u32> = tree.nodes.iter().map(|n| n.key).collect();
+    let key = |n: u32| keys.get(node_key[n as usize] as usize);
+    tree.sort_children(|a, b| {
+        let (a, b) = (a as usize, b as usize);
+        main[b]
+            .cmp(&main[a])
+            .then_with(|| match (second.get(b), second.get(a)) {
+                (Some(x), Some(y)) => x.cmp(y),
+                _ => std::cmp::Ordering::Equal,
+            })
+            .then_with(|| key(a as u32).cmp(&key(b as u32)))
+    });
+}
+
+/// The share of all samples under which a node is left out, by how many
+/// nodes the tree has.
+pub(super) fn threshold(nodes: usize) -> f64 {
+    match nodes {
+        0..=5_000 => 0.0001,
+        5_001..=20_000 => 0.0005,
+        _ => 0.001,
+    }
+}
+
+/// The page's JSON, piece by piece: strings and frames are emitted as the
+/// tree and the hot spots refer to them.
+pub(super) struct PageData<'k> {
+    keys: &'k [FrameKey],
+    strings: Vec<String>,
+    string_index: HashMap<String, u32>,
+    frame_of: Vec<u32>,
+    /// `func, file, module, line, kind` per frame, flat; -1 for no file.
+    frames: String,
+    count: u32,
+}
+
+impl<'k> PageData<'k> {
+    pub fn new(keys: &'k [FrameKey]) -> Self {
+        PageData {
+            keys,
+            strings: Vec::new(),
+            string_index: HashMap::new(),
+            frame_of: vec![u32::MAX; keys.len()],
+            frames: String::new(),
+            count: 0,
+        }
+    }
+
+    fn string(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.string_index.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as u32;
+        self.strings.push(s.to_string());
+        self.string_index.insert(s.to_string(), i);
+        i
+    }
+
+    /// The page's index of key `key`'s frame.
+    pub fn frame(&mut self, key: u32) -> u32 {
+        let slot = self.frame_of[key as usize];
+        if slot != u32::MAX {
+            return slot;
+        }
+        let k = &self.keys[key as usize];
+        let func = self.string(if k.func.is_empty() {
+            "<unnamed>"
+        } else {
+            &k.func
+        });
+        let (file, module) = match &k.file {
+            Some(f) => (
+                i64::from(self.string(f)),
+                i64::from(self.string(&module_name(f))),
+            ),
+            None => (-1, -1),
+        };
+        if self.count > 0 {
+            self.frames.push(',');
+        }
+        let _ = write!(
+            self.frames,
+            "{func},{file},{module},{},{}",
+            k.line,
+            k.kind.code()
+        );
+        self.frame_of[key as usize] = self.count;
+        self.count += 1;
+        self.count - 1
+    }
+
+    /// A function for the hot-spot list: `func,file,module,kind` (string
+    /// indices, -1 for no file).
+    pub fn function(&mut self, k: &FrameKey) -> String {
+        let func = self.string(if k.func.is_empty() {
+            "<unnamed>"
+        } else {
+            &k.func
+        });
+        let (file, module) = match &k.file {
+            Some(f) => (
+                i64::from(self.string(f)),
+                i64::from(self.string(&module_name(f))),
+            ),
+            None => (-1, -1),
+        };
+        format!("{func},{file},{module},{}", k.kind.code())
+    }
+
+    /// `{"threshold":..,"dropped":..,"nodes":[parent,frame,..],"w":W,
+    /// "ends":[node,series,self,hidden(,gil,wait,cpu,known,exception),..]}`: the
+    /// nodes holding at least the threshold's share of `totals` (and more
+    /// than nothing), in depth-first order; the samples of the nodes left
+    /// out are their nearest kept ancestor's `hidden` ones.
+    pub fn tree(
+        &mut self,
+        tree: &CallTree,
+        totals: &[u64],
+        status: Option<&IdMap<(u32, u32), StatusCounts>>,
+    ) -> String {
+        let share = threshold(tree.nodes.len());
+        let min = ((totals[0] as f64 * share).ceil() as u64).max(1);
+        let pre = tree.preorder(|n| totals[n as usize] >= min);
+        let mut out_idx = vec![u32::MAX; tree.nodes.len()];
+        for (k, &(i, _)) in pre.iter().enumerate() {
+            out_idx[i as usize] = k as u32;
+        }
+        // Nearest kept ancestor (or self); parents come first.
+        let mut dest = vec![0u32; tree.nodes.len()];
+        for i in 1..tree.nodes.len() {
+            dest[i] = if out_idx[i] != u32::MAX {
+                i as u32
+            } else {
+                dest[tree.nodes[i].parent as usize]
+            };
+        }
+        let width = if status.is_some() { 9 } else { 4 };
+        let mut entries: IdMap<(u32, u32), [u64; 7]> = IdMap::default();
+        for (i, n) in tree.nodes.iter().enumerate() {
+            let d = dest[i];
+            for &(s, c) in &n.ends {
+                let e = entries.entry((out_idx[d as usize], s)).or_default();
+                e[if d as usize == i { 0 } else { 1 }] += c;
+                if let Some(st) = status.and_then(|m| m.get(&(i as u32, s))) {
+                    for (a, b) in e[2..].iter_mut().zip(st) {
+                        *a += b;
+                    }
+                }
+            }
+        }
+        let mut entries: Vec<((u32, u32), [u64; 7])> = entries.into_iter().collect();
+        entries.sort_unstable_by_key(|e| e.0);
+        let mut json = String::with_capacity(pre.len() * 12 + entries.len() * 16);
+        let _ = write!(
+            json,
+            "{{\"threshold\":{},\"dropped\":{},\"nodes\":[",
+            share * 100.0,
+            tree.nodes.len() - pre.len()
+        );
+        for (k, &(i, _)) in pre.iter().enumerate() {
+            let node = &tree.nodes[i as usize];
+            let (parent, frame) = if i == 0 {
+                (-1, -1)
+            } else {
+                (
+                    i64::from(out_idx[node.parent as usize]),
+                    i64::from(self.frame(node.key)),
+                )
+            };
+            let _ = write!(json, "{}{parent},{frame}", if k > 0 { "," } else { "" });
+        }
+        let _ = write!(json, "],\"w\":{width},\"ends\":[");
+        for (k, ((node, series), v)) in entries.iter().enumerate() {
+            let _ = write!(
+                json,
+                "{}{node},{series},{},{}",
+                if k > 0 { "," } else { "" },
+                v[0],
+                v[1]
+            );
+            if width == 9 {
+                let _ = write!(json, ",{},{},{},{},{}", v[2], v[3], v[4], v[5], v[6]);
+            }
+        }
+        json.push_str("]}");
+        json
+    }
+
+    /// `,"title":..,"stats":{..}`: the run's numbers for the sidebar.
+    pub fn stats(
+        &self,
+        json: &mut String,
+        title: &str,
+        stats: &RunStats,
+        samples: u64,
+        threads: usize,
+    ) {
+        let t = stats.duration_s;
+        let rate = if t > 0.0 {
+            stats.attempts as f64 / t
+        } else {
+            0.0
+        };
+        let missed = if stats.interrupted {
+            0.0
+        } else {
+            stats.missed_pct()
+        };
+        let _ = write!(
+            json,
+            ",\"title\":{},\"stats\":{{\"samples\":{samples},\"attempts\":{},\"failures\":{},\"duration\":{:.3},\"rate\":{:.2},\"error_pct\":{:.2},\"missed_pct\":{:.2},\"interval_us\":{},\"mode\":\"{}\",\"threads\":{threads}}}",
+            json_str(title),
+            stats.attempts,
+            stats.failures,
+            finite(t),
+            finite(rate),
+            finite(stats.error_rate_pct()),
+            finite(missed),
+            stats.interval_us,
+            stats.mode.as_str(),
+        );
+    }
+
+    /// `,"strings":[..],"frames":[..]`.
+    pub fn finish(self, json: &mut String) {
+        json.push_str(",\"strings\":[");
+        for (i, s) in self.strings.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&json_str(s));
+        }
+        let _ = write!(json, "],\"frames\":[{}]", self.frames);
+    }
+}
+
+/// A JSON number must be finite.
+fn finite(x: f64) -> f64 {
+    if x.is_finite() { x } else { 0.0 }
+}
+
+/// A JSON string; `<` is escaped, so no `</script>` (or `<!--`) can end
+/// the data early.
+pub(super) fn json_str(s: &str) -> String {
+    serde_json::to_string(s)
+        .unwrap_or_else(|_| "\"\"".into())
+        .replace('<', "\\u003c")
 }
 
 /// What the closing message reports.
@@ -164,8 +534,26 @@ impl Collector for FlamegraphCollector {
             if t.status & status::MAIN_THREAD != 0 && !self.main_threads.contains(&t.tid) {
                 self.main_threads.push(t.tid);
             }
+            if let Some(name) = t.name {
+                self.names.insert(t.tid, name);
+            }
+            if t.frames.is_empty() {
+                continue;
+            }
+            let stack = self.counts.add_stack(t.tid, &t.frames, 1);
+            let gil = t.status & status::HAS_GIL != 0;
+            let wait = t.status & status::GIL_REQUESTED != 0;
+            let known = t.status & status::UNKNOWN == 0;
+            let cpu = known && t.status & status::ON_CPU != 0;
+            let exception = t.status & status::HAS_EXCEPTION != 0;
+            self.saw_gil |= gil || wait;
+            self.saw_cpu |= cpu;
+            self.saw_exception |= exception;
+            let e = self.status.entry((t.tid, stack)).or_default();
+            for (a, on) in e.iter_mut().zip([gil, wait, cpu, known, exception]) {
+                *a += u64::from(on);
+            }
         }
-        self.counts.add(sample);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
@@ -195,333 +583,28 @@ impl Collector for FlamegraphCollector {
     }
 }
 
-/// What a box stands for, which decides its colour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    User,
-    Stdlib,
-    ThirdParty,
-    Gc,
-    Native,
-    Unreadable,
-    Thread,
-}
-
-#[derive(Default)]
-struct Node {
-    label: u32,
-    self_samples: u64,
-    total: u64,
-    children: Vec<usize>,
-}
-
-/// The call tree over interned labels.
-#[derive(Default)]
-struct Tree {
-    nodes: Vec<Node>,
-    /// node → label → child node.
-    child_index: HashMap<(usize, u32), usize>,
-    labels: Vec<String>,
-    kinds: Vec<Kind>,
-    label_index: HashMap<String, u32>,
-    total: u64,
-}
-
-impl Tree {
-    fn intern(&mut self, text: String, kind: Kind) -> u32 {
-        if let Some(&id) = self.label_index.get(&text) {
-            return id;
-        }
-        let id = self.labels.len() as u32;
-        self.labels.push(text.clone());
-        self.kinds.push(kind);
-        self.label_index.insert(text, id);
-        id
-    }
-
-    fn child(&mut self, parent: usize, label: u32) -> usize {
-        if let Some(&c) = self.child_index.get(&(parent, label)) {
-            return c;
-        }
-        let c = self.nodes.len();
-        self.nodes.push(Node {
-            label,
-            ..Node::default()
-        });
-        self.nodes[parent].children.push(c);
-        self.child_index.insert((parent, label), c);
-        c
-    }
-
-    /// Fill in `total` bottom-up (children always come after their parent)
-    /// and order siblings widest first, then by label.
-    fn sum_totals(&mut self) {
-        for i in (0..self.nodes.len()).rev() {
-            let below: u64 = self.nodes[i]
-                .children
-                .iter()
-                .map(|&c| self.nodes[c].total)
-                .sum();
-            self.nodes[i].total = self.nodes[i].self_samples + below;
-        }
-        for i in 0..self.nodes.len() {
-            let mut children = std::mem::take(&mut self.nodes[i].children);
-            children.sort_by(|&a, &b| {
-                let (a, b) = (&self.nodes[a], &self.nodes[b]);
-                b.total
-                    .cmp(&a.total)
-                    .then_with(|| self.labels[a.label as usize].cmp(&self.labels[b.label as usize]))
-            });
-            self.nodes[i].children = children;
+/// HTML's special characters escaped, for text and attribute values.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
         }
     }
-
-    /// `root;...;leaf count` lines in depth-first order, so `inferno`
-    /// lays the boxes out in the tree's order.
-    fn folded_lines(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut path: Vec<u32> = Vec::new();
-        let mut todo: Vec<(usize, usize)> = self.nodes[0]
-            .children
-            .iter()
-            .rev()
-            .map(|&c| (c, 0))
-            .collect();
-        while let Some((i, depth)) = todo.pop() {
-            let node = &self.nodes[i];
-            path.truncate(depth);
-            path.push(node.label);
-            if node.self_samples > 0 {
-                let mut line = String::new();
-                for (k, &l) in path.iter().enumerate() {
-                    if k > 0 {
-                        line.push(';');
-                    }
-                    line.push_str(&self.labels[l as usize]);
-                }
-                let _ = write!(line, " {}", node.self_samples);
-                out.push(line);
-            }
-            todo.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
-        }
-        out
-    }
+    out
 }
 
-/// A frame's label and kind.
-fn label(frames: &FrameTable, id: FrameId) -> (String, Kind) {
-    let f = frames.frame(id);
-    let (file, func) = (frames.str(f.file), frames.str(f.func));
-    let synthetic = file == "~" && f.location.is_none();
-    let kind = match f.kind {
-        FrameKind::Gc => Kind::Gc,
-        FrameKind::Native => Kind::Native,
-        FrameKind::Unreadable => Kind::Unreadable,
-        FrameKind::Python if synthetic => Kind::Native,
-        FrameKind::Python => classify(file),
-    };
-    let text = if synthetic || f.kind != FrameKind::Python {
-        func.to_string()
-    } else {
-        format!("{func} ({}:{})", short_file(file), f.line())
-    };
-    (clean(text), kind)
-}
+/// The page's script and style.
+const SCRIPT: &str = include_str!("flamegraph.js");
+const STYLE: &str = include_str!("flamegraph.css");
 
-/// The reference's shortening: a path over 50 characters becomes
-/// `.../<parent>/<name>`.
-pub(super) fn short_file(file: &str) -> std::borrow::Cow<'_, str> {
-    if file.chars().count() > 50 {
-        let parts: Vec<&str> = file.split('/').collect();
-        if parts.len() > 2 {
-            let n = parts.len();
-            return format!(".../{}/{}", parts[n - 2], parts[n - 1]).into();
-        }
-    }
-    file.into()
-}
-
-/// Make a label safe for a folded line: `;` separates frames there, and
-/// control characters have no place in XML.
-pub(super) fn clean(text: String) -> String {
-    if text.is_empty() {
-        return "<unnamed>".into();
-    }
-    if !text.chars().any(|c| c == ';' || c.is_control()) {
-        return text;
-    }
-    text.chars()
-        .map(|c| match c {
-            ';' => '\u{ff1b}', // fullwidth semicolon
-            c if c.is_control() => '\u{fffd}',
-            c => c,
-        })
-        .collect()
-}
-
-/// User code, the standard library or an installed package, by path.
-pub(crate) fn classify(file: &str) -> Kind {
-    let mut parts = file.split(['/', '\\']);
-    if file
-        .split(['/', '\\'])
-        .any(|p| p == "site-packages" || p == "dist-packages")
-    {
-        return Kind::ThirdParty;
-    }
-    let stdlib_dir = |p: &str| {
-        p.strip_prefix("python").is_some_and(|v| {
-            let mut v = v.split('.');
-            matches!((v.next(), v.next(), v.next()),
-                (Some(major), Some(minor), None)
-                    if !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit())
-                        && minor.bytes().take_while(u8::is_ascii_digit).count() > 0)
-        })
-    };
-    if file.starts_with("<frozen") || parts.any(stdlib_dir) {
-        Kind::Stdlib
-    } else {
-        Kind::User
-    }
-}
-
-/// The root box's colour.
-const ROOT_COLOR: Color = Color {
-    r: 200,
-    g: 200,
-    b: 200,
-};
-
-/// `<GC>`'s colour, also used in tests.
-const GC_COLOR: Color = Color {
-    r: 60,
-    g: 170,
-    b: 90,
-};
-
-/// A box's colour: the hue from its kind, the shade from its function and
-/// file (the label without its line number), so it is stable across runs.
-fn color_for(kind: Kind, label: &str) -> Color {
-    let key = match label.rfind(':') {
-        Some(i) if label.ends_with(')') => &label[..i],
-        _ => label,
-    };
-    // FNV-1a: stable across machines and runs.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let v = (h >> 40) as f32 / (1u64 << 24) as f32; // 0..1
-    let w = ((h >> 16) & 0xff_ffff) as f32 / (1u64 << 24) as f32;
-    let s = |base: u8, span: f32, x: f32| base.saturating_add((span * x) as u8);
-    match kind {
-        Kind::User => Color {
-            r: s(205, 50.0, v),
-            g: s(75, 90.0, w),
-            b: s(45, 40.0, v),
-        },
-        Kind::Stdlib => Color {
-            r: s(200, 40.0, v),
-            g: s(180, 50.0, v),
-            b: s(40, 40.0, w),
-        },
-        Kind::ThirdParty => Color {
-            r: s(60, 50.0, w),
-            g: s(175, 50.0, v),
-            b: s(185, 50.0, v),
-        },
-        Kind::Gc => GC_COLOR,
-        Kind::Native => Color {
-            r: 120,
-            g: 140,
-            b: 215,
-        },
-        Kind::Unreadable => Color {
-            r: 175,
-            g: 175,
-            b: 175,
-        },
-        Kind::Thread => Color {
-            r: 205,
-            g: 200,
-            b: 185,
-        },
-    }
-}
-
-/// The line under the title: the run's statistics.
-fn subtitle(stats: &RunStats, threads: usize) -> String {
-    let n = stats.attempts;
-    let t = stats.duration_s;
-    let rate = if t > 0.0 { n as f64 / t } else { 0.0 };
-    let interval = match stats.interval_us {
-        0 => "?".to_string(),
-        us if us % 1000 == 0 => format!("{} ms", us / 1000),
-        us => format!("{us} µs"),
-    };
-    let mut s = format!(
-        "{n} sample{} in {t:.2} s · {rate:.2} samples/sec · error rate {:.2}% · mode {} · interval {interval} · {threads} thread{}",
-        if n == 1 { "" } else { "s" },
-        stats.error_rate_pct(),
-        stats.mode.as_str(),
-        if threads == 1 { "" } else { "s" },
-    );
-    let missed = stats.missed_pct();
-    if missed > 0.0 && !stats.interrupted {
-        let _ = write!(s, " · missed {missed:.2}%");
-    }
-    s
-}
-
-/// The script's lookup of the zoomed box, and its replacement for HTML.
-pub(super) const ZOOM_LOOKUP_SVG: &str = r#"querySelector('[*|x="' + params.x"#;
-pub(super) const ZOOM_LOOKUP_HTML: &str = r#"querySelector('[fg\\:x="' + params.x"#;
-
-/// Draw folded `lines` (widest first, root first) as an SVG with inferno,
-/// in the given order and with tachyon's settings on top of `opts`.
-pub(super) fn draw(opts: &mut Options<'_>, lines: &[String], what: &str) -> Result<String> {
-    // Keep our (widest-first) order: inferno's sort would make it
-    // alphabetical, and its `no_sort` rejects lines not in byte order.
-    // Flame-chart mode takes lines as given, after reversing them (it
-    // expects time order): hand them over reversed.
-    opts.flame_chart = true;
-    opts.min_width = match lines.len() {
-        0..=5_000 => 0.01,
-        5_001..=20_000 => 0.05,
-        _ => 0.1,
-    };
-    opts.count_name = "samples".into();
-    // Keep the function name when a label does not fit its box.
-    opts.text_truncate_direction = TextTruncateDirection::Right;
-    let fail = |e| Error::io(format!("cannot draw the {what}"), e);
-    let mut svg = Vec::new();
-    inferno_fg::from_lines(opts, lines.iter().rev().map(String::as_str), &mut svg).map_err(fail)?;
-    String::from_utf8(svg)
-        .map_err(|e| fail(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
-}
-
-/// A legend entry: a colour swatch and what it means.
-pub(super) fn swatch(c: Color, what: &str) -> String {
-    format!(
-        "<span class=\"key\"><span class=\"swatch\" style=\"background:rgb({},{},{})\"></span>{what}</span>",
-        c.r, c.g, c.b
-    )
-}
-
-/// A flame graph page: the SVG inline (its script runs there too), then
-/// the legend and a line of help. The SVG must stay the page's first
-/// `<svg>`: its script looks it up so.
-pub(super) fn page(title: &str, svg: &str, legend: &str, help: &str) -> String {
-    // The XML declaration and DOCTYPE have no place inside HTML.
-    let svg = match svg.find("<svg") {
-        Some(i) => &svg[i..],
-        None => svg,
-    };
-    // Inside HTML `fg:x` is an attribute with a colon in its name, not `x`
-    // in the `fg` namespace, so the script's `[*|x=...]` lookup that
-    // restores a zoom from the URL (`?x=..&y=..`) finds nothing: select by
-    // the literal name instead.
-    let svg = svg.replacen(ZOOM_LOOKUP_SVG, ZOOM_LOOKUP_HTML, 1);
+/// A flame graph page around its JSON `data` (see [`PageData`]); the
+/// script draws it.
+pub(super) fn page(title: &str, data: &str) -> String {
     format!(
         r#"<!DOCTYPE html>
 <html lang="en">
@@ -530,83 +613,169 @@ pub(super) fn page(title: &str, svg: &str, legend: &str, help: &str) -> String {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="tachyon {version}">
 <title>{title}</title>
-<style>
-body {{ margin: 0; padding: 8px; background: #fff; font-family: sans-serif; font-size: 13px; color: #333; }}
-body > svg {{ display: block; width: 100%; }}
-.legend {{ margin: 6px 10px; }}
-.key {{ display: inline-block; margin-right: 18px; }}
-.swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; border: 1px solid #999; }}
-.help {{ margin: 6px 10px; color: #777; }}
-</style>
+<style>{STYLE}</style>
 </head>
 <body>
-{svg}
-<div class="legend">
-{legend}
-</div>
-<div class="help">{help}</div>
+<header><h1>{title}</h1><input id="search" type="search" placeholder="Search functions (regular expression)" spellcheck="false"><span id="match"></span><button id="reset" type="button">Reset zoom</button></header>
+<aside id="side"></aside>
+<main id="main"><div id="crumbs"></div><canvas id="fg"></canvas></main>
+<div id="tip" hidden></div>
+<script id="data" type="application/json">{data}</script>
+<script>{SCRIPT}</script>
 </body>
 </html>
 "#,
+        title = escape(title),
         version = env!("CARGO_PKG_VERSION"),
     )
 }
 
-fn html_page(svg: &str) -> String {
-    let legend = [
-        swatch(color_for(Kind::User, "x"), "your code"),
-        swatch(color_for(Kind::Stdlib, "x"), "standard library"),
-        swatch(color_for(Kind::ThirdParty, "x"), "installed packages"),
-        swatch(GC_COLOR, "&lt;GC&gt; garbage collection"),
-        swatch(
-            color_for(Kind::Native, ""),
-            "&lt;native&gt; C calling Python",
-        ),
-    ]
-    .join("\n");
-    page(
-        TITLE,
-        svg,
-        &legend,
-        "Click a box to zoom in, \"Reset Zoom\" to zoom out; Ctrl-F or \"Search\" to highlight functions by regular expression. Box width is samples, summed over threads.",
-    )
+/// Reading a page back, for the flame graphs' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use serde_json::Value;
+
+    /// The page's embedded data.
+    pub fn data(html: &str) -> Value {
+        const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
+        let start = html.find(OPEN).expect("embedded data") + OPEN.len();
+        let len = html[start..].find("</script>").expect("data ends");
+        serde_json::from_str(&html[start..start + len]).expect("data is JSON")
+    }
+
+    /// The drawn tree, as the page's script reads it.
+    pub struct Drawn {
+        pub labels: Vec<String>,
+        pub parent: Vec<i64>,
+        pub kinds: Vec<i64>,
+        /// The whole data.
+        pub v: Value,
+        /// The tree drawn: `tree` or `inverted`.
+        pub t: Value,
+    }
+
+    fn ints(v: &Value) -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
+    }
+
+    impl Drawn {
+        pub fn of(html: &str) -> Drawn {
+            Drawn::tree(html, "tree")
+        }
+
+        pub fn tree(html: &str, name: &str) -> Drawn {
+            let v = data(html);
+            let t = v[name].clone();
+            let s: Vec<String> = v["strings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            let fr = ints(&v["frames"]);
+            let nodes = ints(&t["nodes"]);
+            let (mut labels, mut parent, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
+            for n in nodes.chunks(2) {
+                parent.push(n[0]);
+                if n[1] < 0 {
+                    labels.push("all".into());
+                    kinds.push(-1);
+                    continue;
+                }
+                let f = &fr[n[1] as usize * 5..][..5];
+                let func = &s[f[0] as usize];
+                labels.push(match (f[1], f[3]) {
+                    (-1, _) => func.clone(),
+                    (file, 0) => format!("{func} ({})", s[file as usize]),
+                    (file, line) => format!("{func} ({}:{line})", s[file as usize]),
+                });
+                kinds.push(f[4]);
+            }
+            Drawn {
+                labels,
+                parent,
+                kinds,
+                v,
+                t,
+            }
+        }
+
+        /// The node labelled `label`.
+        pub fn node(&self, label: &str) -> usize {
+            self.labels
+                .iter()
+                .position(|l| l == label)
+                .unwrap_or_else(|| panic!("no {label} in {:?}", self.labels))
+        }
+
+        /// Per node: (subtree samples, own samples) of the series `keep`
+        /// accepts; hidden samples count in the subtree only.
+        pub fn totals(&self, keep: impl Fn(i64) -> bool) -> Vec<(u64, u64)> {
+            let w = self.t["w"].as_u64().unwrap() as usize;
+            let ends = ints(&self.t["ends"]);
+            let mut t = vec![(0u64, 0u64); self.labels.len()];
+            for e in ends.chunks(w) {
+                if keep(e[1]) {
+                    t[e[0] as usize].0 += (e[2] + e[3]) as u64;
+                    t[e[0] as usize].1 += e[2] as u64;
+                }
+            }
+            for i in (1..t.len()).rev() {
+                let p = self.parent[i] as usize;
+                t[p].0 += t[i].0;
+            }
+            t
+        }
+
+        /// The ends entries of node `n`, without node number.
+        pub fn ends_of(&self, n: usize) -> Vec<Vec<i64>> {
+            let w = self.t["w"].as_u64().unwrap() as usize;
+            ints(&self.t["ends"])
+                .chunks(w)
+                .filter(|e| e[0] as usize == n)
+                .map(|e| e[1..].to_vec())
+                .collect()
+        }
+
+        /// A hot-spot list: (function, file or "", self, total).
+        pub fn hot(&self, list: usize) -> Vec<(String, String, u64, u64)> {
+            let s = self.v["strings"].as_array().unwrap();
+            self.v["hot"][list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let e = ints(e);
+                    let file = if e[1] < 0 {
+                        String::new()
+                    } else {
+                        s[e[1] as usize].as_str().unwrap().to_string()
+                    };
+                    (
+                        s[e[0] as usize].as_str().unwrap().to_string(),
+                        file,
+                        e[4] as u64,
+                        e[5] as u64,
+                    )
+                })
+                .collect()
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::testing::{Drawn, data};
     use super::*;
-    use crate::model::Mode;
-    use crate::model::{Frame, ThreadSample};
-
-    struct Fixture {
-        t: FrameTable,
-    }
-
-    impl Fixture {
-        fn new() -> Self {
-            Fixture {
-                t: FrameTable::new(),
-            }
-        }
-
-        fn py(&mut self, file: &str, func: &str, line: i32) -> FrameId {
-            let (file, func) = (self.t.intern_str(file), self.t.intern_str(func));
-            self.t.intern(Frame {
-                kind: FrameKind::Python,
-                file,
-                func,
-                location: Some(crate::model::Location {
-                    line,
-                    end_line: line,
-                    col: 0,
-                    end_col: 1,
-                }),
-            })
-        }
-    }
+    use crate::collect::scenarios::py;
+    use crate::model::{Frame, FrameKind, Mode, ThreadSample};
 
     /// A sample of one thread; `frames` root first.
-    fn sample(tid: u64, root_first: &[FrameId]) -> Sample {
+    fn sample(tid: u64, root_first: &[u32]) -> Sample {
         Sample {
             timestamp_us: 0,
             threads: vec![ThreadSample {
@@ -632,235 +801,212 @@ mod tests {
         c.render(t, st).unwrap().expect("a profile").0
     }
 
-    /// The inline `<svg>…</svg>`, checked to be well-formed XML.
-    fn svg_of(html: &str) -> &str {
-        let start = html.find("<svg").expect("an svg");
-        let end = html.rfind("</svg>").expect("a closing svg") + "</svg>".len();
-        let svg = &html[start..end];
-        let mut r = quick_xml::Reader::from_str(svg);
-        let mut depth = 0i64;
-        loop {
-            match r.read_event().expect("well-formed svg") {
-                quick_xml::events::Event::Start(_) => depth += 1,
-                quick_xml::events::Event::End(_) => depth -= 1,
-                quick_xml::events::Event::Text(t) => {
-                    t.decode().expect("text decodes");
-                }
-                quick_xml::events::Event::Eof => break,
-                _ => {}
-            }
-        }
-        assert_eq!(depth, 0, "unbalanced tags");
-        svg
-    }
-
-    /// Every frame box's `<title>` text (unescaped), root first, then
-    /// level by level, left to right.
-    fn titles(svg: &str) -> Vec<String> {
-        use quick_xml::events::Event;
-        let mut boxes: Vec<(i64, u64, String)> = Vec::new();
-        let mut r = quick_xml::Reader::from_str(svg);
-        let mut title: Option<String> = None;
-        let mut in_title = false;
-        loop {
-            match r.read_event().unwrap() {
-                Event::Start(e) if e.name().as_ref() == b"title" => {
-                    in_title = true;
-                    title = Some(String::new());
-                }
-                Event::End(e) if e.name().as_ref() == b"title" => in_title = false,
-                Event::Text(t) if in_title => {
-                    title.as_mut().unwrap().push_str(&t.decode().unwrap());
-                }
-                Event::GeneralRef(e) if in_title => {
-                    let s = match &*e.decode().unwrap() {
-                        "lt" => "<",
-                        "gt" => ">",
-                        "amp" => "&",
-                        "quot" => "\"",
-                        "apos" => "'",
-                        other => panic!("unexpected entity {other}"),
-                    };
-                    title.as_mut().unwrap().push_str(s);
-                }
-                Event::Empty(e) if e.name().as_ref() == b"rect" => {
-                    let Some(t) = title.take() else { continue };
-                    let attr = |name: &[u8]| -> String {
-                        let a = e.try_get_attribute(name).unwrap().unwrap();
-                        String::from_utf8(a.value.to_vec()).unwrap()
-                    };
-                    let y: i64 = attr(b"y").parse().unwrap();
-                    let x: u64 = attr(b"fg:x").parse().unwrap();
-                    // Flames grow upwards: the root is at the bottom.
-                    boxes.push((-y, x, t));
-                }
-                Event::Eof => break,
-                _ => {}
-            }
-        }
-        boxes.sort();
-        boxes.into_iter().map(|b| b.2).collect()
-    }
-
-    fn frame_count(svg: &str) -> usize {
-        svg.matches("<g><title>").count()
-    }
-
     #[test]
-    fn draws_the_tree_with_counts_and_percentages() {
-        let mut f = Fixture::new();
-        let main = f.py("/app/main.py", "<module>", 10);
-        let work = f.py("/app/main.py", "work", 3);
-        let parse = f.py("/usr/lib/python3.15/json/decoder.py", "decode", 353);
-        let idle = f.py("/app/main.py", "idle", 20);
+    fn embeds_the_tree_threads_stats_and_hot_spots() {
+        let mut t = FrameTable::new();
+        let main = py(&mut t, "/app/main.py", "<module>", 10);
+        let work = py(&mut t, "/app/main.py", "work", 3);
+        let parse = py(&mut t, "/usr/lib/python3.15/json/decoder.py", "decode", 353);
+        let idle = py(&mut t, "/app/main.py", "idle", 20);
         let mut c = FlamegraphCollector::new(Output::Stdout);
         for _ in 0..6 {
-            c.collect(&sample(1, &[main, work, parse]), &f.t);
+            c.collect(&sample(1, &[main, work, parse]), &t);
         }
         for _ in 0..2 {
-            c.collect(&sample(1, &[main, work]), &f.t);
+            c.collect(&sample(1, &[main, work]), &t);
         }
         for _ in 0..2 {
-            c.collect(&sample(2, &[main, idle]), &f.t);
+            c.collect(&sample(2, &[main, idle]), &t);
         }
-        let page = html(&c, &f.t, &stats(11));
+        let page = html(&c, &t, &stats(11));
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("<title>tachyon flame graph</title>"));
-        assert!(!page.contains("<?xml"), "no XML declaration inside HTML");
-        let svg = svg_of(&page);
+        assert!(page.contains("<canvas id=\"fg\">"));
+        assert!(page.contains(SCRIPT) && page.contains(STYLE));
         assert!(
-            svg.contains("onload=\"init(evt)\""),
-            "interactive script hooked"
+            !page.contains("src=") && !page.contains("href=\"http"),
+            "self-contained"
         );
-        assert!(svg.contains("id=\"search\""));
-        assert!(svg.contains("id=\"unzoom\""));
-        assert!(svg.contains(ZOOM_LOOKUP_HTML), "zoom restore patched");
-        assert!(!svg.contains(ZOOM_LOOKUP_SVG));
-        // all, <module>, work, decode, idle
-        assert_eq!(frame_count(svg), 5);
-        let titles = titles(svg);
-        assert_eq!(titles[0], "all (10 samples, 100%)");
+        let d = Drawn::of(&page);
+        // Depth first, widest first: work (8) before idle (2).
         assert_eq!(
-            titles[1],
-            "<module> (/app/main.py:10) (10 samples, 100.00%)"
+            d.labels,
+            [
+                "all",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+                "decode (/usr/lib/python3.15/json/decoder.py:353)",
+                "idle (/app/main.py:20)"
+            ]
         );
-        // Widest first: work (8) before idle (2).
-        assert_eq!(titles[2], "work (/app/main.py:3) (8 samples, 80.00%)");
-        assert_eq!(titles[3], "idle (/app/main.py:20) (2 samples, 20.00%)");
+        assert_eq!(d.parent, [-1, 0, 1, 2, 1]);
+        // Your code, then the standard library.
+        assert_eq!(d.kinds[2], 0);
+        assert_eq!(d.kinds[3], 1);
+        let all = d.totals(|_| true);
+        assert_eq!(all, [(10, 0), (10, 0), (8, 2), (6, 6), (2, 2)]);
+        // Threads busiest first; each one a series.
         assert_eq!(
-            titles[4],
-            "decode (/usr/lib/python3.15/json/decoder.py:353) (6 samples, 60.00%)"
+            d.v["threads"],
+            serde_json::json!([[1, null, 0, 8], [2, null, 0, 2]])
         );
-        // The subtitle carries the run's statistics.
-        assert!(svg.contains(
-            "11 samples in 0.01 s · 1000.00 samples/sec · error rate 9.09% · mode cpu · interval 1 ms · 2 threads"
-        ));
-        // Standard library in yellows, user code in reds.
-        let fill = |name: &str| {
-            let at = svg.find(&format!("<title>{name}")).unwrap();
-            let rest = &svg[at..];
-            let f = rest.find("fill=\"rgb(").unwrap() + "fill=\"rgb(".len();
-            let rgb: Vec<u8> = rest[f..rest[f..].find(')').unwrap() + f]
-                .split(',')
-                .map(|x| x.parse().unwrap())
-                .collect();
-            rgb
-        };
-        let (user, std) = (fill("work"), fill("decode"));
-        assert!(user[0] > 200 && user[2] < 100, "user code is red: {user:?}");
-        assert!(
-            std[0] > 190 && std[1] > 170 && std[2] < 90,
-            "stdlib is yellow: {std:?}"
+        let second = d.totals(|s| s == 1);
+        assert_eq!(second[0], (2, 0));
+        assert_eq!(second[2], (0, 0));
+        assert_eq!(second[4], (2, 2));
+        let s = &d.v["stats"];
+        assert_eq!(s["samples"], 10);
+        assert_eq!(s["attempts"], 11);
+        assert_eq!(s["error_pct"], 9.09);
+        assert_eq!(s["mode"], "cpu");
+        assert_eq!(s["threads"], 2);
+        assert_eq!(d.t["dropped"], 0);
+        // No status bits were set: no shares to show.
+        assert_eq!(
+            d.v["status"],
+            serde_json::json!({"gil": false, "cpu": false, "exception": false})
         );
+        assert_eq!(d.v["gc"], serde_json::json!([0, 0]));
+        // Hot spots by self samples: everything, then per thread.
+        let hot = d.hot(0);
+        assert_eq!(
+            hot[0],
+            (
+                "decode".into(),
+                "/usr/lib/python3.15/json/decoder.py".into(),
+                6,
+                6
+            )
+        );
+        assert_eq!(hot[1], ("work".into(), "/app/main.py".into(), 2, 8));
+        assert_eq!(hot[2].0, "idle");
+        assert_eq!(hot.len(), 3, "<module> has no self samples");
+        assert_eq!(d.hot(2), [("idle".into(), "/app/main.py".into(), 2, 2)]);
+        // Inverted: the functions that ran at the roots, callers below.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(
+            inv.labels,
+            [
+                "all",
+                "decode (/usr/lib/python3.15/json/decoder.py:353)",
+                "work (/app/main.py:3)",
+                "<module> (/app/main.py:10)",
+                "idle (/app/main.py:20)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+                "<module> (/app/main.py:10)"
+            ]
+        );
+        let it = inv.totals(|_| true);
+        assert_eq!(it[0], (10, 0));
+        assert_eq!((it[1].0, it[4].0, it[6].0), (6, 2, 2));
+        assert_eq!(inv.parent[2], 1);
+        let sum = c.render(&t, &stats(11)).unwrap().unwrap().1;
+        assert_eq!((sum.roots, sum.samples, sum.frames), (1, 10, 4));
     }
 
     #[test]
-    fn long_paths_are_shortened_like_the_reference() {
-        assert_eq!(short_file("/app/x.py"), "/app/x.py");
-        let long = "/home/someone/projects/with/a/very/long/path/pkg/mod.py";
-        assert!(long.len() > 50);
-        assert_eq!(short_file(long), ".../pkg/mod.py");
-        let long_flat = "x".repeat(60);
-        assert_eq!(short_file(&long_flat), long_flat);
-        assert_eq!(classify(long), Kind::User);
-        assert_eq!(
-            classify("/venv/lib/python3.15/site-packages/req/api.py"),
-            Kind::ThirdParty
-        );
-        assert_eq!(
-            classify("/usr/lib/python3/dist-packages/req/api.py"),
-            Kind::ThirdParty
-        );
-        assert_eq!(classify("/usr/lib/python3.13/os.py"), Kind::Stdlib);
-        assert_eq!(classify("<frozen runpy>"), Kind::Stdlib);
-        assert_eq!(classify("/home/me/python3.x/app.py"), Kind::User);
-    }
-
-    #[test]
-    fn escapes_markup_quotes_and_keeps_non_ascii() {
-        let mut f = Fixture::new();
-        let a = f.py("/tmp/a&b/\"q\"'s.py", "<lambda>", 1);
-        let b = f.py("/tmp/ünïcode/数据.py", "größe_関数", 2);
-        let c_ = f.py("/tmp/semi;colon.py", "f", 3);
+    fn counts_gil_and_cpu_status_per_node_and_thread() {
+        let mut t = FrameTable::new();
+        let m = py(&mut t, "/app/m.py", "main", 1);
+        let f = py(&mut t, "/app/m.py", "f", 2);
         let mut c = FlamegraphCollector::new(Output::Stdout);
-        c.collect(&sample(1, &[a, b, c_]), &f.t);
-        let page = html(&c, &f.t, &stats(1));
-        let svg = svg_of(&page);
-        assert!(!svg.contains("<lambda>"), "raw < must not reach the markup");
-        assert!(svg.contains("&lt;lambda&gt;"));
-        let titles = titles(svg);
+        let with = |tid, st, stack: &[u32]| {
+            let mut s = sample(tid, stack);
+            s.threads[0].status = st;
+            s
+        };
+        use status::*;
+        for _ in 0..3 {
+            c.collect(&with(1, HAS_GIL | ON_CPU | MAIN_THREAD, &[m, f]), &t);
+        }
+        c.collect(&with(1, GIL_REQUESTED | UNKNOWN, &[m, f]), &t);
+        c.collect(&with(1, 0, &[m]), &t);
+        let mut named = with(2, GIL_REQUESTED | HAS_EXCEPTION, &[m, f]);
+        named.threads[0].name = Some(t.intern_str("worker-1"));
+        c.collect(&named, &t);
+        let d = Drawn::of(&html(&c, &t, &stats(6)));
         assert_eq!(
-            titles[1],
-            "<lambda> (/tmp/a&b/\"q\"'s.py:1) (1 samples, 100.00%)"
+            d.v["status"],
+            serde_json::json!({"gil": true, "cpu": true, "exception": true})
+        );
+        assert_eq!(d.t["w"], 9);
+        assert_eq!(
+            d.v["threads"],
+            serde_json::json!([[1, null, 1, 5], [2, "worker-1", 0, 1]])
+        );
+        let f_node = d.node("f (/app/m.py:2)");
+        // series, self, hidden, GIL held, waiting, on CPU, CPU known,
+        // exception.
+        assert_eq!(
+            d.ends_of(f_node),
+            [vec![0, 4, 0, 3, 1, 3, 3, 0], vec![1, 1, 0, 0, 1, 0, 1, 1]]
         );
         assert_eq!(
-            titles[2],
-            "größe_関数 (/tmp/ünïcode/数据.py:2) (1 samples, 100.00%)"
+            d.ends_of(d.node("main (/app/m.py:1)")),
+            [vec![0, 1, 0, 0, 0, 0, 1, 0]]
         );
-        // `;` separates frames in inferno's input: it must not split one.
-        assert_eq!(
-            titles[3],
-            "f (/tmp/semi\u{ff1b}colon.py:3) (1 samples, 100.00%)"
-        );
-        assert_eq!(frame_count(svg), 4);
     }
 
     #[test]
-    fn synthetic_frames_are_labelled_and_gc_has_its_colour() {
-        let mut f = Fixture::new();
-        let m = f.py("/app/m.py", "main", 1);
-        let gc = f.t.synthetic(FrameKind::Gc, "<GC>");
-        let native = f.t.synthetic(FrameKind::Native, "<native>");
-        let cb = f.py("/app/m.py", "callback", 7);
+    fn no_markup_can_escape_the_data_and_names_survive() {
+        let mut t = FrameTable::new();
+        let a = py(&mut t, "/tmp/a&b/\"q\"'s.py", "<lambda>", 1);
+        let b = py(&mut t, "/tmp/ünïcode/数据.py", "größe_関数", 2);
+        let c_ = py(&mut t, "/tmp/</script><script>alert(1)</script>.py", "f", 3);
+        let mut c = FlamegraphCollector::new(Output::Stdout);
+        let mut s = sample(1, &[a, b, c_]);
+        s.threads[0].name = Some(t.intern_str("</script><!-- thread"));
+        c.collect(&s, &t);
+        let page = html(&c, &t, &stats(1));
+        assert_eq!(page.matches("</script>").count(), 2, "only the page's own");
+        assert!(!page.contains("<!--"));
+        assert!(!page.contains("<lambda>"));
+        let d = Drawn::of(&page);
+        assert_eq!(d.labels[1], "<lambda> (/tmp/a&b/\"q\"'s.py:1)");
+        assert_eq!(d.labels[2], "größe_関数 (/tmp/ünïcode/数据.py:2)");
+        assert_eq!(
+            d.labels[3],
+            "f (/tmp/</script><script>alert(1)</script>.py:3)"
+        );
+        assert_eq!(d.v["threads"][0][1], "</script><!-- thread");
+    }
+
+    #[test]
+    fn synthetic_frames_have_their_kinds_and_no_file() {
+        let mut t = FrameTable::new();
+        let m = py(&mut t, "/app/m.py", "main", 1);
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let native = t.synthetic(FrameKind::Native, "<native>");
+        let cb = py(&mut t, "/app/m.py", "callback", 7);
         let mut c = FlamegraphCollector::new(Output::Stdout);
         for _ in 0..3 {
-            c.collect(&sample(1, &[m, gc]), &f.t);
+            c.collect(&sample(1, &[m, gc]), &t);
         }
-        c.collect(&sample(1, &[m, native, cb]), &f.t);
-        let page = html(&c, &f.t, &stats(4));
-        let svg = svg_of(&page);
-        let titles = titles(svg);
-        assert_eq!(titles[2], "<GC> (3 samples, 75.00%)");
-        assert_eq!(titles[3], "<native> (1 samples, 25.00%)");
-        assert_eq!(titles[4], "callback (/app/m.py:7) (1 samples, 25.00%)");
-        let gc_box = &svg[svg.find("<title>&lt;GC&gt;").unwrap()..];
-        let gc_box = &gc_box[..gc_box.find("</g>").unwrap()];
-        assert!(
-            gc_box.contains(&format!(
-                "fill=\"rgb({},{},{})\"",
-                GC_COLOR.r, GC_COLOR.g, GC_COLOR.b
-            )),
-            "{gc_box}"
+        c.collect(&sample(1, &[m, native, cb]), &t);
+        let d = Drawn::of(&html(&c, &t, &stats(4)));
+        assert_eq!(
+            d.labels,
+            [
+                "all",
+                "main (/app/m.py:1)",
+                "<GC>",
+                "<native>",
+                "callback (/app/m.py:7)"
+            ]
         );
-        // The legend names both.
-        assert!(page.contains("&lt;GC&gt; garbage collection"));
-        assert!(page.contains("&lt;native&gt;"));
+        assert_eq!(&d.kinds[2..4], [3, 4]);
+        // Three samples in garbage collection.
+        assert_eq!(d.v["gc"], serde_json::json!([3]));
+        // The script's legend names both kinds.
+        assert!(SCRIPT.contains("<GC> garbage collection"));
+        assert!(SCRIPT.contains("<native> C calling Python"));
     }
 
     #[test]
     fn frames_differing_in_column_only_are_one_box() {
-        let mut f = Fixture::new();
-        let (file, func) = (f.t.intern_str("/a/x.py"), f.t.intern_str("f"));
+        let mut t = FrameTable::new();
+        let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let mk = |col| Frame {
             kind: FrameKind::Python,
             file,
@@ -872,32 +1018,44 @@ mod tests {
                 end_col: col + 1,
             }),
         };
-        let (a, b) = (f.t.intern(mk(1)), f.t.intern(mk(9)));
+        let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
         let mut c = FlamegraphCollector::new(Output::Stdout);
-        c.collect(&sample(1, &[a]), &f.t);
-        c.collect(&sample(1, &[b]), &f.t);
-        let svg_page = html(&c, &f.t, &stats(2));
-        let svg = svg_of(&svg_page);
-        assert_eq!(frame_count(svg), 2);
-        assert_eq!(titles(svg)[1], "f (/a/x.py:3) (2 samples, 100.00%)");
+        c.collect(&sample(1, &[a]), &t);
+        c.collect(&sample(1, &[b]), &t);
+        let d = Drawn::of(&html(&c, &t, &stats(2)));
+        assert_eq!(d.labels, ["all", "f (/a/x.py:3)"]);
+        assert_eq!(d.totals(|_| true)[1], (2, 2));
     }
 
     #[test]
-    fn thread_roots_split_threads() {
-        let mut f = Fixture::new();
-        let m = f.py("/app/m.py", "main", 1);
-        let mut c = FlamegraphCollector::new(Output::Stdout).with_thread_roots(true);
-        let mut s = sample(7, &[m]);
-        s.threads[0].status = status::MAIN_THREAD;
-        c.collect(&s, &f.t);
-        c.collect(&sample(8, &[m]), &f.t);
-        c.collect(&sample(8, &[m]), &f.t);
-        let page = html(&c, &f.t, &stats(3));
-        let titles = titles(svg_of(&page));
-        assert_eq!(titles[1], "thread 8 (2 samples, 66.67%)");
-        assert_eq!(titles[2], "thread 7 (main) (1 samples, 33.33%)");
-        assert_eq!(titles[3], "main (/app/m.py:1) (2 samples, 66.67%)");
-        assert_eq!(titles[4], "main (/app/m.py:1) (1 samples, 33.33%)");
+    fn many_stacks_stay_bounded_and_keep_every_sample() {
+        let mut t = FrameTable::new();
+        let root = py(&mut t, "/app/m.py", "main", 1);
+        let hot = py(&mut t, "/app/m.py", "hot", 2);
+        let mut c = FlamegraphCollector::new(Output::Stdout);
+        // One hot stack and 30,000 one-sample ones: the small ones are not
+        // drawn, but their samples count in their caller's width.
+        for _ in 0..100_000 {
+            c.collect(&sample(1, &[root, hot]), &t);
+        }
+        for i in 0..30_000 {
+            let leaf = py(&mut t, "/app/m.py", &format!("f{i}"), 3);
+            c.collect(&sample(1, &[root, leaf]), &t);
+        }
+        let page = html(&c, &t, &stats(130_000));
+        let d = Drawn::of(&page);
+        assert_eq!(d.labels, ["all", "main (/app/m.py:1)", "hot (/app/m.py:2)"]);
+        assert_eq!(d.t["dropped"], 30_000);
+        assert_eq!(d.t["threshold"], 0.1);
+        let tot = d.totals(|_| true);
+        assert_eq!(tot[0], (130_000, 0));
+        assert_eq!(d.ends_of(1), [vec![0, 0, 30_000]]);
+        assert_eq!(tot[2], (100_000, 100_000));
+        assert_eq!(
+            d.hot(0)[0],
+            ("hot".into(), "/app/m.py".into(), 100_000, 100_000)
+        );
+        assert!(page.len() < 64_000, "{}", page.len());
     }
 
     #[test]
@@ -920,38 +1078,19 @@ mod tests {
 
     #[test]
     fn writes_the_file() {
-        let mut f = Fixture::new();
-        let m = f.py("/app/m.py", "main", 1);
+        let mut t = FrameTable::new();
+        let m = py(&mut t, "/app/m.py", "main", 1);
         let path = std::env::temp_dir().join(format!("tachyon-fg-{}.html", std::process::id()));
         let mut c = FlamegraphCollector::new(Output::File(path.clone()));
-        c.collect(&sample(1, &[m]), &f.t);
-        c.finish(&f.t, &stats(1)).unwrap();
+        c.collect(&sample(1, &[m]), &t);
+        c.finish(&t, &stats(1)).unwrap();
         let got = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(got.starts_with("<!DOCTYPE html>"));
         assert!(got.trim_end().ends_with("</html>"));
-        assert_eq!(frame_count(svg_of(&got)), 2);
-    }
-
-    #[test]
-    fn many_stacks_stay_bounded() {
-        let mut f = Fixture::new();
-        let root = f.py("/app/m.py", "main", 1);
-        let mut c = FlamegraphCollector::new(Output::Stdout);
-        // One hot stack and 30,000 one-sample ones: the small ones are not
-        // drawn, the hot one is.
-        let hot = f.py("/app/m.py", "hot", 2);
-        for _ in 0..100_000 {
-            c.collect(&sample(1, &[root, hot]), &f.t);
-        }
-        for i in 0..30_000 {
-            let leaf = f.py("/app/m.py", &format!("f{i}"), 3);
-            c.collect(&sample(1, &[root, leaf]), &f.t);
-        }
-        let page = html(&c, &f.t, &stats(130_000));
-        let svg = svg_of(&page);
-        assert!(frame_count(svg) < 100, "{}", frame_count(svg));
-        assert!(svg.contains("hot (/app/m.py:2) (100,000 samples, 76.92%)"));
-        assert!(page.len() < 200_000);
+        assert_eq!(
+            data(&got)["tree"]["nodes"],
+            serde_json::json!([-1, -1, 0, 0])
+        );
     }
 }

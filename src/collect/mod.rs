@@ -20,6 +20,7 @@ pub(crate) mod scenarios;
 pub mod speedscope;
 pub mod stacks;
 pub mod tee;
+pub(crate) mod tree;
 
 use std::path::PathBuf;
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Once;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One interpreter to start targets with.
 #[derive(Debug, Clone)]
@@ -469,4 +469,68 @@ pub fn descendants(root: i32) -> Vec<i32> {
     }
     out.remove(0);
     out
+}
+
+/// Headless Chromium on `url` (a 1400×900 window): the DOM after the
+/// page's scripts ran, or a screenshot. Fails on any console error, and
+/// when Chromium is missing or takes over a minute.
+pub fn chromium(url: &str, screenshot: Option<&Path>) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "tachyon-chromium-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&profile);
+    let mut cmd = Command::new("/usr/bin/chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1400,900",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    match screenshot {
+        Some(p) => cmd.arg(format!("--screenshot={}", p.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out_path = profile.with_extension("out");
+    let err_path = profile.with_extension("err");
+    let mut child = cmd
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("MISSING TOOL: /usr/bin/chromium");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within a minute on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let dom = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&profile);
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    assert!(status.success(), "chromium failed on {url}: {err}");
+    for bad in ["Uncaught", "ERROR:CONSOLE", ":CONSOLE("] {
+        assert!(!err.contains(bad), "console error on {url}:\n{err}");
+    }
+    dom
 }
