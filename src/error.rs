@@ -133,6 +133,8 @@ pub enum Torn {
     UnreadableCode { addr: u64, code: u64, cause: String },
     #[error("the chain did not end in an entry frame")]
     NoEntryFrame,
+    #[error("the chain ended in a generator's frame, cut from its caller by a yield")]
+    SuspendedGenerator,
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
 }

@@ -444,6 +444,7 @@ impl Walk<'_> {
         let mut addr = current;
         let mut last_addr = 0u64;
         let mut last_was_entry = false;
+        let mut last_owner = None;
         // Where the last data-stack frame was: (chunk, address).
         let mut last_pos: Option<(usize, u64)> = None;
         let mut truncated = false;
@@ -516,6 +517,7 @@ impl Walk<'_> {
                 self.outside.push(addr);
             }
             last_was_entry = entry;
+            last_owner = Some(owner);
             last_addr = addr;
             addr = previous;
             if truncated {
@@ -577,6 +579,11 @@ impl Walk<'_> {
         match base_frame {
             Some(base) if base == 0 || last_addr != base => Err(Torn::NoBaseFrame.into()),
             None if !last_was_entry => Err(Torn::NoEntryFrame.into()),
+            // 3.11 marks a generator's frame as an entry while C code
+            // (`next()`, a `for` over it) runs it, linked to its caller; on
+            // a yield the link is cut. A chain that ends there was read
+            // across a yield: the thread's real root is further down.
+            None if last_owner == Some(o.owners.generator) => Err(Torn::SuspendedGenerator.into()),
             _ => Ok(()),
         }
     }
