@@ -255,8 +255,9 @@ impl OutputArgs {
 
 /// Open `page` in the user's browser: each command of `$BROWSER` (a
 /// `:`-separated list, `%s` standing for the page, else the page appended)
-/// in turn, else `xdg-open`, else `open`. The browser is left running; when
-/// none starts, say so: the file is written either way.
+/// in turn, else `xdg-open`, else `open`. The browser is left running, in
+/// its own process group; when none starts, say so: the file is written
+/// either way.
 fn open_in_browser(page: &Path) {
     let page_str = page.to_string_lossy();
     let mut commands: Vec<Vec<String>> = Vec::new();
@@ -276,9 +277,14 @@ fn open_in_browser(page: &Path) {
     for opener in ["xdg-open", "open"] {
         commands.push(vec![opener.to_string(), page_str.to_string()]);
     }
+    use std::os::unix::process::CommandExt;
     for words in &commands {
+        // In a process group of its own: a signal to tachyon's job (a
+        // `timeout` around it, the shell's job control) is not the
+        // browser's.
         let started = std::process::Command::new(&words[0])
             .args(&words[1..])
+            .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
