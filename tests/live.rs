@@ -314,10 +314,10 @@ fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
         "still in self order:\n{s}"
     );
 
-    // The main thread alone (first seen, its tid is the PID): hot_main,
-    // no worker function.
+    // The main thread alone (first seen, its tid is the PID, its name
+    // threading's): hot_main, no worker function.
     t.keys(&["S", "S", "S", "S", "Right"]);
-    let main = format!("Thread: {pid} (1/");
+    let main = format!("Thread: {pid} MainThread (1/");
     let s = t.still("the main thread's view", |s| {
         header(s).contains(&main) && s.contains("Sort: Self samples")
     });
