@@ -13,16 +13,19 @@
 //! - `collect/..`: the counting layer (`StackCounts`) and two collectors,
 //!   per sample, on the same streams.
 //!
-//! Compare runs with criterion's baselines (`-- --save-baseline before`,
-//! then `-- --baseline before`); on a shared machine, repeat and read
-//! ratios, not absolute times.
+//! Times are the benchmark thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`),
+//! not wall time: on a shared machine the time the thread spends waiting
+//! for a core is not the code's cost. Compare runs with criterion's
+//! baselines (`-- --save-baseline before`, then `-- --baseline before`);
+//! repeat, interleaved, and read ratios, not absolute times.
 
 use std::hint::black_box;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BatchSize, Throughput, criterion_group, criterion_main};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 use tachyon::binfmt::writer::{BinaryWriter, WriterOptions};
 use tachyon::collect::collapsed::CollapsedCollector;
@@ -37,6 +40,48 @@ const MINORS: [u8; 3] = [13, 14, 15];
 const DEPTHS: [usize; 3] = [10, 50, 200];
 /// Samples in each stream of the encode, decode and collect groups.
 const STREAM: usize = 1000;
+
+/// The calling thread's CPU time, in nanoseconds, as a criterion
+/// measurement (shown like wall time).
+struct ThreadCpu {
+    wall: WallTime,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(r, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
+
+type Criterion = criterion::Criterion<ThreadCpu>;
 
 fn path(minor: u8, depth: usize) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -54,7 +99,7 @@ fn unwind(c: &mut Criterion) {
     let opts = UnwindOptions::default();
     for (group, warm) in [("unwind_cold", false), ("unwind_warm", true)] {
         let mut g = c.benchmark_group(group);
-        g.measurement_time(Duration::from_secs(3))
+        g.measurement_time(Duration::from_secs(2))
             .warm_up_time(Duration::from_secs(1));
         for minor in MINORS {
             for depth in DEPTHS {
@@ -143,7 +188,7 @@ fn encode(samples: &[Sample], table: &FrameTable) -> Vec<u8> {
 fn binfmt(c: &mut Criterion) {
     let (table, streams) = streams();
     let mut g = c.benchmark_group("binfmt_encode");
-    g.measurement_time(Duration::from_secs(3))
+    g.measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(STREAM as u64));
     for (name, samples) in &streams {
@@ -151,7 +196,7 @@ fn binfmt(c: &mut Criterion) {
     }
     g.finish();
     let mut g = c.benchmark_group("binfmt_decode");
-    g.measurement_time(Duration::from_secs(3))
+    g.measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(STREAM as u64));
     for (name, samples) in &streams {
@@ -177,7 +222,7 @@ fn binfmt(c: &mut Criterion) {
 fn collect(c: &mut Criterion) {
     let (table, streams) = streams();
     let mut g = c.benchmark_group("collect");
-    g.measurement_time(Duration::from_secs(3))
+    g.measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(STREAM as u64));
     for (name, samples) in &streams {
@@ -212,5 +257,9 @@ fn collect(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, unwind, binfmt, collect);
+criterion_group! {
+    name = benches;
+    config = criterion::Criterion::default().with_measurement(ThreadCpu { wall: WallTime });
+    targets = unwind, binfmt, collect
+}
 criterion_main!(benches);
