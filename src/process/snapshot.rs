@@ -441,7 +441,8 @@ impl Snapshot {
         Self::from_payload(&payload)
     }
 
-    fn from_payload(p: &[u8]) -> Result<Snapshot> {
+    /// Decode a payload (a file's bytes after the header, decompressed).
+    pub fn from_payload(p: &[u8]) -> Result<Snapshot> {
         let mut c = Cursor { b: p, at: 0 };
         let pid = c.u32("pid")? as i32;
         let address = c.u64("runtime address")?;
