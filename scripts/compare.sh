@@ -4,6 +4,7 @@
 # time, all threads, at the same rate for the same time. Per target and
 # profiler it reports:
 #   rate/s      samples the profiler says it took per second of the run
+#   wall s      how long the profiler ran (asked: SECONDS)
 #   failed%     samples it failed to take (its own count)
 #   cpu s       the profiler's own CPU time (user + system)
 #   rss MiB     the profiler's peak resident memory
@@ -95,6 +96,7 @@ measure() {
     local name=$1; shift
     /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name.time" "$@" > "$WORK/$name.out" 2>&1 || true
 }
+wall() { awk '{printf "%.1f", $1}' "$WORK/$1.time"; }
 cpu() { awk '{printf "%.2f", $2 + $3}' "$WORK/$1.time"; }
 rss() { awk '{printf "%.1f", $4 / 1024}' "$WORK/$1.time"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "-" }'; }
@@ -102,13 +104,13 @@ per_sample() { # FILE SAMPLES
     local n=${2:-0}
     if [ -f "$1" ] && [ "$n" -gt 0 ]; then awk -v s="$(stat -c %s "$1")" -v n="$n" 'BEGIN{printf "%.1f", s / n}'; else echo -; fi
 }
-row() { printf '%-10s %-6s %-9s %9s %8s %7s %6s %8s %6s %9s\n' "$@"; }
+row() { printf '%-10s %-6s %-9s %9s %6s %8s %7s %7s %8s %6s %9s\n' "$@"; }
 
 echo "tachyon $(git describe --always --dirty 2>/dev/null || echo '?') vs python3.15 -m profiling.sampling vs $("$PYSPY" --version 2>/dev/null || echo 'py-spy (missing)')"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "${SECS}s per run at ${RATE} Hz, all threads, one profiler at a time"
 echo
-row target python profiler rate/s failed% "cpu s" "" "rss MiB" "" B/sample
+row target python profiler rate/s "wall s" failed% "cpu s" "" "rss MiB" "" B/sample
 for v in $VERSIONS; do
     for target in leaf10 leaf50 leaf200 fib churn threads30; do
         case $target in
@@ -125,7 +127,7 @@ for v in $VERSIONS; do
         t_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/t.out")
         t_err=$(sed -n 's/^Error rate: //p' "$WORK/t.out")
         t_cpu=$(cpu t); t_rss=$(rss t)
-        row "$target" "$v" tachyon "${t_rate:--}" "${t_err:--}" "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
+        row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
 
         if [ "$v" = 3.15 ]; then
             rm -f "$WORK/r.bin"
@@ -134,7 +136,7 @@ for v in $VERSIONS; do
             r_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/r.out")
             r_err=$(sed -n 's/^Error rate: //p' "$WORK/r.out")
             r_cpu=$(cpu r); r_rss=$(rss r)
-            row "" "" reference "${r_rate:--}" "${r_err:--}" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
+            row "" "" reference "${r_rate:--}" "$(wall r)" "${r_err:--}" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
         fi
 
         if [ -x "$PYSPY" ]; then
@@ -146,9 +148,9 @@ for v in $VERSIONS; do
                 p_rate=$(awk -v n="$p_n" -v e="$(awk '{print $1}' "$WORK/p.time")" 'BEGIN{printf "%.2f", n / e}')
                 p_err=$(awk -v e="${p_e:-0}" -v n="$p_n" 'BEGIN{printf "%.2f", 100 * e / (n + e)}')
                 p_cpu=$(cpu p); p_rss=$(rss p)
-                row "" "" py-spy "$p_rate" "$p_err" "$p_cpu" "$(ratio "$p_cpu" "$t_cpu")" "$p_rss" "$(ratio "$p_rss" "$t_rss")" "$(per_sample "$WORK/p.txt" "$p_n")"
+                row "" "" py-spy "$p_rate" "$(wall p)" "$p_err" "$p_cpu" "$(ratio "$p_cpu" "$t_cpu")" "$p_rss" "$(ratio "$p_rss" "$t_rss")" "$(per_sample "$WORK/p.txt" "$p_n")"
             else
-                row "" "" py-spy "failed: $(grep -m1 -i error "$WORK/p.out" | cut -c1-50)" "" "" "" "" "" ""
+                row "" "" py-spy "failed: $(grep -m1 -i error "$WORK/p.out" | cut -c1-50)" "" "" "" "" "" "" ""
             fi
         fi
         kill "$pid"; wait "$pid" 2>/dev/null || true
