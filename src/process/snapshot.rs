@@ -103,6 +103,10 @@ impl<M> Recorder<M> {
         if !self.on || buf.is_empty() || self.overflow.get() {
             return;
         }
+        if addr.checked_add(buf.len() as u64).is_none() {
+            // No reader returns such bytes; keep the ranges well formed.
+            return;
+        }
         let total = self.bytes.get() + buf.len() as u64;
         if total > MAX_PAYLOAD {
             self.overflow.set(true);
