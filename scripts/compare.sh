@@ -1,28 +1,60 @@
 #!/usr/bin/env bash
 # Side by side, in one run: tachyon, the reference (python3.15 -m
-# profiling.sampling) and py-spy sample the same workload at the same rate
-# for the same time. Prints each profiler's failed-sample rate and its own
-# CPU time, and the CPU ratios against tachyon. Ratios, not absolute times:
+# profiling.sampling) and py-spy sample the same targets, one profiler at a
+# time, all threads, at the same rate for the same time. Per target and
+# profiler it reports:
+#   rate/s      samples the profiler says it took per second of the run
+#   wall s      how long the profiler ran (asked: SECONDS)
+#   failed%     samples it failed to take (its own count)
+#   cpu s       the profiler's own CPU time (user + system)
+#   rss MiB     the profiler's peak resident memory
+#   B/sample    bytes of its recording per sample: the .bin of tachyon and
+#               the reference (--binary); py-spy's raw collapsed text
+# and, beside CPU and RSS, the ratio to tachyon's (x1.00 is tachyon).
+# Ratios, not absolute numbers, are what carry from machine to machine:
 # the machines are shared and noisy.
 #
-# Usage: sudo scripts/compare.sh [SECONDS] [RATE_HZ]
-# Workloads: fib (recursive, call-heavy), and threads (20 threads that
-# recurse 1-30 deep and sleep, started and ended all the time: stacks that
-# tear under the reader).
+# Targets: leaf10/leaf50/leaf200, a busy loop at the bottom of a stack that
+# deep; fib, recursive and call-heavy; churn, four short-lived threads 5-8
+# frames deep started over and over; threads30, 30 threads parked 20 frames
+# deep in time.sleep.
+#
+# Usage: sudo scripts/compare.sh [SECONDS] [RATE_HZ] [VERSIONS]
+#   defaults: 5 s, 1000 Hz, "3.15" (the reference reads only 3.15; give
+#   "3.13 3.14 3.15" for tachyon and py-spy on the older ones too).
+# Needs root, the sid root (scripts/provision-sid.sh), py-spy
+# (scripts/provision-tools.sh) and GNU time; builds tachyon --release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
 RATE=${2:-1000}
+VERSIONS=${3:-3.15}
 ROOT=$(scripts/provision-sid.sh)
 TOOLS=$(scripts/provision-tools.sh)
 PYSPY="$TOOLS/py-spy/bin/py-spy"
+[ -x /usr/bin/time ] || { echo "compare.sh: GNU time is missing (apt-get install time)" >&2; exit 1; }
 cargo build --release -q
-TACHYON=$PWD/target/release/tachyon
+TACHYON="${CARGO_TARGET_DIR:-$PWD/target}/release/tachyon"
 WORK="$ROOT/tmp/tachyon-compare.$$"
+INSIDE="/tmp/$(basename "$WORK")"
 mkdir -p "$WORK"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
 trap cleanup EXIT
+
+cat > "$WORK/leaf.py" <<'PY'
+import sys
+def leaf():
+    x = 0
+    while True:
+        x += 1
+def down(n):
+    return leaf() if n == 0 else down(n - 1)
+down(int(sys.argv[1]) - 3)
+PY
 
 cat > "$WORK/fib.py" <<'PY'
 def fib(n):
@@ -31,66 +63,96 @@ while True:
     fib(25)
 PY
 
-cat > "$WORK/threads.py" <<'PY'
-import random, threading, time
-def down(n):
+cat > "$WORK/churn.py" <<'PY'
+import threading
+def work(n):
     if n:
-        return down(n - 1)
-    time.sleep(random.random() / 100)
-def worker():
-    for _ in range(50):
-        down(random.randrange(1, 30))
-def keep(i):
-    while True:
-        t = threading.Thread(target=worker, name=f"w{i}")
+        return work(n - 1)
+    return sum(range(50))
+while True:
+    ts = [threading.Thread(target=work, args=(5 + k,)) for k in range(4)]
+    for t in ts:
         t.start()
+    for t in ts:
         t.join()
-for i in range(20):
-    threading.Thread(target=keep, args=(i,), daemon=True).start()
+PY
+
+cat > "$WORK/threads30.py" <<'PY'
+import threading, time
+def work(n):
+    if n:
+        return work(n - 1)
+    while True:
+        time.sleep(0.01)
+for i in range(30):
+    threading.Thread(target=work, args=(20,), daemon=True).start()
 while True:
     time.sleep(1)
 PY
 
-# cpu_of CMD...: run it, print the CPU seconds it and its children used
-# (perf's task-clock where perf works, else /usr/bin/time's 10 ms ticks).
-if perf stat -e task-clock true >/dev/null 2>&1; then
-    cpu_of() {
-        perf stat -x, -e task-clock -o "$WORK/time" "$@" > "$WORK/out" 2>&1 || true
-        awk -F, '/task-clock/ {printf "%.3f", $1 / 1000}' "$WORK/time"
-    }
-else
-    cpu_of() {
-        /usr/bin/time -f "%U %S" -o "$WORK/time" "$@" > "$WORK/out" 2>&1 || true
-        awk '{printf "%.3f", $1 + $2}' "$WORK/time"
-    }
-fi
+# measure NAME CMD...: run CMD, keep its output in $WORK/NAME.out and its
+# "elapsed user system maxrss_kb" in $WORK/NAME.time.
+measure() {
+    local name=$1; shift
+    /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name.time" "$@" > "$WORK/$name.out" 2>&1 || true
+}
+wall() { awk '{printf "%.1f", $1}' "$WORK/$1.time"; }
+cpu() { awk '{printf "%.2f", $2 + $3}' "$WORK/$1.time"; }
+rss() { awk '{printf "%.1f", $4 / 1024}' "$WORK/$1.time"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "-" }'; }
+per_sample() { # FILE SAMPLES
+    local n=${2:-0}
+    if [ -f "$1" ] && [ "$n" -gt 0 ]; then awk -v s="$(stat -c %s "$1")" -v n="$n" 'BEGIN{printf "%.1f", s / n}'; else echo -; fi
+}
+row() { printf '%-10s %-6s %-9s %9s %6s %8s %7s %7s %8s %6s %9s\n' "$@"; }
 
-row() { printf '%-10s %-9s %-12s %10s %12s %10s\n' "$@"; }
-for workload in fib threads; do
-echo "workload: $workload, ${SECS}s at ${RATE} Hz, all threads"
-row python profiler "" "error %" "cpu s" "cpu ratio"
-for v in 3.13 3.14 3.15; do
-    chroot "$ROOT" "/usr/bin/python$v" "/tmp/$(basename "$WORK")/$workload.py" &
-    pid=$!; pids+=("$pid"); sleep 0.5
-    t_cpu=$(cpu_of "$TACHYON" attach -a -d "$SECS" -r "$RATE" --collapsed -o /dev/null "$pid")
-    t_err=$(sed -n 's/^Error rate: //p' "$WORK/out")
-    row "$v" tachyon "" "$t_err" "$t_cpu" "1.00"
-    if [ "$v" = 3.15 ]; then
-        r_cpu=$(cpu_of chroot "$ROOT" /usr/bin/python3.15 -m profiling.sampling attach -a -d "$SECS" -r "$RATE" --collapsed -o /dev/null "$pid")
-        r_err=$(sed -n 's/^Error rate: //p' "$WORK/out")
-        row "$v" reference "" "$r_err" "$r_cpu" "$(awk -v a="$r_cpu" -v b="$t_cpu" 'BEGIN{printf "%.2f", a/b}')"
-    fi
-    if [ -x "$PYSPY" ]; then
-        p_cpu=$(cpu_of "$PYSPY" record --nonblocking -p "$pid" -d "$SECS" -r "$RATE" -f raw -o "$WORK/pyspy.txt")
-        p_err=$(grep -o 'Errors: [0-9]*' "$WORK/out" | tail -1 | awk '{print $2}')
-        p_n=$(grep -o 'Samples: [0-9]*' "$WORK/out" | tail -1 | awk '{print $2}')
-        if [ -n "${p_n:-}" ] && [ "${p_n:-0}" -gt 0 ]; then
-            p_pct=$(awk -v e="${p_err:-0}" -v n="$p_n" 'BEGIN{printf "%.2f", 100*e/n}')
-        else
-            p_pct="failed: $(grep -m1 -i error "$WORK/out" | cut -c1-40)"
+echo "tachyon $(git describe --always --dirty 2>/dev/null || echo '?') vs python3.15 -m profiling.sampling vs $("$PYSPY" --version 2>/dev/null || echo 'py-spy (missing)')"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "${SECS}s per run at ${RATE} Hz, all threads, one profiler at a time"
+echo
+row target python profiler rate/s "wall s" failed% "cpu s" "" "rss MiB" "" B/sample
+for v in $VERSIONS; do
+    for target in leaf10 leaf50 leaf200 fib churn threads30; do
+        case $target in
+            leaf*) script=leaf.py; args=${target#leaf} ;;
+            *) script=$target.py; args= ;;
+        esac
+        # shellcheck disable=SC2086
+        chroot "$ROOT" "/usr/bin/python$v" "$INSIDE/$script" $args &
+        pid=$!; pids+=("$pid"); sleep 0.5
+
+        rm -f "$WORK/t.bin"
+        measure t "$TACHYON" attach -a -d "$SECS" -r "$RATE" --binary -o "$WORK/t.bin" "$pid"
+        t_n=$(sed -n 's/^Captured \([0-9]*\) sample.*/\1/p' "$WORK/t.out")
+        t_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/t.out")
+        t_err=$(sed -n 's/^Error rate: //p' "$WORK/t.out")
+        t_cpu=$(cpu t); t_rss=$(rss t)
+        row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
+
+        if [ "$v" = 3.15 ]; then
+            rm -f "$WORK/r.bin"
+            measure r chroot "$ROOT" /usr/bin/python3.15 -m profiling.sampling attach -a -d "$SECS" -r "$RATE" --binary -o "$INSIDE/r.bin" "$pid"
+            r_n=$(sed -n 's/^Captured \([0-9]*\) sample.*/\1/p' "$WORK/r.out")
+            r_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/r.out")
+            r_err=$(sed -n 's/^Error rate: //p' "$WORK/r.out")
+            r_cpu=$(cpu r); r_rss=$(rss r)
+            row "" "" reference "${r_rate:--}" "$(wall r)" "${r_err:--}" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
         fi
-        row "$v" py-spy "" "$p_pct" "$p_cpu" "$(awk -v a="$p_cpu" -v b="$t_cpu" 'BEGIN{printf "%.2f", a/b}')"
-    fi
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-done
+
+        if [ -x "$PYSPY" ]; then
+            rm -f "$WORK/p.txt"
+            measure p "$PYSPY" record --nonblocking -p "$pid" -d "$SECS" -r "$RATE" -f raw -o "$WORK/p.txt"
+            p_n=$(grep -o 'Samples: [0-9]*' "$WORK/p.out" | tail -1 | awk '{print $2}')
+            p_e=$(grep -o 'Errors: [0-9]*' "$WORK/p.out" | tail -1 | awk '{print $2}')
+            if [ -n "${p_n:-}" ] && [ "${p_n:-0}" -gt 0 ]; then
+                p_rate=$(awk -v n="$p_n" -v e="$(awk '{print $1}' "$WORK/p.time")" 'BEGIN{printf "%.2f", n / e}')
+                p_err=$(awk -v e="${p_e:-0}" -v n="$p_n" 'BEGIN{printf "%.2f", 100 * e / (n + e)}')
+                p_cpu=$(cpu p); p_rss=$(rss p)
+                row "" "" py-spy "$p_rate" "$(wall p)" "$p_err" "$p_cpu" "$(ratio "$p_cpu" "$t_cpu")" "$p_rss" "$(ratio "$p_rss" "$t_rss")" "$(per_sample "$WORK/p.txt" "$p_n")"
+            else
+                row "" "" py-spy "failed: $(grep -m1 -i error "$WORK/p.out" | cut -c1-50)" "" "" "" "" "" "" ""
+            fi
+        fi
+        kill "$pid"; wait "$pid" 2>/dev/null || true
+    done
 done

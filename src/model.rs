@@ -4,7 +4,7 @@
 //! Collectors and the binary writer see `FrameId`s, never strings, so a
 //! sample costs a few integers however deep its stack is.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// Index of an interned string in a [`FrameTable`].
 pub type StrId = u32;

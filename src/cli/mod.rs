@@ -13,8 +13,10 @@ use clap::{Args, Parser, Subcommand};
 
 use tachyon::dump::{SourceReader, format_dump};
 use tachyon::model::{Sample, status};
+use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
-use tachyon::unwind::UnwindOptions;
+use tachyon::process::snapshot::{self, Recorder, Snapshot};
+use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Parser)]
 #[command(
@@ -61,6 +63,10 @@ struct DumpArgs {
     /// Stop the process's threads while reading, for a consistent snapshot
     #[arg(long)]
     blocking: bool,
+    /// Also save the memory the samples read to FILE (zstd), for offline
+    /// unwinding, tests and benchmarks
+    #[arg(long, value_name = "FILE")]
+    snapshot: Option<std::path::PathBuf>,
 }
 
 pub fn run() -> Result<ExitCode> {
@@ -83,14 +89,21 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         cpu_status: true,
     };
     let pid = process_id(a.pid);
-    let mut unwinder = tachyon::attach(pid, opts)?;
+    // With --snapshot, every range the samples read is kept.
+    let proc = LinuxProcess::open(pid)?;
+    let rt = tachyon::runtime::locate(&proc)?;
+    let rec = match a.snapshot {
+        Some(_) => Recorder::new(proc),
+        None => Recorder::passthrough(proc),
+    };
+    let mut unwinder = Unwinder::new(rec, pid, rt, opts);
     let mut sample = Sample::default();
     // Threads stopped for the snapshot read as stopped: take their CPU
     // state the instant before.
     let mut before: Vec<(u64, Option<char>)> = Vec::new();
     {
         let _stopped = if a.blocking {
-            let proc = unwinder.memory();
+            let proc = unwinder.memory().inner();
             before = proc
                 .thread_ids()?
                 .into_iter()
@@ -119,6 +132,10 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
                 pid
             ));
         }
+        if let Some(path) = &a.snapshot {
+            // While the threads are still stopped (--blocking).
+            save_snapshot(&unwinder, path)?;
+        }
     }
     for t in &mut sample.threads {
         if let Some(&(_, Some(state))) = before.iter().find(|(tid, _)| *tid == t.tid) {
@@ -136,6 +153,26 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         format_dump(pid, &sample.threads, unwinder.frames(), &mut src)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `dump --snapshot`: record a few more samples, cold and warm, main
+/// thread and all threads, then write what was read.
+fn save_snapshot(
+    unwinder: &Unwinder<Recorder<LinuxProcess>>,
+    path: &std::path::Path,
+) -> Result<()> {
+    let rec = unwinder.memory();
+    let (pid, rt) = (unwinder.pid(), unwinder.runtime());
+    snapshot::record_passes(rec, pid, rt, 3);
+    let table = Snapshot::table_source(rec.inner(), rt)?;
+    let snap = Snapshot::from_recorder(rec, pid, rt, table)?;
+    snap.write(path)?;
+    let (ranges, bytes) = snap.size();
+    tachyon::errln!(
+        "tachyon: saved a snapshot of {bytes} bytes in {ranges} ranges to {}",
+        path.display()
+    );
+    Ok(())
 }
 
 /// The process to read for a PID argument: a thread id (what `top -H` or a

@@ -13,7 +13,7 @@
 //! whose bytes depend on the order keys were first seen (the reference's
 //! pstats dict, its JSON-lines frame table) stay byte for byte the same.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::hash::Hash;
 
 use crate::model::{FrameId, Sample};

@@ -1,12 +1,13 @@
 //! Reading another process: its memory, its memory map, its files, its threads.
 //!
 //! Everything above this module talks to a [`ProcessMemory`]; it never knows
-//! whether it reads a live process (the Linux reader here) or, later, a
-//! snapshot file. Only Linux x86-64 is built and tested, so only the Linux
+//! whether it reads a live process (the Linux reader here) or a snapshot
+//! file ([`snapshot`]). Only Linux x86-64 is built and tested, so only the Linux
 //! implementation exists; macOS and Windows readers would implement the same
 //! trait.
 
 pub mod maps;
+pub mod snapshot;
 
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -10,7 +10,7 @@
 //! and its first line) that the unwinder re-reads in one batched read per
 //! sample, dropping entries whose fingerprint changed.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use super::linetable;
 use super::objects::{read_bytes, read_cstr, read_str};

@@ -6,7 +6,7 @@
 //! coroutine frames inside their objects, entry frames on the C stack, the
 //! 3.15 base frame inside the thread state) are read one by one.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use super::code::CodeCache;
 use crate::error::{Error, Result, Torn};

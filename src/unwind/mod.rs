@@ -16,8 +16,8 @@ pub mod names;
 pub mod objects;
 pub mod threads;
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
