@@ -199,32 +199,9 @@ pub(crate) struct Node {
     pub ends: Vec<(u32, u64)>,
 }
 
-/// A hasher for the tree's own small integer keys (node, key): one
-/// multiply per word instead of SipHash, which the 20,000-stack case
-/// spent most of its time in. The keys are our indices, not input.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // The product's entropy is in its high bits; the table indexes by
-        // the low ones.
-        self.0.rotate_left(26)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// Maps keyed by the tree's own small integers (node, key), with the fast
+/// hasher of the hot paths (SipHash was most of the 20,000-stack case).
+pub(crate) type IdMap<K, V> = foldhash::HashMap<K, V>;
 
 /// Paths of keys merged into a tree; see the module documentation.
 #[derive(Debug, Clone)]
