@@ -558,8 +558,9 @@ fn exception_mode_end_to_end_shows_the_raising_function() {
             it.name
         );
         // The raiser holds the GIL about half the time and has an exception
-        // for part of that; the calm thread never has one.
-        assert!(raiser >= 50, "{}: raiser {raiser}: {lines:?}", it.name);
+        // for part of that; the calm thread never has one. How many samples
+        // land in a second depends on the machine: only that some do.
+        assert!(raiser > 0, "{}: raiser {raiser}: {lines:?}", it.name);
         assert!(
             raiser * 100 >= total * 98,
             "{}: raiser {raiser}/{total}: {lines:?}",
