@@ -132,6 +132,11 @@ impl<M: ProcessMemory> ProcessMemory for Recorder<M> {
         Ok(())
     }
 
+    /// Passed through (a dump's fallback names), not kept in the file.
+    fn thread_comm(&self, tid: u64) -> Option<String> {
+        self.inner.thread_comm(tid)
+    }
+
     fn os_thread_state(&self, tid: u64) -> Option<char> {
         let st = self.inner.os_thread_state(tid);
         if let (true, Some(c)) = (self.on, st) {
