@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{RootDir, chromium, sid_interpreters, sid_root, tachyon_bin};
+use common::{RootDir, chromium, sid_interpreters, sid_root, tachyon_ok as tachyon};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
@@ -44,25 +44,6 @@ while time.time() < end:
     crunch(20000)
 t.join()
 ";
-
-fn tachyon(args: &[&str], cwd: &Path) -> String {
-    let out = Command::new(tachyon_bin())
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run tachyon");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    assert!(
-        out.status.success(),
-        "tachyon {} failed ({}):\n{}\n{}",
-        args.join(" "),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// The value of `name="..."` in the `<body>` tag of a dumped DOM.
 fn body_attr(dom: &str, name: &str) -> Option<String> {
@@ -383,15 +364,7 @@ fn a_reference_recording_gives_the_reference_pages_numbers() {
 
 /// `1234567` as `1,234,567`, as the page writes counts.
 fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    tachyon::collect::binary::thousands(n)
 }
 
 /// A deterministic pseudo-random sequence (xorshift64*).

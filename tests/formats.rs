@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{RootDir, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{RootDir, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon};
 
 /// Two threads, both sampled at every instant (wall mode): the main
 /// thread in `hot` for its whole life, the worker in `warm` for half of
@@ -65,16 +65,6 @@ fn ok(out: Output, what: &str) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
-}
-
-fn tachyon(args: &[&str], cwd: &Path) -> String {
-    let out = Command::new(tachyon_bin())
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run tachyon");
-    ok(out, &format!("tachyon {}", args.join(" ")))
 }
 
 /// `tachyon run ARGS -- chroot SID python3.15 SCRIPT` in `dir`.

@@ -9,34 +9,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{RootDir, chromium, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{RootDir, chromium, sid_interpreters, sid_root, spawn, tachyon_ok as tachyon};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
 /// Line 36 of report.py: `h.update("\n".join(lines).encode())`, escaped.
 const HOT_SOURCE: &str = "h.update(&quot;\\n&quot;.join(lines).encode())";
-
-fn tachyon(args: &[&str], cwd: &Path) -> String {
-    let out = Command::new(tachyon_bin())
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run tachyon");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    assert!(
-        out.status.success(),
-        "tachyon {} failed ({}):\n{}\n{}",
-        args.join(" "),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// `tachyon run ARGS -- chroot SID python3.15 report.py` in `dir`.
 fn run_report(dir: &RootDir, args: &[&str]) -> String {

@@ -143,7 +143,7 @@ pub fn format_encoding_stats(e: &EncodingStats) -> String {
 }
 
 /// Python's `f"{n:,}"`.
-fn thousands(n: u64) -> String {
+pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

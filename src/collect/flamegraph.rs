@@ -337,18 +337,7 @@ impl<'k> PageData<'k> {
             return slot;
         }
         let k = &self.keys[key as usize];
-        let func = self.string(if k.func.is_empty() {
-            "<unnamed>"
-        } else {
-            &k.func
-        });
-        let (file, module) = match &k.file {
-            Some(f) => (
-                i64::from(self.string(f)),
-                i64::from(self.string(&module_name(f))),
-            ),
-            None => (-1, -1),
-        };
+        let (func, file, module) = self.names(k);
         if self.count > 0 {
             self.frames.push(',');
         }
@@ -363,9 +352,9 @@ impl<'k> PageData<'k> {
         self.count - 1
     }
 
-    /// A function for the hot-spot list: `func,file,module,kind` (string
-    /// indices, -1 for no file).
-    pub fn function(&mut self, k: &FrameKey) -> String {
+    /// A frame key's function, file and module as string indices (-1 for
+    /// no file).
+    fn names(&mut self, k: &FrameKey) -> (u32, i64, i64) {
         let func = self.string(if k.func.is_empty() {
             "<unnamed>"
         } else {
@@ -378,6 +367,13 @@ impl<'k> PageData<'k> {
             ),
             None => (-1, -1),
         };
+        (func, file, module)
+    }
+
+    /// A function for the hot-spot list: `func,file,module,kind` (string
+    /// indices, -1 for no file).
+    pub fn function(&mut self, k: &FrameKey) -> String {
+        let (func, file, module) = self.names(k);
         format!("{func},{file},{module},{}", k.kind.code())
     }
 

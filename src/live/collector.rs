@@ -169,22 +169,10 @@ impl Drop for LiveCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Frame, ThreadSample, status};
+    use crate::model::{ThreadSample, status};
 
     fn frame(t: &mut FrameTable, func: &str, line: i32) -> u32 {
-        let file = t.intern_str("w.py");
-        let func = t.intern_str(func);
-        t.intern(Frame {
-            kind: FrameKind::Python,
-            file,
-            func,
-            location: Some(crate::model::Location {
-                line,
-                end_line: line,
-                col: -1,
-                end_col: -1,
-            }),
-        })
+        crate::collect::scenarios::py(t, "w.py", func, line)
     }
 
     #[test]

@@ -295,6 +295,27 @@ pub fn tachyon_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tachyon"))
 }
 
+/// Run tachyon with `args` in `cwd` (no input) and return its standard
+/// output; fails the test, with both outputs, when tachyon fails.
+pub fn tachyon_ok(args: &[&str], cwd: &Path) -> String {
+    let out = Command::new(tachyon_bin())
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot run tachyon");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        out.status.success(),
+        "tachyon {} failed ({}):\n{}\n{}",
+        args.join(" "),
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
 /// A directory inside the sid root (so the chrooted interpreter sees it),
 /// removed on drop.
 pub struct RootDir {
