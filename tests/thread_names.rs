@@ -9,13 +9,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    Interp, Target, machine_old_interpreters, machine_supported_interpreters, sid_interpreters,
-    sid_root, spawn, tachyon_bin,
+    Interp, RootDir, Target, machine_old_interpreters, machine_supported_interpreters,
+    sid_interpreters, sid_root, spawn, tachyon_bin,
 };
 use tachyon::binfmt::reader::BinaryReader;
 
@@ -178,30 +177,6 @@ fn dump_shows_full_names_on_311_312() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// A directory inside the sid root, removed on drop.
-struct ChrootDir {
-    outside: PathBuf,
-    inside: PathBuf,
-}
-
-impl ChrootDir {
-    fn new(tag: &str) -> Self {
-        let name = format!("tachyon-names-{tag}-{}", std::process::id());
-        let outside = sid_root().join("tmp").join(&name);
-        std::fs::create_dir_all(&outside).unwrap();
-        ChrootDir {
-            outside,
-            inside: PathBuf::from("/tmp").join(name),
-        }
-    }
-}
-
-impl Drop for ChrootDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.outside);
-    }
-}
-
 fn run_ok(cmd: &mut Command, who: &str) -> String {
     let out = cmd
         .output()
@@ -217,7 +192,7 @@ fn run_ok(cmd: &mut Command, who: &str) -> String {
 
 #[test]
 fn a_recording_keeps_the_names_and_the_reference_still_reads_it() {
-    let dir = ChrootDir::new("rec");
+    let dir = RootDir::new(&[]);
     for it in sid_interpreters().iter().filter(|i| !i.debug) {
         let (t, names) = start(it);
         let file = dir.outside.join(format!("{}.bin", it.name));
