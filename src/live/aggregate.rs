@@ -7,7 +7,7 @@
 //! drawing side reads the `Aggregate` under the lock (see `view`). Strings
 //! are copied once per new frame or thread name, never per sample.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::time::Instant;
 
 use crate::collect::stacks::StackCounts;

@@ -15,7 +15,7 @@
 //! [`super::dict`] and [`MAX_NAMED`]; a failure costs the names, never the
 //! sample.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -296,8 +296,8 @@ impl ThreadNames {
         if age >= REFRESH {
             return true;
         }
-        let new = keys.iter().any(|k| !self.cache.contains_key(k));
-        new && age >= MIN_GAP
+        // Cheap first: most samples come sooner than MIN_GAP after the last.
+        age >= MIN_GAP && keys.iter().any(|k| !self.cache.contains_key(k))
     }
 
     /// Name every thread of a completed sample (`keys[i]` is `threads[i]`'s),
