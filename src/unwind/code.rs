@@ -226,8 +226,16 @@ impl CodeCache {
         let qualname = buf.u64_at(offs.code_qualname).ok_or_else(short)?;
         let lt = buf.u64_at(offs.code_linetable).ok_or_else(short)?;
         let firstlineno = buf.i32_at(offs.code_firstlineno).ok_or_else(short)?;
-        let file = table.intern_str(&read_str(mem, offs, filename)?);
-        let func = table.intern_str(&read_str(mem, offs, qualname)?);
+        // Neither a file name nor a qualified name can hold a NUL: one
+        // that does was read from a torn or corrupted string.
+        let name = |addr| {
+            read_str(mem, offs, addr).and_then(|s| match s.contains('\0') {
+                true => Err(Error::corrupt("a code object's name holds a NUL")),
+                false => Ok(s),
+            })
+        };
+        let file = table.intern_str(&name(filename)?);
+        let func = table.intern_str(&name(qualname)?);
         let linetable = read_bytes(mem, offs, lt)?.map(Vec::into_boxed_slice);
         let fingerprint = fingerprint(offs, &buf, 0).ok_or_else(short)?;
         Ok(CodeInfo {

@@ -62,11 +62,19 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
     };
     let start = data_off as usize;
     let len = (chars * kind) as usize;
-    if buf.len() < start + len {
-        let mut data = vec![0u8; len];
+    // A whole string is followed by its NUL terminator (one character
+    // wide): read it too, and a length torn or corrupted to end anywhere
+    // else is refused rather than decoded (and cached) as a wrong name.
+    let whole = chars == length;
+    let with_nul = len + if whole { kind as usize } else { 0 };
+    if buf.len() < start + with_nul {
+        let mut data = vec![0u8; with_nul];
         mem.read(addr.wrapping_add(data_off), &mut data)?;
         buf.truncate(start);
         buf.extend_from_slice(&data);
+    }
+    if buf[start + len..start + with_nul].iter().any(|&b| b != 0) {
+        return Err(Error::corrupt("string not terminated at its length"));
     }
     let data = &buf[start..start + len];
     let mut s = decode_chars(kind, ascii, data)
