@@ -9,6 +9,11 @@
 //! fingerprint (the pointers to its filename, qualname and location table,
 //! and its first line) that the unwinder re-reads in one batched read per
 //! sample, dropping entries whose fingerprint changed.
+//!
+//! In front of the maps sits a direct-mapped table keyed by (code address,
+//! instruction pointer): a frame seen before costs one indexed compare, not
+//! two hash lookups. Every change to the maps (clear, evict) bumps an epoch
+//! that the table's entries carry, so none outlives the entry it copies.
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -34,9 +39,33 @@ struct CodeInfo {
     locs: HashMap<u32, FrameId>,
 }
 
-#[derive(Default)]
+/// Slots of the direct-mapped frame table (a power of two).
+const FAST_SLOTS: usize = 4096;
+
+/// One slot of the direct-mapped table: the frame of `code` at `instr_ptr`,
+/// valid while the cache's epoch is `epoch`.
+#[derive(Clone, Copy, Default)]
+struct FastEntry {
+    code: u64,
+    instr_ptr: u64,
+    epoch: u32,
+    id: FrameId,
+}
+
+/// The slot for (code, instr_ptr): a multiplicative hash, so neighbouring
+/// instructions of one code object spread over the table.
+fn fast_slot(code: u64, instr_ptr: u64) -> usize {
+    let h = (code ^ instr_ptr.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (64 - FAST_SLOTS.trailing_zeros())) as usize
+}
+
 pub struct CodeCache {
     codes: HashMap<u64, CodeInfo>,
+    /// Direct-mapped (code, instr_ptr) to frame, in front of `codes`.
+    fast: Box<[FastEntry]>,
+    /// Bumped whenever `codes` loses an entry; starts at 1, so a zeroed
+    /// slot is never valid.
+    epoch: u32,
     generation: Option<u64>,
     /// Address of `PyCode_Type`, learnt from the first code object whose
     /// type is named "code"; afterwards a cheap check that an executable
@@ -85,9 +114,57 @@ pub fn fingerprint(offs: &Offsets, bytes: &[u8], start: u64) -> Option<Fingerpri
     ])
 }
 
+impl Default for CodeCache {
+    fn default() -> Self {
+        CodeCache {
+            codes: HashMap::new(),
+            fast: vec![FastEntry::default(); FAST_SLOTS].into_boxed_slice(),
+            epoch: 1,
+            generation: None,
+            code_type: None,
+            hits: 0,
+            misses: 0,
+            budget: 0,
+            loaded: Vec::new(),
+        }
+    }
+}
+
 impl CodeCache {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every frame the direct-mapped table holds is stale from now on.
+    fn invalidate_fast(&mut self) {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            // Wrapped: old slots could look valid again. Wipe them.
+            self.fast.fill(FastEntry::default());
+            self.epoch = 1;
+        }
+    }
+
+    /// The frame of `code` at `instr_ptr` if the direct-mapped table has
+    /// it: no reads, no hashing. `None` means ask [`CodeCache::frame`].
+    #[inline]
+    pub fn frame_fast(&mut self, code: u64, instr_ptr: u64) -> Option<FrameId> {
+        let e = self.fast[fast_slot(code, instr_ptr)];
+        if e.epoch == self.epoch && e.code == code && e.instr_ptr == instr_ptr {
+            self.hits += 1;
+            Some(e.id)
+        } else {
+            None
+        }
+    }
+
+    fn remember_fast(&mut self, code: u64, instr_ptr: u64, id: FrameId) {
+        self.fast[fast_slot(code, instr_ptr)] = FastEntry {
+            code,
+            instr_ptr,
+            epoch: self.epoch,
+            id,
+        };
     }
 
     pub fn len(&self) -> usize {
@@ -105,6 +182,7 @@ impl CodeCache {
 
     pub fn clear(&mut self) {
         self.codes.clear();
+        self.invalidate_fast();
     }
 
     /// Reset the per-sample load budget.
@@ -116,7 +194,7 @@ impl CodeCache {
     /// Drop everything if the interpreter's code-object generation moved.
     pub fn check_generation(&mut self, generation: u64) {
         if self.generation != Some(generation) {
-            self.codes.clear();
+            self.clear();
             self.generation = Some(generation);
         }
     }
@@ -127,7 +205,9 @@ impl CodeCache {
     }
 
     pub fn evict(&mut self, code: u64) {
-        self.codes.remove(&code);
+        if self.codes.remove(&code).is_some() {
+            self.invalidate_fast();
+        }
     }
 
     /// The frame for code object `code` executing the instruction at
@@ -150,6 +230,7 @@ impl CodeCache {
         if let Some(info) = self.codes.get(&code) {
             if let Some(&id) = addrq.and_then(|a| info.locs.get(&a)) {
                 self.hits += 1;
+                self.remember_fast(code, instr_ptr, id);
                 return Ok(id);
             }
         } else {
@@ -162,7 +243,7 @@ impl CodeCache {
             if self.codes.len() >= MAX_CACHED_CODES {
                 // Dead code objects are never told to us on 3.13: start
                 // afresh now and then rather than grow without bound.
-                self.codes.clear();
+                self.clear();
             }
             self.codes.insert(code, info);
             self.loaded.push(code);
@@ -189,6 +270,7 @@ impl CodeCache {
         });
         if let Some(a) = addrq {
             info.locs.insert(a, id);
+            self.remember_fast(code, instr_ptr, id);
         }
         Ok(id)
     }
@@ -246,5 +328,65 @@ impl CodeCache {
             fingerprint,
             locs: HashMap::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> CodeInfo {
+        CodeInfo {
+            file: 0,
+            func: 0,
+            firstlineno: 1,
+            linetable: None,
+            fingerprint: [0; 4],
+            locs: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn fast_table_hits_only_the_same_code_and_instruction() {
+        let mut c = CodeCache::new();
+        assert_eq!(c.frame_fast(0x1000, 0x1040), None);
+        c.remember_fast(0x1000, 0x1040, 7);
+        assert_eq!(c.frame_fast(0x1000, 0x1040), Some(7));
+        assert_eq!(c.frame_fast(0x1000, 0x1042), None);
+        assert_eq!(c.frame_fast(0x2000, 0x1040), None);
+        // A zeroed slot is never a hit, even for a zero key.
+        assert_eq!(c.frame_fast(0, 0), None);
+    }
+
+    #[test]
+    fn evicting_or_clearing_a_code_object_forgets_its_fast_frames() {
+        let mut c = CodeCache::new();
+        c.codes.insert(0x1000, info());
+        c.remember_fast(0x1000, 0x1040, 7);
+        c.evict(0x3000); // not cached: nothing to forget
+        assert_eq!(c.frame_fast(0x1000, 0x1040), Some(7));
+        c.evict(0x1000);
+        assert_eq!(c.frame_fast(0x1000, 0x1040), None);
+
+        c.remember_fast(0x1000, 0x1040, 8);
+        c.check_generation(5);
+        assert_eq!(c.frame_fast(0x1000, 0x1040), None);
+        c.remember_fast(0x1000, 0x1040, 9);
+        c.check_generation(5);
+        assert_eq!(c.frame_fast(0x1000, 0x1040), Some(9));
+        c.clear();
+        assert_eq!(c.frame_fast(0x1000, 0x1040), None);
+    }
+
+    #[test]
+    fn a_wrapped_epoch_wipes_the_table() {
+        let mut c = CodeCache::new();
+        c.remember_fast(0x1000, 0x1040, 7);
+        c.epoch = u32::MAX;
+        c.remember_fast(0x2000, 0x2040, 8);
+        c.clear();
+        assert_eq!(c.epoch, 1);
+        assert_eq!(c.frame_fast(0x1000, 0x1040), None);
+        assert_eq!(c.frame_fast(0x2000, 0x2040), None);
     }
 }

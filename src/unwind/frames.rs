@@ -541,6 +541,9 @@ impl Walk<'_> {
                 // slot is NULL is being pushed or popped at this very
                 // instant: its caller below is intact, so skip it rather
                 // than lose the sample.
+            } else if let Some(id) = self.code.frame_fast(executable, instr_ptr) {
+                out.push(id);
+                self.used_codes.push(executable);
             } else {
                 if !self.code.contains(executable) {
                     (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
