@@ -11,6 +11,7 @@
 pub mod code;
 pub mod dict;
 pub mod frames;
+pub mod guess;
 pub mod linetable;
 pub mod names;
 pub mod objects;
@@ -26,6 +27,7 @@ use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
+use guess::{Fingerprints, MainGuess, Prefetch, ThreadGuesses};
 use names::{ThreadKey, ThreadNames};
 use threads::{InterpFacts, MAX_INTERPRETERS, MAX_THREADS, ThreadFacts};
 
@@ -115,38 +117,21 @@ pub struct Unwinder<M: ProcessMemory> {
     /// The parts of `PyInterpreterState` a sample needs, as merged
     /// (offset, length) ranges: a few dozen bytes instead of the 8 KiB prefix.
     interp_ranges: Vec<(u64, usize)>,
-    /// Addresses the last sample found: the first interpreter and the
-    /// thread it sampled. The next sample reads them speculatively in the
-    /// same system call as the interpreter-list head (see `sample_once`).
-    last_interp: u64,
-    last_tstate: u64,
-    /// Main-thread mode: the first data-stack chunk of the last sample and
-    /// a high-water mark of its live length, read speculatively too.
-    last_chunk: u64,
-    chunk_hw: usize,
-    /// Main-thread mode, 3.11/3.12: the main thread's `cframe` last sample.
-    last_cframe: u64,
-    /// 3.13 code-cache guard: the code objects the last sample used, whose
-    /// fingerprints the next sample reads in its first batch (`fp_buf`);
-    /// those found unchanged are `fp_ok` and need no check after the walk.
-    fp_prev: Vec<u64>,
-    fp_buf: Vec<u8>,
-    fp_ok: Vec<u64>,
+    /// What the last sample found, read speculatively by the next one
+    /// (see [`guess`]): main-thread mode's interpreter, thread, chunk and
+    /// `cframe`, read in the same system call as the interpreter-list head.
+    main: MainGuess,
+    /// 3.13 code-cache guard (see [`guess::Fingerprints`]).
+    fingerprints: Fingerprints,
     /// Per thread state: frames outside its data stack seen last sample.
-    prefetch: HashMap<u64, Vec<u64>>,
+    prefetch: Prefetch,
     outside: Vec<u64>,
     /// All-threads mode: per-thread copies, reused across samples.
     slots: Vec<ThreadSlot>,
-    /// All-threads mode: each interpreter's thread states, in list order,
-    /// as the last sample found them; the next sample reads them all in one
-    /// system call.
-    thread_guess: HashMap<u64, Vec<u64>>,
-    /// All-threads mode: per thread state, its first chunk and a
-    /// high-water mark of its live length, read with the state next time.
-    chunk_guess: HashMap<u64, (u64, usize)>,
-    /// All-threads mode, 3.11/3.12: per thread state, its `cframe` last
-    /// sample, whose current frame is read with the state next time.
-    cframe_guess: HashMap<u64, u64>,
+    /// All-threads mode: each interpreter's thread states as the last
+    /// sample found them, read all in one system call by the next; per
+    /// thread, its first chunk (and 3.11/3.12 `cframe`), read with it.
+    guesses: ThreadGuesses,
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
@@ -171,9 +156,56 @@ struct ThreadSlot {
     cframe_buf: [u8; 8],
 }
 
-/// Extra bytes read beyond the recent high-water mark of the live stack,
-/// so a slightly deeper stack still fits the speculative read.
-const CHUNK_SLACK: usize = 1024;
+/// What a sample's first read found (see `Unwinder::first_read`).
+struct FirstRead {
+    /// The first interpreter in the runtime's list.
+    head: u64,
+    /// 3.11: the GIL's holder from `_PyRuntime` (0: free or elsewhere).
+    runtime_gil_holder: u64,
+    /// The guesses were read in the same call (each still to be checked).
+    speculated: bool,
+}
+
+/// The interpreter-list head and, 3.11, the GIL state in `_PyRuntime`.
+#[derive(Default)]
+struct RuntimeHead {
+    head: [u8; 8],
+    gil_locked: [u8; 4],
+    gil_holder: [u8; 8],
+}
+
+impl RuntimeHead {
+    /// How many requests [`RuntimeHead::requests`] makes.
+    fn len(&self, o: &Offsets) -> usize {
+        if o.gil_in_runtime { 3 } else { 1 }
+    }
+
+    fn requests<'a>(&'a mut self, o: &Offsets, rt: u64, head_addr: u64) -> Vec<ReadReq<'a>> {
+        let mut reqs = vec![ReadReq {
+            addr: head_addr,
+            buf: &mut self.head,
+        }];
+        if o.gil_in_runtime {
+            reqs.push(ReadReq {
+                addr: rt.wrapping_add(o.interp_gil_locked),
+                buf: &mut self.gil_locked,
+            });
+            reqs.push(ReadReq {
+                addr: rt.wrapping_add(o.interp_gil_holder),
+                buf: &mut self.gil_holder,
+            });
+        }
+        reqs
+    }
+
+    fn gil_holder(&self) -> u64 {
+        if u32::from_le_bytes(self.gil_locked) != 0 {
+            u64::from_le_bytes(self.gil_holder)
+        } else {
+            0
+        }
+    }
+}
 
 /// The grant for an older chunk read alone: [`READS_PER_CHUNK`] reads, for
 /// the first [`MAX_GRANTED_CHUNKS`] of a sample.
@@ -292,20 +324,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: Vec::new(),
             generations: HashMap::new(),
             interp_ranges,
-            last_interp: 0,
-            last_tstate: 0,
-            last_chunk: 0,
-            chunk_hw: 0,
-            last_cframe: 0,
-            fp_prev: Vec::new(),
-            fp_buf: Vec::new(),
-            fp_ok: Vec::new(),
-            prefetch: HashMap::new(),
+            main: MainGuess::default(),
+            fingerprints: Fingerprints::default(),
+            prefetch: Prefetch::default(),
             outside: Vec::new(),
             slots,
-            thread_guess: HashMap::new(),
-            chunk_guess: HashMap::new(),
-            cframe_guess: HashMap::new(),
+            guesses: ThreadGuesses::default(),
             order: Vec::new(),
             seen: HashSet::new(),
             chunk_grants: Cell::new(0),
@@ -429,38 +453,77 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.used_codes.clear();
         self.code.new_sample();
         let o = self.runtime.offsets.clone();
-        let head_addr = self.runtime.address + o.runtime_interpreters_head;
 
-        // One system call for what the last sample found: the list head,
-        // the first interpreter's fields and (main-thread mode) its main
-        // thread state. Each guess is used only if the freshly read pointer
-        // to it is unchanged; otherwise that part is read again.
-        let mut head = [0u8; 8];
-        // 3.11: the GIL state is in `_PyRuntime`, read in the same call.
-        let mut gil_locked = [0u8; 4];
-        let mut gil_holder = [0u8; 8];
-        let rt = self.runtime.address;
-        let guess_interp = self.last_interp;
+        let guess_interp = self.main.interp;
         let guess_tstate = if self.opts.all_threads {
             0
         } else {
-            self.last_tstate
+            self.main.tstate
         };
-        let speculated = {
-            let mut reqs = vec![ReadReq {
-                addr: head_addr,
-                buf: &mut head,
-            }];
-            if o.gil_in_runtime {
-                reqs.push(ReadReq {
-                    addr: rt.wrapping_add(o.interp_gil_locked),
-                    buf: &mut gil_locked,
-                });
-                reqs.push(ReadReq {
-                    addr: rt.wrapping_add(o.interp_gil_holder),
-                    buf: &mut gil_holder,
-                });
+        let FirstRead {
+            head,
+            runtime_gil_holder,
+            speculated,
+        } = self.first_read(&o, guess_interp, guess_tstate)?;
+        let mut interp_addr = head;
+        let mut first = true;
+        let mut n_interps = 0;
+        while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
+            n_interps += 1;
+            let already_read = first && speculated && interp_addr == guess_interp;
+            let interp = self.read_interp(&o, interp_addr, already_read, runtime_gil_holder)?;
+            if self.opts.all_threads {
+                self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
+            } else if interp.id == 0 {
+                // The main interpreter (id 0) is the oldest, so it is last
+                // in the list when subinterpreters exist.
+                let main = self.main_thread(&o, &interp)?;
+                let prefetched = speculated
+                    && first
+                    && interp_addr == guess_interp
+                    && main == guess_tstate
+                    && main != 0;
+                if main != 0 {
+                    self.sample_thread(&o, &interp, main, prefetched, out, &mut n_threads)?;
+                }
+                // Guess the thread state next time only when its interpreter
+                // is the list head, read in the same call.
+                self.main.tstate = if first { main } else { 0 };
+                if first {
+                    self.main.interp = interp_addr;
+                }
+                break;
             }
+            if first {
+                self.main.interp = interp_addr;
+                self.main.tstate = 0;
+            }
+            first = false;
+            interp_addr = interp.next;
+        }
+        out.threads.truncate(n_threads);
+        Ok(())
+    }
+
+    /// A sample's first system call: the interpreter-list head (and 3.11's
+    /// GIL state in `_PyRuntime`) with what the last sample found: the
+    /// first interpreter's fields, and in main-thread mode its main thread
+    /// state, chunk and outside frames; 3.13's code fingerprints. In a
+    /// steady state the whole sample is this one call. Each guess is used
+    /// only if the freshly read pointer to it is unchanged; otherwise that
+    /// part is read again. If the call fails (a guessed address is gone),
+    /// the head alone is read again.
+    fn first_read(
+        &mut self,
+        o: &Offsets,
+        guess_interp: u64,
+        guess_tstate: u64,
+    ) -> Result<FirstRead> {
+        let head_addr = self.runtime.address + o.runtime_interpreters_head;
+        let rt = self.runtime.address;
+        let mut head = RuntimeHead::default();
+        let speculated = {
+            let mut reqs = head.requests(o, rt, head_addr);
             if guess_interp != 0 {
                 push_ranges(
                     &mut reqs,
@@ -479,153 +542,98 @@ impl<M: ProcessMemory> Unwinder<M> {
                 // 3.11/3.12: the current frame, where it was last time, in
                 // the same instant as the state that names it.
                 if let Some(off) = o.cframe_current_frame
-                    && self.last_cframe != 0
+                    && self.main.cframe != 0
                 {
-                    slot.cframe_spec = self.last_cframe.wrapping_add(off);
+                    slot.cframe_spec = self.main.cframe.wrapping_add(off);
                     reqs.push(ReadReq {
                         addr: slot.cframe_spec,
                         buf: &mut slot.cframe_buf,
                     });
                 }
-                // The chunk and outside frames too: in a steady state the
-                // whole sample is this one call.
-                let pre = self.prefetch.get(&guess_tstate).map_or(&[][..], |v| &v[..]);
                 slot.chunks.prepare_guess(
-                    self.last_chunk,
-                    self.chunk_hw + CHUNK_SLACK,
+                    self.main.chunk.chunk,
+                    self.main.chunk.read_len(),
                     o.frame_size,
-                    pre,
+                    self.prefetch.get(guess_tstate),
                 );
                 slot.chunks.requests(&mut reqs);
             }
-            // 3.13: the fingerprints of last sample's code objects.
-            let (fp_start, fp_len) = code::fingerprint_span(&o);
-            self.fp_ok.clear();
-            let check_fp = o.interp_code_object_generation.is_none() && !self.fp_prev.is_empty();
-            if check_fp {
-                self.fp_buf.resize(fp_len * self.fp_prev.len(), 0);
-                for (&c, buf) in self.fp_prev.iter().zip(self.fp_buf.chunks_mut(fp_len)) {
-                    reqs.push(ReadReq {
-                        addr: c.wrapping_add(fp_start),
-                        buf,
-                    });
-                }
-            }
+            let check_fp =
+                self.fingerprints
+                    .requests(o, o.interp_code_object_generation.is_none(), &mut reqs);
             let n = reqs.len();
             let r = self.mem.read_many(&mut reqs);
             drop(reqs);
             if r.is_ok() && check_fp {
-                for (i, &c) in self.fp_prev.iter().enumerate() {
-                    let now =
-                        code::fingerprint(&o, &self.fp_buf[i * fp_len..(i + 1) * fp_len], fp_start);
-                    if now.is_some() && now.as_ref() == self.code.fingerprint_of(c) {
-                        self.fp_ok.push(c);
-                    } else {
-                        self.code.evict(c);
-                    }
-                }
+                self.fingerprints.settle(o, &mut self.code);
             }
             match r {
-                Ok(()) => n > 1,
+                Ok(()) => n > head.len(o),
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(_) => {
-                    let mut reqs = vec![ReadReq {
-                        addr: head_addr,
-                        buf: &mut head,
-                    }];
-                    if o.gil_in_runtime {
-                        reqs.push(ReadReq {
-                            addr: rt.wrapping_add(o.interp_gil_locked),
-                            buf: &mut gil_locked,
-                        });
-                        reqs.push(ReadReq {
-                            addr: rt.wrapping_add(o.interp_gil_holder),
-                            buf: &mut gil_holder,
-                        });
-                    }
-                    self.mem.read_many(&mut reqs)?;
+                    self.mem.read_many(&mut head.requests(o, rt, head_addr))?;
                     false
                 }
             }
         };
-        let runtime_gil_holder = if u32::from_le_bytes(gil_locked) != 0 {
-            u64::from_le_bytes(gil_holder)
-        } else {
-            0
-        };
-        let mut interp_addr = u64::from_le_bytes(head);
-        let mut first = true;
-        let mut n_interps = 0;
-        while interp_addr != 0 && n_interps < MAX_INTERPRETERS {
-            n_interps += 1;
-            if !frames::plausible(interp_addr) {
-                return Err(Error::corrupt(format!(
-                    "interpreter state at impossible address {interp_addr:#x}"
-                )));
-            }
-            if !(first && speculated && interp_addr == guess_interp) {
-                let mut reqs = Vec::with_capacity(self.interp_ranges.len());
-                push_ranges(
-                    &mut reqs,
-                    &mut self.interp_buf,
-                    interp_addr,
-                    &self.interp_ranges,
-                );
-                self.mem.read_many(&mut reqs)?;
-            }
-            let mut interp =
-                InterpFacts::decode(&o, &self.interp_buf, interp_addr, runtime_gil_holder)
-                    .ok_or_else(|| Error::corrupt("short interpreter state"))?;
-            if interp.shared_gil != 0 {
-                interp.gil_holder = self.shared_gil_holder(&o, interp.shared_gil)?;
-            }
-            if let Some(g) = interp.code_generation
-                && self
-                    .generations
-                    .insert(interp_addr, g)
-                    .is_some_and(|old| old != g)
-            {
-                self.code.clear();
-            }
-            if self.opts.all_threads {
-                self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
-            } else if interp.id == 0 {
-                // The main interpreter (id 0) is the oldest, so it is last
-                // in the list when subinterpreters exist.
-                let main = if interp.threads_main != 0 {
-                    interp.threads_main
-                } else {
-                    // No thread runs __main__ (embedding, shutdown): the
-                    // oldest thread, last in the list, is the main one.
-                    let mut tstates: Vec<u64> = Vec::new();
-                    self.list_threads(&o, interp.threads_head, &mut tstates)?;
-                    tstates.last().copied().unwrap_or(0)
-                };
-                let prefetched = speculated
-                    && first
-                    && interp_addr == guess_interp
-                    && main == guess_tstate
-                    && main != 0;
-                if main != 0 {
-                    self.sample_thread(&o, &interp, main, prefetched, out, &mut n_threads)?;
-                }
-                // Guess the thread state next time only when its interpreter
-                // is the list head, read in the same call.
-                self.last_tstate = if first { main } else { 0 };
-                if first {
-                    self.last_interp = interp_addr;
-                }
-                break;
-            }
-            if first {
-                self.last_interp = interp_addr;
-                self.last_tstate = 0;
-            }
-            first = false;
-            interp_addr = interp.next;
+        Ok(FirstRead {
+            head: u64::from_le_bytes(head.head),
+            runtime_gil_holder: head.gil_holder(),
+            speculated,
+        })
+    }
+
+    /// The facts of the interpreter at `interp_addr`, its fields read now
+    /// unless `already_read` (by the first read, into `interp_buf`). A
+    /// moved code-object generation drops the code cache.
+    fn read_interp(
+        &mut self,
+        o: &Offsets,
+        interp_addr: u64,
+        already_read: bool,
+        runtime_gil_holder: u64,
+    ) -> Result<InterpFacts> {
+        if !frames::plausible(interp_addr) {
+            return Err(Error::corrupt(format!(
+                "interpreter state at impossible address {interp_addr:#x}"
+            )));
         }
-        out.threads.truncate(n_threads);
-        Ok(())
+        if !already_read {
+            let mut reqs = Vec::with_capacity(self.interp_ranges.len());
+            push_ranges(
+                &mut reqs,
+                &mut self.interp_buf,
+                interp_addr,
+                &self.interp_ranges,
+            );
+            self.mem.read_many(&mut reqs)?;
+        }
+        let mut interp = InterpFacts::decode(o, &self.interp_buf, interp_addr, runtime_gil_holder)
+            .ok_or_else(|| Error::corrupt("short interpreter state"))?;
+        if interp.shared_gil != 0 {
+            interp.gil_holder = self.shared_gil_holder(o, interp.shared_gil)?;
+        }
+        if let Some(g) = interp.code_generation
+            && self
+                .generations
+                .insert(interp_addr, g)
+                .is_some_and(|old| old != g)
+        {
+            self.code.clear();
+        }
+        Ok(interp)
+    }
+
+    /// The thread state that runs `__main__` in `interp` (0: none).
+    fn main_thread(&self, o: &Offsets, interp: &InterpFacts) -> Result<u64> {
+        if interp.threads_main != 0 {
+            return Ok(interp.threads_main);
+        }
+        // No thread runs __main__ (embedding, shutdown): the oldest
+        // thread, last in the list, is the main one.
+        let mut tstates: Vec<u64> = Vec::new();
+        self.list_threads(o, interp.threads_head, &mut tstates)?;
+        Ok(tstates.last().copied().unwrap_or(0))
     }
 
     fn list_threads(&self, o: &Offsets, head: u64, into: &mut Vec<u64>) -> Result<()> {
@@ -656,11 +664,99 @@ impl<M: ProcessMemory> Unwinder<M> {
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
-        let tsize = o.tstate_size as usize;
-        let guess = self.thread_guess.remove(&interp_addr).unwrap_or_default();
+        let guess = self.guesses.take_list(interp_addr);
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
         }
+        let (guessed_ok, chunks_ok) = self.read_guessed_states(o, &guess)?;
+        self.follow_thread_list(o, interp, &guess, guessed_ok)?;
+        let new_guess: Vec<u64> = self.order.iter().map(|&i| self.slots[i].tstate).collect();
+        self.guesses.set_list(interp_addr, new_guess);
+
+        // Every other thread's current chunk and outside frames, in one
+        // call.
+        self.prefetch.bound();
+        self.guesses.bound();
+        let mut decoded = Vec::with_capacity(self.order.len());
+        for &i in &self.order {
+            decoded.push(
+                ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
+                    .ok_or_else(|| Error::corrupt("short thread state"))?,
+            );
+        }
+        if o.cframe_current_frame.is_some() {
+            self.read_cframes(o, &mut decoded, chunks_ok)?;
+            for (&i, f) in self.order.iter().zip(&decoded) {
+                self.guesses.set_cframe(self.slots[i].tstate, f.cframe);
+            }
+        }
+        let mut facts = Vec::with_capacity(self.order.len());
+        let mut ready = vec![false; self.slots.len()];
+        for (&i, f) in self.order.iter().zip(decoded) {
+            let slot = &mut self.slots[i];
+            let first = if f.current_frame != 0 {
+                f.datastack_chunk
+            } else {
+                0
+            };
+            // Read with the state, from a guess that holds.
+            ready[i] = chunks_ok
+                && i < guess.len()
+                && first != 0
+                && slot
+                    .chunks
+                    .accept_guess(first, f.current_frame, o.frame_size);
+            if !ready[i] {
+                let pre = self.prefetch.entry(slot.tstate);
+                slot.chunks
+                    .prepare(first, f.current_frame, o.frame_size, pre);
+            }
+            facts.push((f, first));
+        }
+        let batch_ok = {
+            let mut reqs = Vec::new();
+            let mut in_order = vec![false; self.slots.len()];
+            for &i in &self.order {
+                in_order[i] = true;
+            }
+            for (i, slot) in self.slots.iter_mut().enumerate() {
+                if in_order[i] && !ready[i] {
+                    slot.chunks.requests(&mut reqs);
+                }
+            }
+            reqs.is_empty()
+                || match self.mem.read_many(&mut reqs) {
+                    Ok(()) => true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(_) => false,
+                }
+        };
+
+        for (k, (f, first)) in facts.into_iter().enumerate() {
+            let idx = self.order[k];
+            let slot = &mut self.slots[idx];
+            // After a failed batch each thread reads alone, so one bad
+            // address costs only its own thread's prefetch.
+            {
+                let grant = chunk_grant(&self.mem, &self.chunk_grants);
+                slot.chunks
+                    .complete(&self.mem, ready[idx] || batch_ok, &grant)?;
+            }
+            let tstate = slot.tstate;
+            // Next time, guess the same first chunk, as far as the stack
+            // reached lately (decaying, as in main-thread mode).
+            self.guesses
+                .set_chunk(tstate, first, slot.chunks.live_len());
+            self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
+        }
+        Ok(())
+    }
+
+    /// All-threads mode, first step: the thread states the last sample
+    /// found, all in one system call; with each, if `guess` still holds,
+    /// its chunk and 3.11/3.12 current-frame slot. Returns whether the
+    /// states were read, and whether with their chunks.
+    fn read_guessed_states(&mut self, o: &Offsets, guess: &[u64]) -> Result<(bool, bool)> {
         // The thread states the last sample found and, in the same system
         // call, each one's first chunk as far as its stack reached lately
         // and its frames outside the data stack: when the guesses hold, a
@@ -668,6 +764,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         // leaves the least time for them to change in between. If a
         // guessed chunk is gone (its thread ended), the states are read
         // again alone.
+        let tsize = o.tstate_size as usize;
         let mut chunks_ok = false;
         let mut guessed_ok = false;
         for with_chunks in [true, false] {
@@ -675,7 +772,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 break;
             }
             let mut reqs = Vec::with_capacity(guess.len() * 2);
-            for (slot, &t) in self.slots.iter_mut().zip(&guess) {
+            for (slot, &t) in self.slots.iter_mut().zip(guess) {
                 slot.tstate = t;
                 slot.buf.resize(tsize, 0);
                 reqs.push(ReadReq {
@@ -683,10 +780,10 @@ impl<M: ProcessMemory> Unwinder<M> {
                     buf: &mut slot.buf[..],
                 });
                 slot.cframe_spec = 0;
-                match self.chunk_guess.get(&t) {
-                    Some(&(chunk, hw)) if with_chunks => {
-                        if let (Some(off), Some(&cf)) =
-                            (o.cframe_current_frame, self.cframe_guess.get(&t))
+                match self.guesses.chunk(t) {
+                    Some(g) if with_chunks => {
+                        if let (Some(off), Some(cf)) =
+                            (o.cframe_current_frame, self.guesses.cframe(t))
                         {
                             slot.cframe_spec = cf.wrapping_add(off);
                             reqs.push(ReadReq {
@@ -694,9 +791,12 @@ impl<M: ProcessMemory> Unwinder<M> {
                                 buf: &mut slot.cframe_buf,
                             });
                         }
-                        let pre = self.prefetch.get(&t).map_or(&[][..], |v| &v[..]);
-                        slot.chunks
-                            .prepare_guess(chunk, hw + CHUNK_SLACK, o.frame_size, pre);
+                        slot.chunks.prepare_guess(
+                            g.chunk,
+                            g.read_len(),
+                            o.frame_size,
+                            self.prefetch.get(t),
+                        );
                         slot.chunks.requests(&mut reqs);
                     }
                     _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
@@ -712,6 +812,20 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
         }
 
+        Ok((guessed_ok, chunks_ok))
+    }
+
+    /// All-threads mode, second step: follow the live thread list into
+    /// `self.order` (slot indices), taking each state from the guessed
+    /// batch when it was there, reading it alone otherwise.
+    fn follow_thread_list(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        guess: &[u64],
+        guessed_ok: bool,
+    ) -> Result<()> {
+        let tsize = o.tstate_size as usize;
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
         self.order.clear();
@@ -756,101 +870,6 @@ impl<M: ProcessMemory> Unwinder<M> {
                 .buf
                 .u64_at(o.tstate_next)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
-        }
-        let new_guess: Vec<u64> = self.order.iter().map(|&i| self.slots[i].tstate).collect();
-        if self.thread_guess.len() > MAX_INTERPRETERS {
-            self.thread_guess.clear();
-        }
-        self.thread_guess.insert(interp_addr, new_guess);
-
-        // Every other thread's current chunk and outside frames, in one
-        // call.
-        if self.prefetch.len() > 4 * MAX_THREADS {
-            self.prefetch.clear();
-        }
-        if self.chunk_guess.len() > 4 * MAX_THREADS {
-            self.chunk_guess.clear();
-        }
-        let mut decoded = Vec::with_capacity(self.order.len());
-        for &i in &self.order {
-            decoded.push(
-                ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
-                    .ok_or_else(|| Error::corrupt("short thread state"))?,
-            );
-        }
-        if o.cframe_current_frame.is_some() {
-            self.read_cframes(o, &mut decoded, chunks_ok)?;
-            if self.cframe_guess.len() > 4 * MAX_THREADS {
-                self.cframe_guess.clear();
-            }
-            for (&i, f) in self.order.iter().zip(&decoded) {
-                self.cframe_guess.insert(self.slots[i].tstate, f.cframe);
-            }
-        }
-        let mut facts = Vec::with_capacity(self.order.len());
-        let mut ready = vec![false; self.slots.len()];
-        for (&i, f) in self.order.iter().zip(decoded) {
-            let slot = &mut self.slots[i];
-            let first = if f.current_frame != 0 {
-                f.datastack_chunk
-            } else {
-                0
-            };
-            // Read with the state, from a guess that holds.
-            ready[i] = chunks_ok
-                && i < guess.len()
-                && first != 0
-                && slot
-                    .chunks
-                    .accept_guess(first, f.current_frame, o.frame_size);
-            if !ready[i] {
-                let pre = self.prefetch.entry(slot.tstate).or_default();
-                slot.chunks
-                    .prepare(first, f.current_frame, o.frame_size, pre);
-            }
-            facts.push((f, first));
-        }
-        let batch_ok = {
-            let mut reqs = Vec::new();
-            let mut in_order = vec![false; self.slots.len()];
-            for &i in &self.order {
-                in_order[i] = true;
-            }
-            for (i, slot) in self.slots.iter_mut().enumerate() {
-                if in_order[i] && !ready[i] {
-                    slot.chunks.requests(&mut reqs);
-                }
-            }
-            reqs.is_empty()
-                || match self.mem.read_many(&mut reqs) {
-                    Ok(()) => true,
-                    Err(e) if e.is_fatal() => return Err(e),
-                    Err(_) => false,
-                }
-        };
-
-        for (k, (f, first)) in facts.into_iter().enumerate() {
-            let idx = self.order[k];
-            let slot = &mut self.slots[idx];
-            // After a failed batch each thread reads alone, so one bad
-            // address costs only its own thread's prefetch.
-            {
-                let grant = chunk_grant(&self.mem, &self.chunk_grants);
-                slot.chunks
-                    .complete(&self.mem, ready[idx] || batch_ok, &grant)?;
-            }
-            let tstate = slot.tstate;
-            // Next time, guess the same first chunk, as far as the stack
-            // reached lately (decaying, as in main-thread mode).
-            if first != 0 {
-                let live = slot.chunks.live_len();
-                let hw = self.chunk_guess.get(&tstate).map_or(0, |&(_, hw)| hw);
-                self.chunk_guess
-                    .insert(tstate, (first, live.max(hw - hw / 64)));
-            } else {
-                self.chunk_guess.remove(&tstate);
-            }
-            self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
         Ok(())
     }
@@ -987,9 +1006,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             outside: &mut self.outside,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
-        if let Some(p) = self.prefetch.get_mut(&tstate) {
-            std::mem::swap(p, &mut self.outside);
-        }
+        self.prefetch.replace(tstate, &mut self.outside);
         walked?;
         if self.opts.gc
             && interp.gc_collecting
@@ -1033,11 +1050,8 @@ impl<M: ProcessMemory> Unwinder<M> {
                 read_cframe(&self.mem, slot_addr)?
             };
         }
-        self.last_cframe = t.cframe;
-        if self.prefetch.len() > 4 * MAX_THREADS {
-            self.prefetch.clear();
-        }
-        let prefetch = self.prefetch.entry(tstate).or_default();
+        self.main.cframe = t.cframe;
+        let prefetch = self.prefetch.entry(tstate);
         let first = if t.current_frame != 0 {
             t.datastack_chunk
         } else {
@@ -1064,9 +1078,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         // Remember where the stack was, and how high it reached lately
         // (decaying, so one deep moment does not inflate reads for ever).
-        self.last_chunk = first;
-        let live = slot.chunks.live_len();
-        self.chunk_hw = live.max(self.chunk_hw - self.chunk_hw / 64);
+        self.main.chunk = self.main.chunk.next(first, slot.chunks.live_len());
         self.sample_prepared_thread(o, interp, 0, tstate, &t, out, n)
     }
 
@@ -1079,17 +1091,10 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.used_codes.dedup();
         // Checked in this sample's first read, or read fresh during the
         // walk: only the rest needs a read now (usually none).
-        self.fp_ok.sort_unstable();
         self.code.loaded.sort_unstable();
-        let to_check: Vec<u64> = self
-            .used_codes
-            .iter()
-            .copied()
-            .filter(|c| {
-                self.fp_ok.binary_search(c).is_err() && self.code.loaded.binary_search(c).is_err()
-            })
-            .collect();
-        self.fp_prev.clone_from(&self.used_codes);
+        let to_check = self
+            .fingerprints
+            .unchecked(&self.used_codes, &self.code.loaded);
         if to_check.is_empty() {
             return Ok(false);
         }
