@@ -22,6 +22,9 @@
 # Usage: sudo scripts/compare.sh [SECONDS] [RATE_HZ] [VERSIONS]
 #   defaults: 5 s, 1000 Hz, "3.15" (the reference reads only 3.15; give
 #   "3.13 3.14 3.15" for tachyon and py-spy on the older ones too).
+# Environment: TARGETS="leaf200 churn" runs only those targets (default all
+# six); PYSPY=0 leaves py-spy out (at high rates it runs long where it
+# cannot keep up).
 # Needs root, the sid root (scripts/provision-sid.sh), py-spy
 # (scripts/provision-tools.sh) and GNU time; builds tachyon --release.
 set -euo pipefail
@@ -29,8 +32,16 @@ cd "$(dirname "$0")/.."
 SECS=${1:-5}
 RATE=${2:-1000}
 VERSIONS=${3:-3.15}
+TARGETS=${TARGETS:-leaf10 leaf50 leaf200 fib churn threads30}
+for t in $TARGETS; do
+    case $t in
+        leaf10|leaf50|leaf200|fib|churn|threads30) ;;
+        *) echo "compare.sh: unknown target '$t' in TARGETS (known: leaf10 leaf50 leaf200 fib churn threads30)" >&2; exit 2 ;;
+    esac
+done
 ROOT=$(scripts/provision-sid.sh)
 TOOLS=$(scripts/provision-tools.sh)
+PYSPY_ON=${PYSPY:-1}
 PYSPY="$TOOLS/py-spy/bin/py-spy"
 [ -x /usr/bin/time ] || { echo "compare.sh: GNU time is missing (apt-get install time)" >&2; exit 1; }
 cargo build --release -q
@@ -112,7 +123,7 @@ echo "${SECS}s per run at ${RATE} Hz, all threads, one profiler at a time"
 echo
 row target python profiler rate/s "wall s" failed% "cpu s" "" "rss MiB" "" B/sample
 for v in $VERSIONS; do
-    for target in leaf10 leaf50 leaf200 fib churn threads30; do
+    for target in $TARGETS; do
         case $target in
             leaf*) script=leaf.py; args=${target#leaf} ;;
             *) script=$target.py; args= ;;
@@ -139,7 +150,7 @@ for v in $VERSIONS; do
             row "" "" reference "${r_rate:--}" "$(wall r)" "${r_err:--}" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
         fi
 
-        if [ -x "$PYSPY" ]; then
+        if [ "${PYSPY_ON:-1}" = 1 ] && [ -x "$PYSPY" ]; then
             rm -f "$WORK/p.txt"
             measure p "$PYSPY" record --nonblocking -p "$pid" -d "$SECS" -r "$RATE" -f raw -o "$WORK/p.txt"
             p_n=$(grep -o 'Samples: [0-9]*' "$WORK/p.out" | tail -1 | awk '{print $2}')
