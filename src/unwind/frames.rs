@@ -466,12 +466,12 @@ impl Walk<'_> {
             } else if !self.seen.insert(addr) {
                 return Err(Torn::Cycle { addr }.into());
             }
-            let in_tstate = addr.checked_sub(self.tstate.0).and_then(|off| {
-                self.tstate
-                    .1
-                    .get(off as usize..off.checked_add(fsize)? as usize)
-            });
-            let local_copy = pos.map(|(_, b)| b).or(in_tstate);
+            let tstate = self.tstate;
+            let in_tstate = || {
+                addr.checked_sub(tstate.0)
+                    .and_then(|off| tstate.1.get(off as usize..off.checked_add(fsize)? as usize))
+            };
+            let local_copy = pos.map(|(_, b)| b).or_else(in_tstate);
             let fb: &[u8] = match local_copy.or_else(|| self.chunks.prefetched(addr, fsize)) {
                 Some(b) => b,
                 None => {
