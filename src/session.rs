@@ -103,12 +103,34 @@ struct Shared {
     cancel: Arc<AtomicBool>,
     /// Children's profiles running.
     active: AtomicUsize,
+    /// New processes being looked at.
+    probing: AtomicUsize,
     /// Every descendant looked at: `None` while its profile runs, else what
     /// it ran when last found not to be profiled (looked at again once that
     /// changes, e.g. after an exec).
     known: Mutex<HashMap<i32, Option<String>>>,
     reports: Mutex<Vec<ChildReport>>,
+    /// The runtime of every Python process profiled, with what it ran
+    /// then: a fork that still runs the same has the same runtime at the
+    /// same address, and is profiled at once, without looking for it.
+    runtimes: Mutex<HashMap<i32, (String, Runtime)>>,
     started: Instant,
+}
+
+impl Shared {
+    fn remember_runtime(&self, pid: i32, rt: &Runtime) {
+        if let (Some(image), Ok(mut m)) = (tree::image(pid), self.runtimes.lock()) {
+            m.insert(pid, (image, rt.clone()));
+        }
+    }
+
+    /// The runtime `pid` inherited from its parent, if it is a fork of a
+    /// profiled Python process that has not exec'd.
+    fn inherited_runtime(&self, parent: Option<i32>, image: &str) -> Option<Runtime> {
+        let m = self.runtimes.lock().ok()?;
+        let (parent_image, rt) = m.get(&parent?)?;
+        (parent_image == image).then(|| rt.clone())
+    }
 }
 
 impl<'a> Profiler<'a> {
@@ -154,10 +176,15 @@ impl<'a> Profiler<'a> {
             done: AtomicBool::new(false),
             cancel: Arc::new(AtomicBool::new(false)),
             active: AtomicUsize::new(0),
+            probing: AtomicUsize::new(0),
             known: Mutex::new(HashMap::new()),
             reports: Mutex::new(Vec::new()),
+            runtimes: Mutex::new(HashMap::new()),
             started: Instant::now(),
         };
+        if self.children.is_some() {
+            shared.remember_runtime(first.pid(), first.runtime());
+        }
         let mut sink = Tee(sinks);
         let main = std::thread::scope(|scope| {
             if let Some(children) = &self.children {
@@ -224,6 +251,9 @@ impl<'a> Profiler<'a> {
                 seen[seen.len() - 1]
             );
             seen.push(pid);
+            if self.children.is_some() {
+                shared.remember_runtime(pid, &rt);
+            }
             shared.main.store(pid, Ordering::SeqCst);
             sink.target_changed(pid);
             let opts = unwinder.opts;
@@ -250,10 +280,9 @@ impl<'a> Profiler<'a> {
         if reason == Some(StopReason::TargetExited) {
             let deadline = Instant::now() + CHILDREN_GRACE;
             let mut said = false;
-            while shared.active.load(Ordering::SeqCst) > 0
-                && Instant::now() < deadline
-                && !sample::signals::interrupted()
-            {
+            let busy =
+                || shared.active.load(Ordering::SeqCst) + shared.probing.load(Ordering::SeqCst) > 0;
+            while busy() && Instant::now() < deadline && !sample::signals::interrupted() {
                 if !said {
                     crate::errln!(
                         "tachyon: waiting for {} child process profile(s) to complete...",
@@ -301,8 +330,11 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
 }
 
 /// The children's watcher: scan the main process's descendants every
-/// [`SCAN_EVERY`] until the main profile is over; give each new Python
-/// process a profile of its own on a thread of `scope`.
+/// [`SCAN_EVERY`] until the main profile is over. Each process not seen
+/// before (or that exec'd since it was last looked at) is looked at on a
+/// thread of its own, which profiles it if it is Python: finding a runtime
+/// takes from a few to a few hundred milliseconds (3.11 and 3.12 have their
+/// layout checked), and the scan must not wait for it.
 fn watch<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     children: &'scope Children<'_>,
@@ -315,48 +347,94 @@ fn watch<'scope>(
         procs.scan();
         let main = shared.main.load(Ordering::SeqCst);
         for pid in procs.descendants(main) {
-            let image = tree::image(pid);
-            {
+            let last = {
                 let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
                 match known.get(&pid) {
+                    // Being looked at or profiled.
                     Some(None) => continue,
-                    Some(Some(last)) if image.as_ref() == Some(last) => continue,
-                    _ => {}
+                    Some(Some(last)) => Some(last.clone()),
+                    None => None,
                 }
+            };
+            let Some(image) = tree::image(pid) else {
+                continue;
+            };
+            if last.as_ref() == Some(&image) {
+                continue;
             }
-            let Some(image) = image else { continue };
-            match probe(pid) {
-                Probe::Python(rt) => {
-                    if shared.active.load(Ordering::SeqCst) >= children.max {
-                        crate::errln!(
-                            "tachyon: warning: already profiling {} child processes (the most at once); not profiling process {pid}",
-                            children.max
-                        );
-                        mark(shared, pid, Some(image));
-                        continue;
-                    }
-                    mark(shared, pid, None);
-                    shared.active.fetch_add(1, Ordering::SeqCst);
-                    crate::errln!("tachyon: profiling child process {pid}");
-                    scope.spawn(move || {
-                        let report = profile_child(pid, *rt, children, shared, config, blocking);
-                        mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
-                        if let Ok(mut r) = shared.reports.lock() {
-                            r.push(report);
-                        }
-                        shared.active.fetch_sub(1, Ordering::SeqCst);
-                    });
-                }
-                Probe::Refused(e) => {
-                    crate::errln!("tachyon: not profiling child process {pid}: {e}");
-                    mark(shared, pid, Some(image));
-                }
-                Probe::No => mark(shared, pid, Some(image)),
-                Probe::NotYet => {}
+            if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
+                // Looked at on a later scan.
+                continue;
             }
+            let inherited = shared.inherited_runtime(procs.parent(pid), &image);
+            mark(shared, pid, None);
+            shared.probing.fetch_add(1, Ordering::SeqCst);
+            scope.spawn(move || {
+                let report = look_at_child(pid, inherited, children, shared, config, blocking);
+                mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
+                if let Some(report) = report
+                    && let Ok(mut r) = shared.reports.lock()
+                {
+                    r.push(report);
+                }
+            });
         }
         std::thread::sleep(SCAN_EVERY);
     }
+}
+
+/// Processes looked at at once (most turn out not to be Python at once;
+/// an interpreter still loading is waited for up to [`EXEC_GRACE`]).
+const MAX_PROBING: usize = 32;
+
+/// Is the new process `pid` Python (waiting a little for an interpreter
+/// still loading its runtime)? Then profile it, if the bound allows.
+fn look_at_child(
+    pid: i32,
+    inherited: Option<Runtime>,
+    children: &Children<'_>,
+    shared: &Shared,
+    config: &SampleConfig,
+    blocking: bool,
+) -> Option<ChildReport> {
+    let deadline = Instant::now() + EXEC_GRACE;
+    let rt = if inherited.is_some() {
+        inherited
+    } else {
+        loop {
+            match probe(pid) {
+                Probe::Python(rt) => break Some(*rt),
+                Probe::Refused(e) => {
+                    crate::errln!("tachyon: not profiling child process {pid}: {e}");
+                    break None;
+                }
+                Probe::No => break None,
+                Probe::NotYet
+                    if Instant::now() < deadline && !shared.cancel.load(Ordering::SeqCst) =>
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Probe::NotYet => break None,
+            }
+        }
+    };
+    shared.probing.fetch_sub(1, Ordering::SeqCst);
+    let rt = rt?;
+    // Counted before the check: two children found at once cannot both
+    // take the last place.
+    if shared.active.fetch_add(1, Ordering::SeqCst) >= children.max {
+        shared.active.fetch_sub(1, Ordering::SeqCst);
+        crate::errln!(
+            "tachyon: warning: already profiling {} child processes (the most at once); not profiling process {pid}",
+            children.max
+        );
+        return None;
+    }
+    crate::errln!("tachyon: profiling child process {pid}");
+    shared.remember_runtime(pid, &rt);
+    let report = profile_child(pid, rt, children, shared, config, blocking);
+    shared.active.fetch_sub(1, Ordering::SeqCst);
+    Some(report)
 }
 
 fn mark(shared: &Shared, pid: i32, state: Option<String>) {
@@ -472,6 +550,7 @@ fn profile_child(
         let Ok(proc) = LinuxProcess::open(pid) else {
             break;
         };
+        shared.remember_runtime(pid, &rt);
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);

@@ -17,7 +17,7 @@ import multiprocessing as mp, os, sys, time
 def burn_in_worker(n):
     t = time.time()
     s = 0
-    while time.time() - t < 0.4:
+    while time.time() - t < 0.5:
         for i in range(2000):
             s += i * i
     return os.getpid()
@@ -25,7 +25,7 @@ def burn_in_worker(n):
 if __name__ == "__main__":
     ctx = mp.get_context(sys.argv[1])
     with ctx.Pool(4) as p:
-        pids = set(p.map(burn_in_worker, range(8), chunksize=1))
+        pids = set(p.map(burn_in_worker, range(12), chunksize=1))
     print("WORKERS", " ".join(str(x) for x in sorted(pids)), flush=True)
 "#;
 
@@ -453,4 +453,38 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
         ours_found >= ref_found,
         "the reference found {ref_found} workers' work, tachyon {ours_found}"
     );
+}
+
+/// 3.11 and 3.12 (pyenv's, with the runtime in a shared libpython, and
+/// Debian's static 3.11): spawned workers exec an interpreter that maps
+/// its runtime only after start; every worker is still profiled.
+#[test]
+fn run_profiles_spawned_workers_of_old_pythons() {
+    for it in common::machine_old_interpreters() {
+        let dir = tempdir();
+        std::fs::write(dir.join("pool.py"), POOL).unwrap();
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.current_dir(&dir)
+            .args([
+                "run",
+                "--subprocesses",
+                "--collapsed",
+                "-o",
+                "out.txt",
+                "--python",
+            ])
+            .arg(&it.exe)
+            .args(["pool.py", "spawn"]);
+        let out = Running::start(cmd).finish(Duration::from_secs(180));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        for w in pids_after(&stdout, "WORKERS ") {
+            assert!(
+                samples_in(&dir.join(format!("out_{w}.txt")), "burn_in_worker") > 0,
+                "{}: worker {w}'s profile has no burn_in_worker:\n{stderr}",
+                it.name
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

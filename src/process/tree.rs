@@ -51,6 +51,11 @@ impl ProcessTree {
         }
     }
 
+    /// The parent of `pid` when it was first seen.
+    pub fn parent(&self, pid: i32) -> Option<i32> {
+        self.parent_of.get(&pid).copied()
+    }
+
     /// Every known process below `root` (not `root` itself), parents
     /// before children.
     pub fn descendants(&self, root: i32) -> Vec<i32> {
@@ -91,9 +96,15 @@ fn parse_ppid(stat: &str) -> Option<i32> {
 /// the runtime found before is no longer there. `None`: it is gone.
 pub fn image(pid: i32) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let first = maps.lines().next().and_then(|l| l.split('-').next());
-    Some(format!("{}|{}", exe.to_string_lossy(), first.unwrap_or("")))
+    // Only the first line: a large process's whole map is hundreds of
+    // kilobytes, and this is asked every few milliseconds.
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/maps")).ok()?;
+    let n = f.read(&mut head).ok()?;
+    let head = String::from_utf8_lossy(&head[..n]);
+    let first = head.split('-').next().unwrap_or("");
+    Some(format!("{}|{first}", exe.to_string_lossy()))
 }
 
 #[cfg(test)]
