@@ -488,3 +488,58 @@ fn run_profiles_spawned_workers_of_old_pythons() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Without a format or `-o`, the parent's table goes to stdout and each
+/// child's profile to `profile_<pid>.pstats` (the reference's name), a
+/// file Python's `pstats` loads.
+#[test]
+fn default_child_output_is_a_pstats_file_per_child() {
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 14 && !i.debug)
+        .expect("sid 3.14");
+    let dir = RootDir::new(&[("parent.py", PARENT_OF_SUBPROCESS), ("child.py", CHILD)]);
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.current_dir(&dir.outside)
+        .args(["run", "--subprocesses", "--", "chroot"])
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("parent.py"));
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Captured "), "no table:\n{stdout}");
+    let child = pids_after(&stdout, "CHILD ")[0];
+    let file = format!("profile_{child}.pstats");
+    assert!(dir.outside(&file).exists(), "no {file}:\n{stderr}");
+    let check = Command::new("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg("-c")
+        .arg(format!(
+            "import pstats; s = pstats.Stats({:?}); print(any(k[2] == 'child_work' for k in s.stats))",
+            dir.inside(&file)
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&check.stdout).trim(),
+        "True",
+        "{}",
+        text(&check.stderr)
+    );
+}
+
+#[test]
+fn subprocesses_is_refused_with_live() {
+    let out = Command::new(tachyon_bin())
+        .args(["attach", "--subprocesses", "--live", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--subprocesses") && err.contains("--live"),
+        "{err}"
+    );
+}
