@@ -191,12 +191,14 @@ impl OutputArgs {
     /// The outputs of child process `pid` (`--subprocesses`), named as the
     /// reference names them: `-o base.ext` becomes `base_<pid>.ext` (`-o
     /// name` without an extension `name_<pid>`), a directory holds the
-    /// default names, and the default is `<format>_<pid>.<ext>`, with the
+    /// default names (but the heatmap's `-o DIR` is its directory: the
+    /// child's is `DIR_<pid>`), and the default is `<format>_<pid>.<ext>`, with the
     /// pstats table, which has no file by default, in
     /// `profile_<pid>.pstats`. `binary`: the output is `--binary`.
     pub fn for_child(&self, pid: u32, binary: bool) -> OutputArgs {
         let output = match &self.output {
-            Some(p) if p.is_dir() => Some(p.clone()),
+            // The heatmap's -o is its own directory: the child's is beside it.
+            Some(p) if p.is_dir() && !self.heatmap => Some(p.clone()),
             Some(p) => Some(child_path(p, pid)),
             None if self.is_pstats() && !binary => {
                 Some(PathBuf::from(format!("profile_{pid}.pstats")))
