@@ -236,8 +236,8 @@ impl<'a> Profiler<'a> {
                 (StopReason::TargetExited, Some(next)) => {
                     // The children profiled are no next process.
                     let mut not: Vec<i32> = seen.clone();
-                    if let Ok(known) = shared.known.lock() {
-                        not.extend(known.keys());
+                    if let Ok(profiled) = shared.runtimes.lock() {
+                        not.extend(profiled.keys());
                     }
                     next(&not)
                 }
