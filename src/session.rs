@@ -343,7 +343,18 @@ fn watch<'scope>(
     blocking: bool,
 ) {
     let mut procs = ProcessTree::new();
+    let mut last = None;
+    let mut round: u32 = 0;
     while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
+        // No new process since the last scan: nothing to look at but the
+        // execs of processes found not to be Python, looked for less often.
+        let newest = tree::last_pid();
+        round = round.wrapping_add(1);
+        if newest.is_some() && newest == last && !round.is_multiple_of(RESCAN_EVERY) {
+            std::thread::sleep(SCAN_EVERY);
+            continue;
+        }
+        last = newest;
         procs.scan();
         let main = shared.main.load(Ordering::SeqCst);
         for pid in procs.descendants(main) {
@@ -382,6 +393,10 @@ fn watch<'scope>(
         std::thread::sleep(SCAN_EVERY);
     }
 }
+
+/// Every this many scans, the descendants are looked at even when no
+/// process started (to see execs: 20 × 5 ms, the reference's 100 ms).
+const RESCAN_EVERY: u32 = 20;
 
 /// Processes looked at at once (most turn out not to be Python at once;
 /// an interpreter still loading is waited for up to [`EXEC_GRACE`]).

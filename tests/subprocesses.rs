@@ -26,7 +26,9 @@ if __name__ == "__main__":
     ctx = mp.get_context(sys.argv[1])
     with ctx.Pool(4) as p:
         pids = set(p.map(burn_in_worker, range(12), chunksize=1))
-    print("WORKERS", " ".join(str(x) for x in sorted(pids)), flush=True)
+    # One write: tachyon's own lines share the pipe.
+    sys.stdout.write("WORKERS " + " ".join(str(x) for x in sorted(pids)) + "\n")
+    sys.stdout.flush()
 "#;
 
 /// A pre-fork server: three workers accept on one socket; each request
@@ -84,7 +86,8 @@ import os, subprocess, sys
 here = os.path.dirname(os.path.abspath(__file__))
 out = subprocess.run([sys.executable, os.path.join(here, "child.py")],
                      capture_output=True, text=True, check=True).stdout
-print("CHILD", out.strip(), flush=True)
+sys.stdout.write("CHILD " + out.strip() + "\n")
+sys.stdout.flush()
 "#;
 
 const CHILD: &str = r#"
@@ -125,11 +128,13 @@ def start(fn):
     return pid
 
 early = [start(early_worker) for _ in range(2)]
-print("READY", *early, flush=True)
+sys.stdout.write("READY " + " ".join(map(str, early)) + "\n")
+sys.stdout.flush()
 while not os.path.exists(os.path.join(here, "go")):
     time.sleep(0.01)
 late = [start(late_worker) for _ in range(2)]
-print("LATE", *late, flush=True)
+sys.stdout.write("LATE " + " ".join(map(str, late)) + "\n")
+sys.stdout.flush()
 while True:
     time.sleep(1)
 "#;
@@ -171,9 +176,14 @@ fn pids_after(stdout: &str, tag: &str) -> Vec<i32> {
         .lines()
         .find_map(|l| l.strip_prefix(tag))
         .unwrap_or_else(|| panic!("no {tag:?} line in:\n{stdout}"));
-    line.split_whitespace()
-        .map(|p| p.parse().expect("a pid"))
-        .collect()
+    // Another process's line may follow on the same line (two writers on
+    // one pipe): the pids are the numbers up to the first other word.
+    let pids: Vec<i32> = line
+        .split_whitespace()
+        .map_while(|p| p.parse().ok())
+        .collect();
+    assert!(!pids.is_empty(), "no pids after {tag:?} in:\n{stdout}");
+    pids
 }
 
 /// Samples of collapsed stacks in `file` that pass through `function`.

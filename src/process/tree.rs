@@ -78,6 +78,14 @@ impl ProcessTree {
     }
 }
 
+/// The pid most recently given to a new process or thread, system-wide
+/// (the last field of `/proc/loadavg`): while it stays the same, no
+/// process has started, and a scan can be skipped.
+pub fn last_pid() -> Option<i32> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    s.split_whitespace().last()?.parse().ok()
+}
+
 /// The parent of `pid`, from `/proc/PID/stat` (after the command name,
 /// which may hold spaces and parentheses).
 pub fn parent_pid(pid: i32) -> Option<i32> {
@@ -135,5 +143,6 @@ mod tests {
         tree.scan();
         assert!(!tree.descendants(me).contains(&(child.id() as i32)));
         assert!(image(me).is_some_and(|s| s.contains('|')));
+        assert!(last_pid().is_some_and(|p| p > 0));
     }
 }
