@@ -71,6 +71,9 @@ pub struct ChildReport {
     /// What went wrong with this child's profile (nothing written), if
     /// anything did.
     pub error: Option<String>,
+    /// It turned out to be no Python process of its own (a fork that
+    /// exec'd another program at once): nothing written, nothing to say.
+    pub not_python: bool,
 }
 
 /// How a session ended.
@@ -394,6 +397,10 @@ fn watch<'scope>(
     }
 }
 
+/// A child that execs something other than Python this soon after it was
+/// found (in seconds) never ran Python of its own: no profile is written.
+const SHORT_FORK_S: f64 = 0.1;
+
 /// Every this many scans, the descendants are looked at even when no
 /// process started (to see execs: 20 × 5 ms, the reference's 100 ms).
 const RESCAN_EVERY: u32 = 20;
@@ -516,6 +523,7 @@ fn profile_child(
         reason: StopReason::TargetExited,
         samples: 0,
         error: None,
+        not_python: false,
     };
     let mut collector = match (children.sink)(pid, &rt) {
         Ok(c) => c,
@@ -532,6 +540,8 @@ fn profile_child(
         }
     };
     let mut unwinder = Unwinder::new(proc, pid, rt, children.opts);
+    // What the process became when it left Python, if it did.
+    let mut became: Option<String> = None;
     let mut cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
     // One line a second from every child would garble the terminal.
     cfg.realtime_stats = false;
@@ -560,6 +570,9 @@ fn profile_child(
         // that execs an interpreter, as `subprocess` and `multiprocessing`'s
         // spawn do). The profile goes on into it, one profile a process.
         let Some(rt) = runtime_after_exec(pid, &shared.cancel) else {
+            if let Some(other) = tree::image(pid) {
+                became = Some(other);
+            }
             break;
         };
         let Ok(proc) = LinuxProcess::open(pid) else {
@@ -574,9 +587,18 @@ fn profile_child(
     }
     report.samples = report.stats.attempts - report.stats.failures.min(report.stats.attempts);
     if report.samples == 0 {
-        // A fork caught just before it exec'd a program that is not
-        // Python: no profile to write.
         report.error = Some("no samples taken".into());
+        return report;
+    }
+    // A fork caught just before it exec'd a program that is not Python
+    // (`subprocess.run(["ls"])`; with vfork it even shares its parent's
+    // memory): its samples are its parent's stack, no profile of its own.
+    if let Some(other) = became
+        && report.stats.duration_s < SHORT_FORK_S
+    {
+        let exe = other.split('|').next().unwrap_or_default().to_string();
+        report.error = Some(format!("it became {exe} (not Python) at once"));
+        report.not_python = true;
         return report;
     }
     if let Err(e) = collector.finish(unwinder.frames(), &report.stats) {

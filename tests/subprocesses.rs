@@ -553,3 +553,28 @@ fn subprocesses_is_refused_with_live() {
         "{err}"
     );
 }
+
+/// `subprocess.run(["sleep", ...])` forks (vforks, on 3.13+) and execs a
+/// program that is not Python: a fork caught before its exec shows only
+/// its parent's stack, so no profile is written for it.
+#[test]
+fn children_that_exec_another_program_leave_no_profile() {
+    const RUNS_SLEEP: &str = r#"
+import subprocess
+for i in range(20):
+    subprocess.run(["sleep", "0.02"])
+print("DONE", flush=True)
+"#;
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("sleeps.py", RUNS_SLEEP)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "sleeps.py", &[]);
+        assert!(stdout.contains("DONE"), "{stdout}");
+        let files: Vec<String> = std::fs::read_dir(&dir.outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("out"))
+            .collect();
+        assert_eq!(files, ["out.txt"], "{}: {stderr}", it.name);
+    }
+}

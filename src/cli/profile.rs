@@ -440,7 +440,7 @@ fn profile(
 /// One line per child profile on standard error: its samples, or why it
 /// has none.
 fn report_children(children: &[ChildReport]) {
-    for c in children {
+    for c in children.iter().filter(|c| !c.not_python) {
         match &c.error {
             None => tachyon::errln!(
                 "tachyon: child process {}: {} samples in {:.2} seconds, error rate {:.2}%",
