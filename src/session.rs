@@ -50,14 +50,19 @@ pub const SCAN_EVERY: Duration = Duration::from_millis(5);
 pub const CHILDREN_GRACE: Duration = Duration::from_secs(30);
 
 /// How long a child that exec'd something python-like has to map its
-/// runtime (a shared build loading `libpython`) before it is let go.
-const EXEC_GRACE: Duration = Duration::from_secs(2);
+/// runtime (a shared build loading `libpython`) before it is let go. On a
+/// loaded machine finding a 3.11/3.12 runtime alone can take a second.
+const EXEC_GRACE: Duration = Duration::from_secs(10);
 
 /// `--subprocesses`: how children are profiled.
 pub struct Children<'a> {
     pub sink: &'a ChildSink<'a>,
     pub max: usize,
     pub opts: UnwindOptions,
+    /// Look below this process rather than below the main one: `run --
+    /// COMMAND` profiles every Python process of the command, the main
+    /// one (the first) and the rest, each in its own profile.
+    pub root: Option<i32>,
 }
 
 /// How one child's profile went.
@@ -187,6 +192,8 @@ impl<'a> Profiler<'a> {
         };
         if self.children.is_some() {
             shared.remember_runtime(first.pid(), first.runtime());
+            // The main process is no child of its own.
+            mark(&shared, first.pid(), None);
         }
         let mut sink = Tee(sinks);
         let main = std::thread::scope(|scope| {
@@ -256,6 +263,7 @@ impl<'a> Profiler<'a> {
             seen.push(pid);
             if self.children.is_some() {
                 shared.remember_runtime(pid, &rt);
+                mark(shared, pid, None);
             }
             shared.main.store(pid, Ordering::SeqCst);
             sink.target_changed(pid);
@@ -359,8 +367,10 @@ fn watch<'scope>(
         }
         last = newest;
         procs.scan();
-        let main = shared.main.load(Ordering::SeqCst);
-        for pid in procs.descendants(main) {
+        let below = children
+            .root
+            .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
+        for pid in procs.descendants(below) {
             let last = {
                 let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
                 match known.get(&pid) {
@@ -378,6 +388,11 @@ fn watch<'scope>(
             }
             if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
                 // Looked at on a later scan.
+                continue;
+            }
+            // A vfork child shares its parent's memory until it execs: it
+            // is looked at once it has.
+            if procs.parent(pid).is_some_and(tree::in_vfork) {
                 continue;
             }
             let inherited = shared.inherited_runtime(procs.parent(pid), &image);
@@ -431,10 +446,14 @@ fn look_at_child(
                     break None;
                 }
                 Probe::No => break None,
-                Probe::NotYet
+                Probe::NotYet | Probe::Unready(_)
                     if Instant::now() < deadline && !shared.cancel.load(Ordering::SeqCst) =>
                 {
                     std::thread::sleep(Duration::from_millis(1));
+                }
+                Probe::Unready(e) => {
+                    crate::errln!("tachyon: not profiling child process {pid}: {e}");
+                    break None;
                 }
                 Probe::NotYet => break None,
             }
@@ -474,6 +493,10 @@ enum Probe {
     NotYet,
     /// A Python tachyon cannot read.
     Refused(Error),
+    /// A runtime whose table or layout does not check out yet: an
+    /// interpreter that has just started may not have filled it in. Looked
+    /// at again for a while, then refused.
+    Unready(Error),
 }
 
 fn probe(pid: i32) -> Probe {
@@ -485,10 +508,9 @@ fn probe(pid: i32) -> Probe {
         Err(
             e @ (Error::UnsupportedVersion { .. }
             | Error::FreeThreaded { .. }
-            | Error::InvalidOffsets { .. }
-            | Error::LayoutMismatch { .. }
             | Error::PermissionDenied { .. }),
         ) => Probe::Refused(e),
+        Err(e @ (Error::InvalidOffsets { .. } | Error::LayoutMismatch { .. })) => Probe::Unready(e),
         Err(Error::NotPython { .. }) if !pythonish(pid) => Probe::No,
         Err(_) => Probe::NotYet,
     }
@@ -542,12 +564,19 @@ fn profile_child(
     let mut unwinder = Unwinder::new(proc, pid, rt, children.opts);
     // What the process became when it left Python, if it did.
     let mut became: Option<String> = None;
+    let exec_seen = std::cell::Cell::new(false);
     let mut cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
     // One line a second from every child would garble the terminal.
     cfg.realtime_stats = false;
     loop {
         let image = tree::image(pid);
-        let alive = || image.is_some() && tree::image(pid) == image;
+        let alive = || {
+            let now = tree::image(pid);
+            if now.is_some() && now != image {
+                exec_seen.set(true);
+            }
+            image.is_some() && now == image
+        };
         let stopper = match LinuxProcess::open(pid) {
             Ok(p) => p,
             Err(_) => break,
@@ -570,8 +599,12 @@ fn profile_child(
         // that execs an interpreter, as `subprocess` and `multiprocessing`'s
         // spawn do). The profile goes on into it, one profile a process.
         let Some(rt) = runtime_after_exec(pid, &shared.cancel) else {
-            if let Some(other) = tree::image(pid) {
-                became = Some(other);
+            // Exec'd (seen, or still there with another image), and not
+            // into Python. One already gone may have exec'd unseen.
+            match tree::image(pid) {
+                Some(other) => became = Some(other),
+                None if exec_seen.get() => became = Some("another program".into()),
+                None => {}
             }
             break;
         };
@@ -616,7 +649,7 @@ fn runtime_after_exec(pid: i32, cancel: &AtomicBool) -> Option<Runtime> {
         tree::image(pid)?;
         match probe(pid) {
             Probe::Python(rt) => return Some(*rt),
-            Probe::NotYet => std::thread::sleep(Duration::from_millis(1)),
+            Probe::NotYet | Probe::Unready(_) => std::thread::sleep(Duration::from_millis(1)),
             Probe::No | Probe::Refused(_) => return None,
         }
     }

@@ -359,6 +359,7 @@ fn profile(
     first: Unwinder<LinuxProcess>,
     args: &SampleArgs,
     next: Option<&NextProcess<'_>>,
+    root: Option<i32>,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
     // The output (a file, or the table on stdout), unless --live alone.
@@ -388,6 +389,7 @@ fn profile(
             sink: &child_sink,
             max: session::MAX_CHILDREN,
             opts: args.unwind_options(),
+            root,
         });
     }
     let mut sinks: Vec<&mut dyn Collector> = Vec::new();
@@ -467,7 +469,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     if a.sample.blocking {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
-    profile(unwinder, &a.sample, None)?;
+    profile(unwinder, &a.sample, None, None)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -529,10 +531,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let root = child.id() as i32;
     let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
     let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
+    // With --subprocesses, every Python process of a command is profiled.
     let reason = profile(
         unwinder,
         &a.sample,
         command.then_some(&next as &NextProcess<'_>),
+        command.then_some(root),
     );
     // The program outlived sampling (duration over, Ctrl-C): end it and
     // everything it started, as the reference does, politely first.

@@ -86,6 +86,24 @@ pub fn last_pid() -> Option<i32> {
     s.split_whitespace().last()?.parse().ok()
 }
 
+/// Is `pid` waiting in a system call that creates a process (vfork, or
+/// clone with `CLONE_VFORK` as `posix_spawn` uses)? A vfork parent waits
+/// there until its child execs; a fork parent leaves it at once. (x86-64
+/// system call numbers; elsewhere, never.)
+#[cfg(target_arch = "x86_64")]
+pub fn in_vfork(pid: i32) -> bool {
+    const CLONE: &str = "56";
+    const VFORK: &str = "58";
+    const CLONE3: &str = "435";
+    std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .is_ok_and(|s| matches!(s.split_whitespace().next(), Some(CLONE | VFORK | CLONE3)))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn in_vfork(_pid: i32) -> bool {
+    false
+}
+
 /// The parent of `pid`, from `/proc/PID/stat` (after the command name,
 /// which may hold spaces and parentheses).
 pub fn parent_pid(pid: i32) -> Option<i32> {
