@@ -315,12 +315,8 @@ fn remaining(
 ) -> SampleConfig {
     let mut cfg = config.clone();
     if let Some(d) = cfg.duration {
-        // Never zero: a profile started at the very end takes no sample
-        // rather than none of its schedule.
-        cfg.duration = Some(
-            d.saturating_sub(started.elapsed())
-                .max(Duration::from_micros(1)),
-        );
+        // Zero when the session's time is up: the loop then stops at once.
+        cfg.duration = Some(d.saturating_sub(started.elapsed()));
     }
     if cancel.is_some() {
         cfg.cancel = cancel;
@@ -366,11 +362,16 @@ fn watch<'scope>(
             continue;
         }
         last = newest;
+        // A process put off to a later scan makes that scan happen at once.
+        let mut deferred = false;
         procs.scan();
         let below = children
             .root
             .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
         for pid in procs.descendants(below) {
+            if shared.done.load(Ordering::SeqCst) {
+                break;
+            }
             let last = {
                 let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
                 match known.get(&pid) {
@@ -381,18 +382,20 @@ fn watch<'scope>(
                 }
             };
             let Some(image) = tree::image(pid) else {
+                deferred = true;
                 continue;
             };
             if last.as_ref() == Some(&image) {
                 continue;
             }
             if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
-                // Looked at on a later scan.
+                deferred = true;
                 continue;
             }
             // A vfork child shares its parent's memory until it execs: it
             // is looked at once it has.
             if procs.parent(pid).is_some_and(tree::in_vfork) {
+                deferred = true;
                 continue;
             }
             let inherited = shared.inherited_runtime(procs.parent(pid), &image);
@@ -407,6 +410,9 @@ fn watch<'scope>(
                     r.push(report);
                 }
             });
+        }
+        if deferred {
+            last = None;
         }
         std::thread::sleep(SCAN_EVERY);
     }
@@ -754,7 +760,7 @@ mod tests {
     }
 
     #[test]
-    fn remaining_duration_shrinks_and_never_reaches_zero() {
+    fn remaining_duration_shrinks_to_zero() {
         let cfg = SampleConfig {
             interval: Duration::from_millis(1),
             duration: Some(Duration::from_millis(1)),
@@ -765,7 +771,7 @@ mod tests {
         let started = Instant::now() - Duration::from_secs(1);
         let flag = Arc::new(AtomicBool::new(false));
         let r = remaining(&cfg, started, Some(flag));
-        assert_eq!(r.duration, Some(Duration::from_micros(1)));
+        assert_eq!(r.duration, Some(Duration::ZERO));
         assert!(r.cancel.is_some());
     }
 }
