@@ -649,3 +649,79 @@ sys.stdout.flush()
         assert_eq!(holding.len(), 1, "{function} in {holding:?}:\n{stderr}");
     }
 }
+
+/// The main process may exit before its children: their profiles go on
+/// until they exit, and are written.
+#[test]
+fn children_outliving_the_attached_process_are_profiled_to_their_end() {
+    let _serial = one_at_a_time();
+    const LEAVES_WORKERS: &str = r#"
+import os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+sys.stdout.write("READY\n")
+sys.stdout.flush()
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.01)
+
+def orphan_work():
+    t = time.time()
+    while time.time() - t < 1.5:
+        pass
+
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        orphan_work()
+        os._exit(0)
+    pids.append(pid)
+with open(os.path.join(here, "pids"), "w") as f:
+    f.write(" ".join(map(str, pids)))
+# Exit (leaving the workers running) once the test says so.
+while not os.path.exists(os.path.join(here, "exit")):
+    time.sleep(0.01)
+"#;
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("sid 3.15");
+    let mut target = common::spawn(&it, LEAVES_WORKERS, &[], &[]);
+    target.wait_for("READY", Duration::from_secs(60));
+    let out_dir = tempdir();
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["attach", "--subprocesses", "--collapsed", "-o"])
+        .arg(out_dir.join("out.txt"))
+        .arg(target.pid().to_string());
+    let running = Running::start(cmd);
+    // Sampling has begun once tachyon runs its watcher thread.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while threads_of(running.pid()) < 2 {
+        assert!(Instant::now() < deadline, "tachyon never started sampling");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(target.outside_path("go"), "").unwrap();
+    // Both workers are being profiled (a thread each) before the parent
+    // exits: after, they are no longer below it.
+    while threads_of(running.pid()) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "tachyon never profiled the workers"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(target.outside_path("exit"), "").unwrap();
+    let out = running.finish(Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let pids = std::fs::read_to_string(target.outside_path("pids")).unwrap();
+    for w in pids.split_whitespace() {
+        let file = out_dir.join(format!("out_{w}.txt"));
+        assert!(
+            samples_in(&file, "orphan_work") > 0,
+            "worker {w} has no orphan_work:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("waiting for"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
