@@ -7,7 +7,9 @@
 //! carried for 3.11/3.12) → [`unwind`] (threads,
 //! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
 //! traceback). [`model`] holds the types they share; [`sample`] drives
-//! the sampling loop into [`collect`]'s outputs and [`live`]'s view.
+//! the sampling loop into [`collect`]'s outputs and [`live`]'s view;
+//! [`session`] owns a profile's processes (the main one, the next, the
+//! children) for the commands to start.
 
 pub mod binfmt;
 pub mod collect;
@@ -20,6 +22,7 @@ pub mod offsets;
 pub mod process;
 pub mod runtime;
 pub mod sample;
+pub mod session;
 pub mod unwind;
 
 pub use error::{Error, Result};

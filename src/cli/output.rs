@@ -21,7 +21,7 @@ use tachyon::collect::{Collector, Output};
 use tachyon::dump::SourceReader;
 use tachyon::model::Mode;
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 #[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof", "heatmap"])))]
 pub struct OutputArgs {
     /// Print a table of functions by samples (the default), or with -o write a pstats file
@@ -188,6 +188,30 @@ impl OutputArgs {
         }
     }
 
+    /// The outputs of child process `pid` (`--subprocesses`), named as the
+    /// reference names them: `-o base.ext` becomes `base_<pid>.ext` (`-o
+    /// name` without an extension `name_<pid>`), a directory holds the
+    /// default names (but the heatmap's `-o DIR` is its directory: the
+    /// child's is `DIR_<pid>`), and the default is `<format>_<pid>.<ext>`, with the
+    /// pstats table, which has no file by default, in
+    /// `profile_<pid>.pstats`. `binary`: the output is `--binary`.
+    pub fn for_child(&self, pid: u32, binary: bool) -> OutputArgs {
+        let output = match &self.output {
+            // The heatmap's -o is its own directory: the child's is beside it.
+            Some(p) if p.is_dir() && !self.heatmap => Some(p.clone()),
+            Some(p) => Some(child_path(p, pid)),
+            None if self.is_pstats() && !binary => {
+                Some(PathBuf::from(format!("profile_{pid}.pstats")))
+            }
+            None => None,
+        };
+        OutputArgs {
+            output,
+            browser: false,
+            ..self.clone()
+        }
+    }
+
     /// The collector for the chosen format. `id` names default files (the
     /// profiled process); `mode` and `capture` describe the samples, for the
     /// differential flame graph's baseline check; `target_pid` labels gecko
@@ -253,6 +277,19 @@ impl OutputArgs {
     }
 }
 
+/// `base.ext` → `base_<pid>.ext`; `name` → `name_<pid>` (the reference's
+/// names for a child's output).
+fn child_path(p: &Path, pid: u32) -> PathBuf {
+    // Rust splits a name as Python's os.path.splitext does: `.rc` has no
+    // extension, `a.tar.gz` has `gz`.
+    let stem = p.file_stem().unwrap_or_default().to_string_lossy();
+    let new = match p.extension() {
+        Some(ext) => format!("{stem}_{pid}.{}", ext.to_string_lossy()),
+        None => format!("{stem}_{pid}"),
+    };
+    p.with_file_name(new)
+}
+
 /// Open `page` in the user's browser: each command of `$BROWSER` (a
 /// `:`-separated list, `%s` standing for the page, else the page appended)
 /// in turn, else `xdg-open`, else `open`. The browser is left running, in
@@ -297,4 +334,18 @@ fn open_in_browser(page: &Path) {
         "tachyon: no browser to open {}: set $BROWSER or install xdg-open (the file is written)",
         page.display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_files_are_named_as_the_reference_names_them() {
+        let n = |s: &str| child_path(Path::new(s), 42).display().to_string();
+        assert_eq!(n("out.html"), "out_42.html");
+        assert_eq!(n("dir/prof.tar.gz"), "dir/prof.tar_42.gz");
+        assert_eq!(n("heat"), "heat_42");
+        assert_eq!(n(".hidden"), ".hidden_42");
+    }
 }

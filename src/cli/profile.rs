@@ -11,15 +11,16 @@ use clap::{Args, ValueEnum};
 use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
-use tachyon::collect::tee::Tee;
 use tachyon::collect::{Collector, Output};
 use tachyon::live::{Ended, LiveSession};
 use tachyon::model::Mode;
 
 use super::output::OutputArgs;
+use tachyon::process::launch;
 use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
-use tachyon::sample::{self, SampleConfig, StopReason, launch, signals};
+use tachyon::sample::{self, SampleConfig, StopReason, signals};
+use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -46,7 +47,7 @@ impl From<ModeArg> for Mode {
 }
 
 /// Options shared by `run` and `attach`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
     #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
@@ -78,6 +79,11 @@ pub struct SampleArgs {
     /// What to measure
     #[arg(long, value_enum, default_value = "wall")]
     mode: ModeArg,
+    /// Also profile every Python process the target starts (multiprocessing
+    /// workers, subprocess, forked servers), each into its own file:
+    /// <output>_<pid><ext>, else profile_<pid>.pstats or <format>_<pid>.<ext>
+    #[arg(long, conflicts_with = "live")]
+    subprocesses: bool,
     #[command(flatten)]
     out: OutputArgs,
     /// Record every sample in the binary format, for `tachyon replay` (and
@@ -286,6 +292,20 @@ impl SampleArgs {
         Ok((c, mode))
     }
 
+    /// The collector of child `pid`'s own profile (`--subprocesses`): the
+    /// same format, in the reference's file for that child.
+    fn child_collector(
+        &self,
+        pid: i32,
+        rt: &tachyon::runtime::Runtime,
+    ) -> Result<Box<dyn Collector>> {
+        let child = SampleArgs {
+            out: self.out.for_child(pid as u32, self.binary),
+            ..self.clone()
+        };
+        Ok(child.collector(pid, rt.offsets.version)?.0)
+    }
+
     fn config(&self) -> SampleConfig {
         SampleConfig {
             interval: self.rate,
@@ -296,6 +316,7 @@ impl SampleArgs {
                 self.mode.into()
             },
             realtime_stats: self.realtime_stats,
+            cancel: None,
         }
     }
 }
@@ -330,17 +351,15 @@ fn user_quit() -> bool {
     signals::quit_requested() && signals::received().is_none()
 }
 
-/// Where a profile goes on when its process exits: the next Python
-/// process of the command, if any.
-type Next<'a> = &'a dyn Fn(&[i32]) -> Option<(i32, tachyon::runtime::Runtime)>;
-
 /// Sample until done; print the statistics; write the output. With `next`,
 /// when the process exits the profile goes on into the next one it names
-/// (same collector, same frame table), until there is none.
+/// (same collector, same frame table), until there is none. With
+/// `--subprocesses`, every Python process below gets a profile of its own.
 fn profile(
     first: Unwinder<LinuxProcess>,
     args: &SampleArgs,
-    next: Option<Next<'_>>,
+    next: Option<&NextProcess<'_>>,
+    root: Option<i32>,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
     // The output (a file, or the table on stdout), unless --live alone.
@@ -358,63 +377,34 @@ fn profile(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
         );
     }
-    let started = std::time::Instant::now();
-    let mut unwinder = first;
-    let mut seen = vec![unwinder.pid()];
-    let mut total = tachyon::model::RunStats::default();
-    let reason = loop {
-        let pid = unwinder.pid();
-        let mut cfg = args.config();
-        if let Some(d) = cfg.duration {
-            cfg.duration = Some(d.saturating_sub(started.elapsed()));
-        }
-        let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
-        let stopper = LinuxProcess::open(pid)?;
-        let pause = || -> tachyon::Result<Box<dyn std::any::Any>> {
-            Ok(Box::new(StoppedThreads::stop(&stopper)?))
-        };
-        let mut both: Vec<&mut dyn Collector> = Vec::new();
-        if let Some((_, view)) = &mut live {
-            both.push(view);
-        }
-        if let Some(c) = &mut output {
-            both.push(c.as_mut());
-        }
-        let (stats, reason) = sample::run(
-            &mut unwinder,
-            &mut Tee(both),
-            &cfg,
-            &alive,
-            args.blocking.then_some(&pause as sample::Pause<'_>),
-        );
-        total.interval_us = stats.interval_us;
-        total.mode = stats.mode;
-        total.attempts += stats.attempts;
-        total.failures += stats.failures;
-        total.duration_s += stats.duration_s;
-        total.interrupted = stats.interrupted;
-        let following = match (reason, next) {
-            (StopReason::TargetExited, Some(next)) => next(&seen),
-            _ => None,
-        };
-        let Some((pid, rt)) = following else {
-            break reason;
-        };
-        tachyon::errln!(
-            "tachyon: process {} exited; following Python process {pid}",
-            seen[seen.len() - 1]
-        );
-        seen.push(pid);
-        if let Some((_, view)) = &mut live {
-            view.target_changed(pid);
-        }
-        if let Some(c) = &mut output {
-            c.target_changed(pid);
-        }
-        let opts = unwinder.opts;
-        let table = unwinder.into_frames();
-        unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
+    let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
+        args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     };
+    let mut profiler = Profiler::new(args.config()).blocking(args.blocking);
+    if let Some(next) = next {
+        profiler = profiler.follow(next);
+    }
+    if args.subprocesses {
+        profiler = profiler.children(Children {
+            sink: &child_sink,
+            max: session::MAX_CHILDREN,
+            opts: args.unwind_options(),
+            root,
+        });
+    }
+    let mut sinks: Vec<&mut dyn Collector> = Vec::new();
+    if let Some((_, view)) = &mut live {
+        sinks.push(view);
+    }
+    if let Some(c) = &mut output {
+        sinks.push(c.as_mut());
+    }
+    let Outcome {
+        stats: total,
+        reason,
+        unwinder,
+        children,
+    } = profiler.profile(first, sinks)?;
     if let Some((mut session, mut view)) = live.take() {
         // The view's final numbers, then (after the target's exit or the
         // duration) the final view until the user quits; the summary and
@@ -438,6 +428,7 @@ fn profile(
         tachyon::outln!("Interrupted by user.");
     }
     sample::print_summary(&total);
+    report_children(&children);
     // A failed write leaves no partial file: outputs are written under a
     // temporary name and renamed only when complete.
     if let Some(c) = &mut output {
@@ -446,6 +437,23 @@ fn profile(
     }
     args.out.open_browser(first_pid as u32);
     Ok(reason)
+}
+
+/// One line per child profile on standard error: its samples, or why it
+/// has none.
+fn report_children(children: &[ChildReport]) {
+    for c in children.iter().filter(|c| !c.not_python) {
+        match &c.error {
+            None => tachyon::errln!(
+                "tachyon: child process {}: {} samples in {:.2} seconds, error rate {:.2}%",
+                c.pid,
+                c.samples,
+                c.stats.duration_s,
+                c.stats.error_rate_pct()
+            ),
+            Some(e) => tachyon::errln!("tachyon: child process {}: no profile: {e}", c.pid),
+        }
+    }
 }
 
 pub fn attach(a: AttachArgs) -> Result<ExitCode> {
@@ -461,7 +469,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     if a.sample.blocking {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
-    profile(unwinder, &a.sample, None)?;
+    profile(unwinder, &a.sample, None, None)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -523,7 +531,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let root = child.id() as i32;
     let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
     let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
-    let reason = profile(unwinder, &a.sample, command.then_some(&next as Next<'_>));
+    // With --subprocesses, every Python process of a command is profiled.
+    let reason = profile(
+        unwinder,
+        &a.sample,
+        command.then_some(&next as &NextProcess<'_>),
+        command.then_some(root),
+    );
     // The program outlived sampling (duration over, Ctrl-C): end it and
     // everything it started, as the reference does, politely first.
     let ended_by_us = child.try_wait().ok().flatten().is_none()
@@ -536,15 +550,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         show_program_errors(file);
     }
     let reason = reason?;
-    use std::os::unix::process::ExitStatusExt;
-    let code = match (status.code(), status.signal()) {
-        // The duration was over (or the user quit the live view) and
-        // tachyon ended the program: a complete profile, a success (as the
-        // reference).
-        _ if ended_by_us && (reason == StopReason::Duration || user_quit()) => 0,
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    };
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    // The duration was over (or the user quit the live view) and tachyon
+    // ended the program: a complete profile, a success (as the reference).
+    let complete = reason == StopReason::Duration || user_quit();
+    Ok(ExitCode::from(session::exit_code(
+        status,
+        ended_by_us,
+        complete,
+    )))
 }

@@ -26,9 +26,6 @@ pub struct ReplayArgs {
     input: PathBuf,
 }
 
-/// Frames of files with this name are the reference profiler's own.
-const INTERNAL_FRAME_SUFFIX: &str = "_sync_coordinator.py";
-
 pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     a.out.check("replay", a.out.is_pstats());
     let shown = a.input.display().to_string();
@@ -53,7 +50,6 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     let total = info.sample_count;
     let tty = std::io::stdout().is_terminal();
     let step = (total / 50).max(1);
-    let mut done: u64 = 0;
     let progress = |n: u64| {
         if tty && total > 0 {
             let pct = n as f64 / total as f64;
@@ -70,37 +66,12 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
             let _ = std::io::stdout().flush();
         }
     };
-    // The reference's collectors drop the frames of its own launcher
-    // (`_sync_coordinator.py`, at the bottom of every stack of a
-    // `profiling.sampling run`); so does its replay, and so does this one.
-    let internal: Vec<bool> = reader
-        .frames()
-        .frames()
-        .iter()
-        .map(|f| reader.frames().str(f.file).ends_with(INTERNAL_FRAME_SUFFIX))
-        .collect();
-    let mut filtered = tachyon::model::Sample::default();
-    let count = reader
-        .replay(|s, table| {
-            let has_internal = s
-                .threads
-                .iter()
-                .any(|t| t.frames.iter().any(|&f| internal[f as usize]));
-            if has_internal {
-                filtered.clone_from(s);
-                for t in &mut filtered.threads {
-                    t.frames.retain(|&f| !internal[f as usize]);
-                }
-                collector.collect(&filtered, table);
-            } else {
-                collector.collect(s, table);
-            }
-            done += 1;
-            if done.is_multiple_of(step) || done == total {
-                progress(done);
-            }
-        })
-        .with_context(|| format!("cannot replay {shown}"))?;
+    let count = tachyon::session::replay(&mut reader, collector.as_mut(), |done| {
+        if done.is_multiple_of(step) || done == total {
+            progress(done);
+        }
+    })
+    .with_context(|| format!("cannot replay {shown}"))?;
     tachyon::outln!();
     collector
         .finish(reader.frames(), &reader.run_stats())

@@ -10,9 +10,13 @@ pub mod maps;
 pub mod snapshot;
 
 #[cfg(target_os = "linux")]
+pub mod launch;
+#[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub mod ptrace;
+#[cfg(target_os = "linux")]
+pub mod tree;
 
 use std::cell::Cell;
 

@@ -7,7 +7,6 @@
 //! Sampling ends when the duration is over, when the target exits, or on
 //! Ctrl-C/SIGTERM, and in every case the collector still gets `finish`.
 
-pub mod launch;
 pub mod signals;
 
 use std::io::Write;
@@ -43,6 +42,9 @@ pub struct SampleConfig {
     pub mode: Mode,
     /// Print the achieved rate once a second while sampling.
     pub realtime_stats: bool,
+    /// Stop when this is set (by another thread: the session ending a
+    /// child's profile).
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Why sampling stopped.
@@ -56,6 +58,8 @@ pub enum StopReason {
     /// The output could not be written (a full disk): the samples since
     /// would be lost.
     OutputFailed,
+    /// The configuration's `cancel` flag was set.
+    Cancelled,
 }
 
 /// Parse a sampling rate the way the reference does: a number with an
@@ -141,6 +145,13 @@ pub fn run<M: ProcessMemory>(
     let reason = loop {
         if signals::interrupted() {
             break StopReason::Interrupted;
+        }
+        if cfg
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            break StopReason::Cancelled;
         }
         let now = Instant::now();
         let elapsed = now.duration_since(start);

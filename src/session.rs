@@ -1,0 +1,777 @@
+//! A profiling session: what `run`, `attach` and `replay` configure and the
+//! command line only starts.
+//!
+//! A [`Profiler`] owns the processes of one profile: the main process, the
+//! next Python process of a command when the main one exits (`run --
+//! COMMAND`), and with `--subprocesses` every Python process that appears
+//! below it, each sampled on its own thread into its own collector (the
+//! reference's one profile per child). It sums the statistics of a profile
+//! that went through several processes, and it ends every child's profile
+//! cleanly when the session ends. [`replay`] feeds a recording through the
+//! same collectors, without the reference's launcher frames, and
+//! [`exit_code`] maps how the program ended to tachyon's exit status.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::binfmt::reader::BinaryReader;
+use crate::collect::Collector;
+use crate::collect::tee::Tee;
+use crate::error::{Error, Result};
+use crate::model::{RunStats, Sample};
+use crate::process::linux::LinuxProcess;
+use crate::process::ptrace::StoppedThreads;
+use crate::process::tree::{self, ProcessTree};
+use crate::runtime::{self, Runtime};
+use crate::sample::{self, SampleConfig, StopReason};
+use crate::unwind::{UnwindOptions, Unwinder};
+
+/// Where a profile goes on when its process exits: the next Python process
+/// of the command not among those given, if any.
+pub type NextProcess<'a> = dyn Fn(&[i32]) -> Option<(i32, Runtime)> + 'a;
+
+/// Makes the collector of a child's profile (its own file): called on the
+/// child's sampling thread with its pid and runtime. The error is shown to
+/// the user as it is.
+pub type ChildSink<'a> =
+    dyn Fn(i32, &Runtime) -> std::result::Result<Box<dyn Collector>, String> + Sync + 'a;
+
+/// The reference's bound on child profiles at once.
+pub const MAX_CHILDREN: usize = 100;
+
+/// How often the descendants are looked for. The reference polls every
+/// 100 ms; a pool worker or a forked request handler can live less.
+pub const SCAN_EVERY: Duration = Duration::from_millis(5);
+
+/// How long child profiles may go on after the main process exited (the
+/// reference waits as long for its child profilers), before they are ended.
+pub const CHILDREN_GRACE: Duration = Duration::from_secs(30);
+
+/// How long a child that exec'd something python-like has to map its
+/// runtime (a shared build loading `libpython`) before it is let go. On a
+/// loaded machine finding a 3.11/3.12 runtime alone can take a second.
+const EXEC_GRACE: Duration = Duration::from_secs(10);
+
+/// `--subprocesses`: how children are profiled.
+pub struct Children<'a> {
+    pub sink: &'a ChildSink<'a>,
+    pub max: usize,
+    pub opts: UnwindOptions,
+    /// Look below this process rather than below the main one: `run --
+    /// COMMAND` profiles every Python process of the command, the main
+    /// one (the first) and the rest, each in its own profile.
+    pub root: Option<i32>,
+}
+
+/// How one child's profile went.
+#[derive(Debug)]
+pub struct ChildReport {
+    pub pid: i32,
+    pub stats: RunStats,
+    pub reason: StopReason,
+    /// Samples taken (attempts less failures).
+    pub samples: u64,
+    /// What went wrong with this child's profile (nothing written), if
+    /// anything did.
+    pub error: Option<String>,
+    /// It turned out to be no Python process of its own (a fork that
+    /// exec'd another program at once): nothing written, nothing to say.
+    pub not_python: bool,
+}
+
+/// How a session ended.
+pub struct Outcome {
+    /// The whole profile's statistics (over every process followed).
+    pub stats: RunStats,
+    pub reason: StopReason,
+    /// The last process's unwinder: its frame table holds every frame the
+    /// main profile's samples name.
+    pub unwinder: Unwinder<LinuxProcess>,
+    /// The children profiled, in the order they were found.
+    pub children: Vec<ChildReport>,
+}
+
+/// A profiling session; see the module documentation.
+pub struct Profiler<'a> {
+    config: SampleConfig,
+    blocking: bool,
+    next: Option<&'a NextProcess<'a>>,
+    children: Option<Children<'a>>,
+}
+
+/// What the children's watcher and the main loop share.
+struct Shared {
+    /// The main process being profiled now (children are looked for below it).
+    main: AtomicI32,
+    /// The main profile is over: look for no more children.
+    done: AtomicBool,
+    /// End every child's profile now.
+    cancel: Arc<AtomicBool>,
+    /// Children's profiles running.
+    active: AtomicUsize,
+    /// New processes being looked at.
+    probing: AtomicUsize,
+    /// Every descendant looked at: `None` while its profile runs, else what
+    /// it ran when last found not to be profiled (looked at again once that
+    /// changes, e.g. after an exec).
+    known: Mutex<HashMap<i32, Option<String>>>,
+    reports: Mutex<Vec<ChildReport>>,
+    /// The runtime of every Python process profiled, with what it ran
+    /// then: a fork that still runs the same has the same runtime at the
+    /// same address, and is profiled at once, without looking for it.
+    runtimes: Mutex<HashMap<i32, (String, Runtime)>>,
+    started: Instant,
+}
+
+impl Shared {
+    fn remember_runtime(&self, pid: i32, rt: &Runtime) {
+        if let (Some(image), Ok(mut m)) = (tree::image(pid), self.runtimes.lock()) {
+            m.insert(pid, (image, rt.clone()));
+        }
+    }
+
+    /// The runtime `pid` inherited from its parent, if it is a fork of a
+    /// profiled Python process that has not exec'd.
+    fn inherited_runtime(&self, parent: Option<i32>, image: &str) -> Option<Runtime> {
+        let m = self.runtimes.lock().ok()?;
+        let (parent_image, rt) = m.get(&parent?)?;
+        (parent_image == image).then(|| rt.clone())
+    }
+}
+
+impl<'a> Profiler<'a> {
+    pub fn new(config: SampleConfig) -> Self {
+        Profiler {
+            config,
+            blocking: false,
+            next: None,
+            children: None,
+        }
+    }
+
+    /// Stop the target's threads during each sample (`--blocking`).
+    pub fn blocking(mut self, on: bool) -> Self {
+        self.blocking = on;
+        self
+    }
+
+    /// When the main process exits, go on into the one `next` names.
+    pub fn follow(mut self, next: &'a NextProcess<'a>) -> Self {
+        self.next = Some(next);
+        self
+    }
+
+    /// Profile every Python process that appears below the main one.
+    pub fn children(mut self, children: Children<'a>) -> Self {
+        self.children = Some(children);
+        self
+    }
+
+    /// Sample `first` (and the processes after it) into `sinks` until the
+    /// duration is over, the last process exits, or a signal; the children
+    /// are sampled meanwhile. Returns once every child's profile is over
+    /// and written. `sinks` are told of each change of process; finishing
+    /// them is the caller's.
+    pub fn profile(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sinks: Vec<&mut dyn Collector>,
+    ) -> Result<Outcome> {
+        let shared = Shared {
+            main: AtomicI32::new(first.pid()),
+            done: AtomicBool::new(false),
+            cancel: Arc::new(AtomicBool::new(false)),
+            active: AtomicUsize::new(0),
+            probing: AtomicUsize::new(0),
+            known: Mutex::new(HashMap::new()),
+            reports: Mutex::new(Vec::new()),
+            runtimes: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        };
+        if self.children.is_some() {
+            shared.remember_runtime(first.pid(), first.runtime());
+            // The main process is no child of its own.
+            mark(&shared, first.pid(), None);
+        }
+        let mut sink = Tee(sinks);
+        let main = std::thread::scope(|scope| {
+            if let Some(children) = &self.children {
+                let (shared, config, blocking) = (&shared, &self.config, self.blocking);
+                scope.spawn(move || watch(scope, children, shared, config, blocking));
+            }
+            let main = self.follow_main(first, &mut sink, &shared);
+            shared.done.store(true, Ordering::SeqCst);
+            self.end_children(&shared, main.as_ref().map(|m| m.1).ok());
+            main
+        });
+        let (stats, reason, unwinder) = main?;
+        let children = shared.reports.into_inner().unwrap_or_default();
+        Ok(Outcome {
+            stats,
+            reason,
+            unwinder,
+            children,
+        })
+    }
+
+    /// The main profile: one process, then the next the command starts.
+    fn follow_main(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sink: &mut Tee<'_>,
+        shared: &Shared,
+    ) -> Result<(RunStats, StopReason, Unwinder<LinuxProcess>)> {
+        let mut unwinder = first;
+        let mut seen = vec![unwinder.pid()];
+        let mut total = RunStats::default();
+        let reason = loop {
+            let pid = unwinder.pid();
+            let cfg = self.remaining(shared.started, None);
+            let stopper = LinuxProcess::open(pid)?;
+            let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
+            let pause = || -> Result<Box<dyn std::any::Any>> {
+                Ok(Box::new(StoppedThreads::stop(&stopper)?))
+            };
+            let (stats, reason) = sample::run(
+                &mut unwinder,
+                sink,
+                &cfg,
+                &alive,
+                self.blocking.then_some(&pause as sample::Pause<'_>),
+            );
+            add_stats(&mut total, &stats);
+            let following = match (reason, self.next) {
+                (StopReason::TargetExited, Some(next)) => {
+                    // The children profiled are no next process.
+                    let mut not: Vec<i32> = seen.clone();
+                    if let Ok(profiled) = shared.runtimes.lock() {
+                        not.extend(profiled.keys());
+                    }
+                    next(&not)
+                }
+                _ => None,
+            };
+            let Some((pid, rt)) = following else {
+                break reason;
+            };
+            crate::errln!(
+                "tachyon: process {} exited; following Python process {pid}",
+                seen[seen.len() - 1]
+            );
+            seen.push(pid);
+            if self.children.is_some() {
+                shared.remember_runtime(pid, &rt);
+                mark(shared, pid, None);
+            }
+            shared.main.store(pid, Ordering::SeqCst);
+            sink.target_changed(pid);
+            let opts = unwinder.opts;
+            let table = unwinder.into_frames();
+            unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
+        };
+        Ok((total, reason, unwinder))
+    }
+
+    /// This session's sampling configuration for a profile starting now:
+    /// what is left of the duration, and `cancel` to end it early.
+    fn remaining(&self, started: Instant, cancel: Option<Arc<AtomicBool>>) -> SampleConfig {
+        remaining(&self.config, started, cancel)
+    }
+
+    /// The main profile is over: once the main process exited, its
+    /// children may still be working (their results are the point), so
+    /// their profiles go on a while; otherwise (duration, signal, error)
+    /// they end now.
+    fn end_children(&self, shared: &Shared, reason: Option<StopReason>) {
+        if self.children.is_none() {
+            return;
+        }
+        if reason == Some(StopReason::TargetExited) {
+            let deadline = Instant::now() + CHILDREN_GRACE;
+            let mut said = false;
+            let busy =
+                || shared.active.load(Ordering::SeqCst) + shared.probing.load(Ordering::SeqCst) > 0;
+            while busy() && Instant::now() < deadline && !sample::signals::interrupted() {
+                if !said {
+                    crate::errln!(
+                        "tachyon: waiting for {} child process profile(s) to complete...",
+                        shared.active.load(Ordering::SeqCst)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        shared.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+fn remaining(
+    config: &SampleConfig,
+    started: Instant,
+    cancel: Option<Arc<AtomicBool>>,
+) -> SampleConfig {
+    let mut cfg = config.clone();
+    if let Some(d) = cfg.duration {
+        // Zero when the session's time is up: the loop then stops at once.
+        cfg.duration = Some(d.saturating_sub(started.elapsed()));
+    }
+    if cancel.is_some() {
+        cfg.cancel = cancel;
+    }
+    cfg
+}
+
+/// Add one process's statistics to a profile's: samples add up, time adds
+/// up, the rate and mode are the session's, and the last part says whether
+/// the whole was interrupted.
+pub fn add_stats(total: &mut RunStats, part: &RunStats) {
+    total.interval_us = part.interval_us;
+    total.mode = part.mode;
+    total.attempts += part.attempts;
+    total.failures += part.failures;
+    total.duration_s += part.duration_s;
+    total.interrupted = part.interrupted;
+}
+
+/// The children's watcher: scan the main process's descendants every
+/// [`SCAN_EVERY`] until the main profile is over. Each process not seen
+/// before (or that exec'd since it was last looked at) is looked at on a
+/// thread of its own, which profiles it if it is Python: finding a runtime
+/// takes from a few to a few hundred milliseconds (3.11 and 3.12 have their
+/// layout checked), and the scan must not wait for it.
+fn watch<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    children: &'scope Children<'_>,
+    shared: &'scope Shared,
+    config: &'scope SampleConfig,
+    blocking: bool,
+) {
+    let mut procs = ProcessTree::new();
+    let mut last = None;
+    let mut round: u32 = 0;
+    while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
+        // No new process since the last scan: nothing to look at but the
+        // execs of processes found not to be Python, looked for less often.
+        let newest = tree::last_pid();
+        round = round.wrapping_add(1);
+        if newest.is_some() && newest == last && !round.is_multiple_of(RESCAN_EVERY) {
+            std::thread::sleep(SCAN_EVERY);
+            continue;
+        }
+        last = newest;
+        // A process put off to a later scan makes that scan happen at once.
+        let mut deferred = false;
+        procs.scan();
+        let below = children
+            .root
+            .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
+        for pid in procs.descendants(below) {
+            if shared.done.load(Ordering::SeqCst) {
+                break;
+            }
+            let last = {
+                let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
+                match known.get(&pid) {
+                    // Being looked at or profiled.
+                    Some(None) => continue,
+                    Some(Some(last)) => Some(last.clone()),
+                    None => None,
+                }
+            };
+            let Some(image) = tree::image(pid) else {
+                deferred = true;
+                continue;
+            };
+            if last.as_ref() == Some(&image) {
+                continue;
+            }
+            if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
+                deferred = true;
+                continue;
+            }
+            // A vfork child shares its parent's memory until it execs: it
+            // is looked at once it has.
+            if procs.parent(pid).is_some_and(tree::in_vfork) {
+                deferred = true;
+                continue;
+            }
+            let inherited = shared.inherited_runtime(procs.parent(pid), &image);
+            mark(shared, pid, None);
+            shared.probing.fetch_add(1, Ordering::SeqCst);
+            scope.spawn(move || {
+                let report = look_at_child(pid, inherited, children, shared, config, blocking);
+                mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
+                if let Some(report) = report
+                    && let Ok(mut r) = shared.reports.lock()
+                {
+                    r.push(report);
+                }
+            });
+        }
+        if deferred {
+            last = None;
+        }
+        std::thread::sleep(SCAN_EVERY);
+    }
+}
+
+/// A child that execs something other than Python this soon after it was
+/// found (in seconds) never ran Python of its own: no profile is written.
+const SHORT_FORK_S: f64 = 0.1;
+
+/// Every this many scans, the descendants are looked at even when no
+/// process started (to see execs: 20 × 5 ms, the reference's 100 ms).
+const RESCAN_EVERY: u32 = 20;
+
+/// Processes looked at at once (most turn out not to be Python at once;
+/// an interpreter still loading is waited for up to [`EXEC_GRACE`]).
+const MAX_PROBING: usize = 32;
+
+/// Is the new process `pid` Python (waiting a little for an interpreter
+/// still loading its runtime)? Then profile it, if the bound allows.
+fn look_at_child(
+    pid: i32,
+    inherited: Option<Runtime>,
+    children: &Children<'_>,
+    shared: &Shared,
+    config: &SampleConfig,
+    blocking: bool,
+) -> Option<ChildReport> {
+    let deadline = Instant::now() + EXEC_GRACE;
+    let rt = if inherited.is_some() {
+        inherited
+    } else {
+        loop {
+            match probe(pid) {
+                Probe::Python(rt) => break Some(*rt),
+                Probe::Refused(e) => {
+                    crate::errln!("tachyon: not profiling child process {pid}: {e}");
+                    break None;
+                }
+                Probe::No => break None,
+                Probe::NotYet | Probe::Unready(_)
+                    if Instant::now() < deadline && !shared.cancel.load(Ordering::SeqCst) =>
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Probe::Unready(e) => {
+                    crate::errln!("tachyon: not profiling child process {pid}: {e}");
+                    break None;
+                }
+                Probe::NotYet => break None,
+            }
+        }
+    };
+    shared.probing.fetch_sub(1, Ordering::SeqCst);
+    let rt = rt?;
+    // Counted before the check: two children found at once cannot both
+    // take the last place.
+    if shared.active.fetch_add(1, Ordering::SeqCst) >= children.max {
+        shared.active.fetch_sub(1, Ordering::SeqCst);
+        crate::errln!(
+            "tachyon: warning: already profiling {} child processes (the most at once); not profiling process {pid}",
+            children.max
+        );
+        return None;
+    }
+    crate::errln!("tachyon: profiling child process {pid}");
+    shared.remember_runtime(pid, &rt);
+    let report = profile_child(pid, rt, children, shared, config, blocking);
+    shared.active.fetch_sub(1, Ordering::SeqCst);
+    Some(report)
+}
+
+fn mark(shared: &Shared, pid: i32, state: Option<String>) {
+    if let Ok(mut known) = shared.known.lock() {
+        known.insert(pid, state);
+    }
+}
+
+enum Probe {
+    Python(Box<Runtime>),
+    /// Not Python, as far as what it runs now goes.
+    No,
+    /// Looks like an interpreter that has not mapped its runtime yet, or a
+    /// read that failed on the way: look again at the next scan.
+    NotYet,
+    /// A Python tachyon cannot read.
+    Refused(Error),
+    /// A runtime whose table or layout does not check out yet: an
+    /// interpreter that has just started may not have filled it in. Looked
+    /// at again for a while, then refused.
+    Unready(Error),
+}
+
+fn probe(pid: i32) -> Probe {
+    let Ok(proc) = LinuxProcess::open(pid) else {
+        return Probe::No;
+    };
+    match runtime::locate(&proc) {
+        Ok(rt) => Probe::Python(Box::new(rt)),
+        Err(
+            e @ (Error::UnsupportedVersion { .. }
+            | Error::FreeThreaded { .. }
+            | Error::PermissionDenied { .. }),
+        ) => Probe::Refused(e),
+        Err(e @ (Error::InvalidOffsets { .. } | Error::LayoutMismatch { .. })) => Probe::Unready(e),
+        Err(Error::NotPython { .. }) if !pythonish(pid) => Probe::No,
+        Err(_) => Probe::NotYet,
+    }
+}
+
+/// Does the process map a file named like Python (an interpreter whose
+/// runtime is not mapped yet)?
+fn pythonish(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
+        m.lines().any(|l| {
+            l.rsplit('/')
+                .next()
+                .is_some_and(|b| l.contains('/') && b.contains("python"))
+        })
+    })
+}
+
+/// One child's whole profile, on its own thread: sampled on the session's
+/// schedule until it exits (followed through an exec into another Python),
+/// the duration is over, or the session ends it; then written.
+fn profile_child(
+    pid: i32,
+    rt: Runtime,
+    children: &Children<'_>,
+    shared: &Shared,
+    config: &SampleConfig,
+    blocking: bool,
+) -> ChildReport {
+    let mut report = ChildReport {
+        pid,
+        stats: RunStats::default(),
+        reason: StopReason::TargetExited,
+        samples: 0,
+        error: None,
+        not_python: false,
+    };
+    let mut collector = match (children.sink)(pid, &rt) {
+        Ok(c) => c,
+        Err(e) => {
+            report.error = Some(e);
+            return report;
+        }
+    };
+    let proc = match LinuxProcess::open(pid) {
+        Ok(p) => p,
+        Err(e) => {
+            report.error = Some(e.to_string());
+            return report;
+        }
+    };
+    let mut unwinder = Unwinder::new(proc, pid, rt, children.opts);
+    // What the process became when it left Python, if it did.
+    let mut became: Option<String> = None;
+    let exec_seen = std::cell::Cell::new(false);
+    let mut cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
+    // One line a second from every child would garble the terminal.
+    cfg.realtime_stats = false;
+    loop {
+        let image = tree::image(pid);
+        let alive = || {
+            let now = tree::image(pid);
+            if now.is_some() && now != image {
+                exec_seen.set(true);
+            }
+            image.is_some() && now == image
+        };
+        let stopper = match LinuxProcess::open(pid) {
+            Ok(p) => p,
+            Err(_) => break,
+        };
+        let pause =
+            || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
+        let (stats, reason) = sample::run(
+            &mut unwinder,
+            collector.as_mut(),
+            &cfg,
+            &alive,
+            blocking.then_some(&pause as sample::Pause<'_>),
+        );
+        add_stats(&mut report.stats, &stats);
+        report.reason = reason;
+        if reason != StopReason::TargetExited {
+            break;
+        }
+        // Gone, or exec'd: then it may be Python again (a fork of Python
+        // that execs an interpreter, as `subprocess` and `multiprocessing`'s
+        // spawn do). The profile goes on into it, one profile a process.
+        let Some(rt) = runtime_after_exec(pid, &shared.cancel) else {
+            // Exec'd (seen, or still there with another image), and not
+            // into Python. One already gone may have exec'd unseen.
+            match tree::image(pid) {
+                Some(other) => became = Some(other),
+                None if exec_seen.get() => became = Some("another program".into()),
+                None => {}
+            }
+            break;
+        };
+        let Ok(proc) = LinuxProcess::open(pid) else {
+            break;
+        };
+        shared.remember_runtime(pid, &rt);
+        let opts = unwinder.opts;
+        let table = unwinder.into_frames();
+        unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
+        cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
+        cfg.realtime_stats = false;
+    }
+    report.samples = report.stats.attempts - report.stats.failures.min(report.stats.attempts);
+    if report.samples == 0 {
+        report.error = Some("no samples taken".into());
+        return report;
+    }
+    // A fork caught just before it exec'd a program that is not Python
+    // (`subprocess.run(["ls"])`; with vfork it even shares its parent's
+    // memory): its samples are its parent's stack, no profile of its own.
+    if let Some(other) = became
+        && report.stats.duration_s < SHORT_FORK_S
+    {
+        let exe = other.split('|').next().unwrap_or_default().to_string();
+        report.error = Some(format!("it became {exe} (not Python) at once"));
+        report.not_python = true;
+        return report;
+    }
+    if let Err(e) = collector.finish(unwinder.frames(), &report.stats) {
+        report.error = Some(format!("cannot write its profile: {e}"));
+    }
+    report
+}
+
+/// A child's process changed image (or is gone): its new runtime, once an
+/// interpreter has mapped it; `None` when it is gone or runs something
+/// else.
+fn runtime_after_exec(pid: i32, cancel: &AtomicBool) -> Option<Runtime> {
+    let deadline = Instant::now() + EXEC_GRACE;
+    while Instant::now() < deadline && !cancel.load(Ordering::SeqCst) {
+        tree::image(pid)?;
+        match probe(pid) {
+            Probe::Python(rt) => return Some(*rt),
+            Probe::NotYet | Probe::Unready(_) => std::thread::sleep(Duration::from_millis(1)),
+            Probe::No | Probe::Refused(_) => return None,
+        }
+    }
+    None
+}
+
+/// Frames of files with this name are the reference profiler's own.
+const INTERNAL_FRAME_SUFFIX: &str = "_sync_coordinator.py";
+
+/// Feed every sample of a recording to `collector`, without the frames of
+/// the reference's own launcher (`_sync_coordinator.py`, at the bottom of
+/// every stack of a `profiling.sampling run`: the reference's collectors
+/// drop them, so does its replay, and so does this one). `progress` is told
+/// how many samples were fed so far. Returns the number of samples.
+pub fn replay<R: std::io::Read + std::io::Seek>(
+    reader: &mut BinaryReader<R>,
+    collector: &mut dyn Collector,
+    mut progress: impl FnMut(u64),
+) -> Result<u64> {
+    let internal: Vec<bool> = reader
+        .frames()
+        .frames()
+        .iter()
+        .map(|f| reader.frames().str(f.file).ends_with(INTERNAL_FRAME_SUFFIX))
+        .collect();
+    let is_internal = |f: u32| internal.get(f as usize).copied().unwrap_or(false);
+    let mut filtered = Sample::default();
+    let mut done: u64 = 0;
+    reader.replay(|s, table| {
+        let has_internal = s
+            .threads
+            .iter()
+            .any(|t| t.frames.iter().any(|&f| is_internal(f)));
+        if has_internal {
+            filtered.clone_from(s);
+            for t in &mut filtered.threads {
+                t.frames.retain(|&f| !is_internal(f));
+            }
+            collector.collect(&filtered, table);
+        } else {
+            collector.collect(s, table);
+        }
+        done += 1;
+        progress(done);
+    })
+}
+
+/// tachyon's exit status for `run`: the program's own, except that a
+/// program tachyon ended because the profile was complete (the duration
+/// was over, the user quit the live view) makes a success, as the
+/// reference. A program killed by a signal is 128 + the signal, as a shell
+/// says.
+pub fn exit_code(status: std::process::ExitStatus, ended_by_us: bool, complete: bool) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        _ if ended_by_us && complete => 0,
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    code.clamp(0, 255) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn stats_of_several_processes_add_up() {
+        let mut total = RunStats::default();
+        let part = RunStats {
+            interval_us: 1000,
+            duration_s: 1.5,
+            attempts: 10,
+            failures: 2,
+            ..RunStats::default()
+        };
+        add_stats(&mut total, &part);
+        add_stats(
+            &mut total,
+            &RunStats {
+                interrupted: true,
+                ..part.clone()
+            },
+        );
+        assert_eq!((total.attempts, total.failures), (20, 4));
+        assert!((total.duration_s - 3.0).abs() < 1e-9);
+        assert!(total.interrupted);
+        assert_eq!(total.interval_us, 1000);
+    }
+
+    #[test]
+    fn exit_status_maps_like_a_shell() {
+        let exited = |c: i32| std::process::ExitStatus::from_raw(c << 8);
+        let killed = |s: i32| std::process::ExitStatus::from_raw(s);
+        assert_eq!(exit_code(exited(3), false, false), 3);
+        assert_eq!(exit_code(killed(9), false, false), 137);
+        assert_eq!(exit_code(killed(15), true, true), 0);
+        assert_eq!(exit_code(killed(15), true, false), 143);
+        assert_eq!(exit_code(exited(0), false, true), 0);
+    }
+
+    #[test]
+    fn remaining_duration_shrinks_to_zero() {
+        let cfg = SampleConfig {
+            interval: Duration::from_millis(1),
+            duration: Some(Duration::from_millis(1)),
+            mode: crate::model::Mode::Wall,
+            realtime_stats: false,
+            cancel: None,
+        };
+        let started = Instant::now() - Duration::from_secs(1);
+        let flag = Arc::new(AtomicBool::new(false));
+        let r = remaining(&cfg, started, Some(flag));
+        assert_eq!(r.duration, Some(Duration::ZERO));
+        assert!(r.cancel.is_some());
+    }
+}

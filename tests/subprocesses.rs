@@ -1,0 +1,727 @@
+//! `--subprocesses`: every Python process a target starts gets a profile of
+//! its own (`<base>_<pid><ext>`), under `run` and `attach`, on the sid
+//! interpreters (3.13, 3.14, 3.15); the reference's own `--subprocesses`
+//! on 3.15 finds the same workers. No process is left behind or stopped.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
+
+const POOL: &str = r#"
+import multiprocessing as mp, os, sys, time
+
+def burn_in_worker(n):
+    t = time.time()
+    s = 0
+    while time.time() - t < 0.5:
+        for i in range(2000):
+            s += i * i
+    return os.getpid()
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    with ctx.Pool(4) as p:
+        pids = set(p.map(burn_in_worker, range(12), chunksize=1))
+    # One write: tachyon's own lines share the pipe.
+    sys.stdout.write("WORKERS " + " ".join(str(x) for x in sorted(pids)) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// A pre-fork server: three workers accept on one socket; each request
+/// burns a little CPU in `handle_request_in_worker` and answers the
+/// worker's pid. SIGTERM to the parent ends the workers and the server.
+const PREFORK: &str = r#"
+import os, signal, socket, sys, time
+
+def handle_request_in_worker(conn):
+    conn.recv(100)
+    t = time.time()
+    s = 0
+    while time.time() - t < 0.1:
+        for i in range(500):
+            s += i
+    conn.sendall(str(os.getpid()).encode())
+    conn.close()
+
+def worker(sock):
+    while True:
+        conn, _ = sock.accept()
+        handle_request_in_worker(conn)
+
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("127.0.0.1", 0))
+sock.listen(64)
+workers = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        worker(sock)
+        os._exit(0)
+    workers.append(pid)
+
+def stop(*_):
+    for w in workers:
+        os.kill(w, signal.SIGTERM)
+    for w in workers:
+        os.waitpid(w, 0)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stop)
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "port.tmp"), "w") as f:
+    f.write(f"{sock.getsockname()[1]} {os.getpid()}")
+os.rename(os.path.join(here, "port.tmp"), os.path.join(here, "port"))
+while True:
+    time.sleep(1)
+"#;
+
+const PARENT_OF_SUBPROCESS: &str = r#"
+import os, subprocess, sys
+here = os.path.dirname(os.path.abspath(__file__))
+out = subprocess.run([sys.executable, os.path.join(here, "child.py")],
+                     capture_output=True, text=True, check=True).stdout
+sys.stdout.write("CHILD " + out.strip() + "\n")
+sys.stdout.flush()
+"#;
+
+const CHILD: &str = r#"
+import os, time
+def child_work():
+    t = time.time()
+    s = 0
+    while time.time() - t < 0.6:
+        s += 1
+child_work()
+print(os.getpid())
+"#;
+
+/// Forked workers that run until their parent is gone: two from the
+/// start, two more once the file `go` appears.
+const LONG_WORKERS: &str = r#"
+import os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+parent = os.getpid()
+
+def spin(name):
+    s = 0
+    while os.getppid() == parent:
+        for i in range(3000):
+            s += i
+
+def early_worker():
+    spin("early")
+
+def late_worker():
+    spin("late")
+
+def start(fn):
+    pid = os.fork()
+    if pid == 0:
+        fn()
+        os._exit(0)
+    return pid
+
+early = [start(early_worker) for _ in range(2)]
+sys.stdout.write("READY " + " ".join(map(str, early)) + "\n")
+sys.stdout.flush()
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.01)
+late = [start(late_worker) for _ in range(2)]
+sys.stdout.write("LATE " + " ".join(map(str, late)) + "\n")
+sys.stdout.flush()
+while True:
+    time.sleep(1)
+"#;
+
+/// The tests here each start a dozen processes that burn CPU: one at a
+/// time, so that on a loaded 2-core machine the profiler's threads are
+/// not starved by the other tests' workers.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn release(interps: Vec<Interp>) -> Vec<Interp> {
+    interps.into_iter().filter(|i| !i.debug).collect()
+}
+
+/// `tachyon run --subprocesses --collapsed -o <dir>/out.txt -- chroot ROOT
+/// python script args...`, to its end.
+fn run_profiled(it: &Interp, dir: &RootDir, script: &str, args: &[&str]) -> (String, String) {
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside(script))
+        .args(args);
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}: tachyon run failed ({}):\n{stdout}\n{stderr}",
+        it.name,
+        out.status
+    );
+    (stdout, stderr)
+}
+
+/// The pids printed after `tag` on a line of `stdout`.
+fn pids_after(stdout: &str, tag: &str) -> Vec<i32> {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(tag))
+        .unwrap_or_else(|| panic!("no {tag:?} line in:\n{stdout}"));
+    // Another process's line may follow on the same line (two writers on
+    // one pipe): the pids are the numbers up to the first other word.
+    let pids: Vec<i32> = line
+        .split_whitespace()
+        .map_while(|p| p.parse().ok())
+        .collect();
+    assert!(!pids.is_empty(), "no pids after {tag:?} in:\n{stdout}");
+    pids
+}
+
+/// Samples of collapsed stacks in `file` that pass through `function`.
+fn samples_in(file: &Path, function: &str) -> u64 {
+    let body = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("no profile {}: {e}", file.display()));
+    body.lines()
+        .filter(|l| l.contains(function))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Every child process of the test, none stopped or traced.
+fn assert_not_stopped(pids: &[i32], what: &str) {
+    for &pid in pids {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("TracerPid:"), "0", "{what}: {pid} is still traced");
+        let state = field("State:");
+        assert!(
+            !state.starts_with('T') && !state.starts_with('t'),
+            "{what}: {pid} was left stopped ({state})"
+        );
+    }
+}
+
+#[test]
+fn run_profiles_every_pool_worker_fork_and_spawn() {
+    let _serial = one_at_a_time();
+    for it in release(sid_interpreters()) {
+        for method in ["fork", "spawn"] {
+            let dir = RootDir::new(&[("pool.py", POOL)]);
+            let (stdout, stderr) = run_profiled(&it, &dir, "pool.py", &[method]);
+            // The workers that took a task (on a loaded machine one may
+            // start too late to get any).
+            let workers = pids_after(&stdout, "WORKERS ");
+            for w in &workers {
+                let file = dir.outside(&format!("out_{w}.txt"));
+                assert!(
+                    samples_in(&file, "burn_in_worker") > 0,
+                    "{} {method}: worker {w}'s profile has no burn_in_worker:\n{stderr}",
+                    it.name
+                );
+            }
+            // The main profile is the parent's: no worker's function there.
+            assert_eq!(
+                samples_in(&dir.outside("out.txt"), "burn_in_worker"),
+                0,
+                "{} {method}: the parent's profile holds a worker's samples",
+                it.name
+            );
+            assert!(stderr.contains("profiling child process"), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn run_profiles_a_subprocess_through_its_exec() {
+    let _serial = one_at_a_time();
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("parent.py", PARENT_OF_SUBPROCESS), ("child.py", CHILD)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "parent.py", &[]);
+        let child = pids_after(&stdout, "CHILD ");
+        assert_eq!(child.len(), 1, "{stdout}");
+        let file = dir.outside(&format!("out_{}.txt", child[0]));
+        assert!(
+            samples_in(&file, "child_work") > 0,
+            "{}: the subprocess's profile has no child_work:\n{stderr}",
+            it.name
+        );
+    }
+}
+
+/// Send one request to the server; the answering worker's pid.
+fn request(port: u16) -> Option<i32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.write_all(b"hello").ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer.trim().parse().ok()
+}
+
+#[test]
+fn run_profiles_every_worker_of_a_prefork_server() {
+    let _serial = one_at_a_time();
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("server.py", PREFORK)]);
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("server.py"));
+        let running = Running::start(cmd);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let port_file = dir.outside("port");
+        while !port_file.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{}: the server never started",
+                it.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let contents = std::fs::read_to_string(&port_file).unwrap();
+        let mut parts = contents.split_whitespace();
+        let port: u16 = parts.next().unwrap().parse().unwrap();
+        let server: i32 = parts.next().unwrap().parse().unwrap();
+        // Requests until each of the three workers answered a few.
+        let mut answered: std::collections::HashMap<i32, u32> = Default::default();
+        while answered.len() < 3 || answered.values().any(|&n| n < 3) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: not every worker answered: {answered:?}",
+                it.name
+            );
+            if let Some(pid) = request(port) {
+                *answered.entry(pid).or_default() += 1;
+            }
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(server),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let out = running.finish(Duration::from_secs(120));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        for w in answered.keys() {
+            let file = dir.outside(&format!("out_{w}.txt"));
+            assert!(
+                samples_in(&file, "handle_request_in_worker") > 0,
+                "{}: worker {w}'s profile has no handle_request_in_worker:\n{stderr}",
+                it.name
+            );
+        }
+    }
+}
+
+/// The threads of a process (tachyon: one per child profile, plus the
+/// main thread and the watcher).
+fn threads_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn attach_profiles_children_there_before_and_started_after() {
+    let _serial = one_at_a_time();
+    for it in sid_interpreters()
+        .into_iter()
+        .filter(|i| i.minor == 15 || !i.debug)
+    {
+        let mut target = common::spawn(&it, LONG_WORKERS, &[], &[]);
+        let ready = target.wait_for("READY", Duration::from_secs(60));
+        let early: Vec<i32> = pids_after(&ready, "READY ");
+        let out_dir = tempdir();
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.args(["attach", "--subprocesses", "--collapsed", "-d", "3", "-o"])
+            .arg(out_dir.join("out.txt"))
+            .arg(target.pid().to_string());
+        let running = Running::start(cmd);
+        // Both early workers are being profiled: their threads are there.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while threads_of(running.pid()) < 4 {
+            assert!(
+                Instant::now() < deadline,
+                "{}: tachyon never profiled the early workers",
+                it.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::write(target.outside_path("go"), "").unwrap();
+        let late_line = target.wait_for("LATE", Duration::from_secs(60));
+        let late = pids_after(&late_line, "LATE ");
+        let out = running.finish(Duration::from_secs(120));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        let workers: Vec<i32> = early.iter().chain(&late).copied().collect();
+        assert_not_stopped(&workers, &it.name);
+        for (pids, function) in [(&early, "early_worker"), (&late, "late_worker")] {
+            for w in pids {
+                let file = out_dir.join(format!("out_{w}.txt"));
+                assert!(
+                    samples_in(&file, function) > 0,
+                    "{}: worker {w}'s profile has no {function}:\n{stderr}",
+                    it.name
+                );
+            }
+        }
+        assert!(samples_in(&out_dir.join("out.txt"), "<module>") > 0);
+        drop(target);
+        // The workers end with their parent (they watch it).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while workers
+            .iter()
+            .any(|w| Path::new(&format!("/proc/{w}")).exists())
+        {
+            if Instant::now() > deadline {
+                for w in &workers {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(*w),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                panic!("{}: workers outlived their parent", it.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
+fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "tachyon-subprocesses-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The reference's `run --subprocesses` on 3.15 writes a profile per child
+/// too: both find every pool worker, with its function.
+#[test]
+fn every_pool_worker_is_found_as_the_reference_finds_it() {
+    let _serial = one_at_a_time();
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("sid 3.15");
+    let dir = RootDir::new(&[("pool.py", POOL)]);
+    let out = Command::new("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .args([
+            "-m",
+            "profiling.sampling",
+            "run",
+            "--subprocesses",
+            "--collapsed",
+            "-o",
+        ])
+        .arg(dir.inside("ref.txt"))
+        .arg(dir.inside("pool.py"))
+        .arg("fork")
+        .output()
+        .expect("the reference runs");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "reference: {stdout}\n{stderr}");
+    let ref_workers = pids_after(&stdout, "WORKERS ");
+    let ref_found = ref_workers
+        .iter()
+        .filter(|w| {
+            let f = dir.outside(&format!("ref_{w}.txt"));
+            f.exists() && samples_in(&f, "burn_in_worker") > 0
+        })
+        .count();
+    let (ours_out, _) = run_profiled(&it, &dir, "pool.py", &["fork"]);
+    let ours = pids_after(&ours_out, "WORKERS ");
+    let ours_found = ours
+        .iter()
+        .filter(|w| samples_in(&dir.outside(&format!("out_{w}.txt")), "burn_in_worker") > 0)
+        .count();
+    assert_eq!(ours_found, ours.len(), "tachyon missed a worker");
+    assert!(
+        ours_found >= ref_found,
+        "the reference found {ref_found} workers' work, tachyon {ours_found}"
+    );
+}
+
+/// 3.11 and 3.12 (pyenv's, with the runtime in a shared libpython, and
+/// Debian's static 3.11): spawned workers exec an interpreter that maps
+/// its runtime only after start; every worker is still profiled.
+#[test]
+fn run_profiles_spawned_workers_of_old_pythons() {
+    let _serial = one_at_a_time();
+    for it in common::machine_old_interpreters() {
+        let dir = tempdir();
+        std::fs::write(dir.join("pool.py"), POOL).unwrap();
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.current_dir(&dir)
+            .args([
+                "run",
+                "--subprocesses",
+                "--collapsed",
+                "-o",
+                "out.txt",
+                "--python",
+            ])
+            .arg(&it.exe)
+            .args(["pool.py", "spawn"]);
+        let out = Running::start(cmd).finish(Duration::from_secs(180));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        for w in pids_after(&stdout, "WORKERS ") {
+            assert!(
+                samples_in(&dir.join(format!("out_{w}.txt")), "burn_in_worker") > 0,
+                "{}: worker {w}'s profile has no burn_in_worker:\n{stderr}",
+                it.name
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Without a format or `-o`, the parent's table goes to stdout and each
+/// child's profile to `profile_<pid>.pstats` (the reference's name), a
+/// file Python's `pstats` loads.
+#[test]
+fn default_child_output_is_a_pstats_file_per_child() {
+    let _serial = one_at_a_time();
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 14 && !i.debug)
+        .expect("sid 3.14");
+    let dir = RootDir::new(&[("parent.py", PARENT_OF_SUBPROCESS), ("child.py", CHILD)]);
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.current_dir(&dir.outside)
+        .args(["run", "--subprocesses", "--", "chroot"])
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("parent.py"));
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Captured "), "no table:\n{stdout}");
+    let child = pids_after(&stdout, "CHILD ")[0];
+    let file = format!("profile_{child}.pstats");
+    assert!(dir.outside(&file).exists(), "no {file}:\n{stderr}");
+    let check = Command::new("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg("-c")
+        .arg(format!(
+            "import pstats; s = pstats.Stats({:?}); print(any(k[2] == 'child_work' for k in s.stats))",
+            dir.inside(&file)
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&check.stdout).trim(),
+        "True",
+        "{}",
+        text(&check.stderr)
+    );
+}
+
+#[test]
+fn subprocesses_is_refused_with_live() {
+    let _serial = one_at_a_time();
+    let out = Command::new(tachyon_bin())
+        .args(["attach", "--subprocesses", "--live", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--subprocesses") && err.contains("--live"),
+        "{err}"
+    );
+}
+
+/// `subprocess.run(["sleep", ...])` forks (vforks, on 3.13+) and execs a
+/// program that is not Python: a fork caught before its exec shows only
+/// its parent's stack, so no profile is written for it.
+#[test]
+fn children_that_exec_another_program_leave_no_profile() {
+    let _serial = one_at_a_time();
+    const RUNS_SLEEP: &str = r#"
+import subprocess
+for i in range(20):
+    subprocess.run(["sleep", "0.02"])
+print("DONE", flush=True)
+"#;
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("sleeps.py", RUNS_SLEEP)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "sleeps.py", &[]);
+        assert!(stdout.contains("DONE"), "{stdout}");
+        let files: Vec<String> = std::fs::read_dir(&dir.outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("out"))
+            .collect();
+        assert_eq!(files, ["out.txt"], "{}: {stderr}", it.name);
+    }
+}
+
+/// `run --subprocesses -- COMMAND`: every Python process of the command
+/// is profiled, the first into the main output, the others as children,
+/// even when they are siblings rather than its descendants.
+#[test]
+fn run_command_profiles_every_python_process_of_the_command() {
+    let _serial = one_at_a_time();
+    const WORK: &str = r#"
+import os, sys, time
+def work_of_NAME():
+    t = time.time()
+    while time.time() - t < 0.8:
+        pass
+work_of_NAME()
+sys.stdout.write("NAME " + str(os.getpid()) + "\n")
+sys.stdout.flush()
+"#;
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 13 && !i.debug)
+        .expect("sid 3.13");
+    let a = WORK.replace("NAME", "a");
+    let b = WORK.replace("NAME", "b");
+    let dir = RootDir::new(&[("a.py", &a), ("b.py", &b)]);
+    let exe = it.exe.display().to_string();
+    let script = format!(
+        "{exe} {} & {exe} {}; wait",
+        dir.inside("a.py"),
+        dir.inside("b.py")
+    );
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .args(["sh", "-c", &script]);
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let pids = [pids_after(&stdout, "a ")[0], pids_after(&stdout, "b ")[0]];
+    // Each function is in exactly one profile: its process's.
+    let mut files = vec![dir.outside("out.txt")];
+    files.extend(pids.iter().map(|p| dir.outside(&format!("out_{p}.txt"))));
+    for function in ["work_of_a", "work_of_b"] {
+        let holding: Vec<_> = files
+            .iter()
+            .filter(|f| f.exists() && samples_in(f, function) > 0)
+            .collect();
+        assert_eq!(holding.len(), 1, "{function} in {holding:?}:\n{stderr}");
+    }
+}
+
+/// The main process may exit before its children: their profiles go on
+/// until they exit, and are written.
+#[test]
+fn children_outliving_the_attached_process_are_profiled_to_their_end() {
+    let _serial = one_at_a_time();
+    const LEAVES_WORKERS: &str = r#"
+import os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+sys.stdout.write("READY\n")
+sys.stdout.flush()
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.01)
+
+def orphan_work():
+    t = time.time()
+    while time.time() - t < 1.5:
+        pass
+
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        orphan_work()
+        os._exit(0)
+    pids.append(pid)
+with open(os.path.join(here, "pids"), "w") as f:
+    f.write(" ".join(map(str, pids)))
+# Exit (leaving the workers running) once the test says so.
+while not os.path.exists(os.path.join(here, "exit")):
+    time.sleep(0.01)
+"#;
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .expect("sid 3.15");
+    let mut target = common::spawn(&it, LEAVES_WORKERS, &[], &[]);
+    target.wait_for("READY", Duration::from_secs(60));
+    let out_dir = tempdir();
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["attach", "--subprocesses", "--collapsed", "-o"])
+        .arg(out_dir.join("out.txt"))
+        .arg(target.pid().to_string());
+    let running = Running::start(cmd);
+    // Sampling has begun once tachyon runs its watcher thread.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while threads_of(running.pid()) < 2 {
+        assert!(Instant::now() < deadline, "tachyon never started sampling");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(target.outside_path("go"), "").unwrap();
+    // Both workers are being profiled (a thread each) before the parent
+    // exits: after, they are no longer below it.
+    while threads_of(running.pid()) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "tachyon never profiled the workers"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(target.outside_path("exit"), "").unwrap();
+    let out = running.finish(Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let pids = std::fs::read_to_string(target.outside_path("pids")).unwrap();
+    for w in pids.split_whitespace() {
+        let file = out_dir.join(format!("out_{w}.txt"));
+        assert!(
+            samples_in(&file, "orphan_work") > 0,
+            "worker {w} has no orphan_work:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("waiting for"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
