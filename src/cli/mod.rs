@@ -1,6 +1,7 @@
 //! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
 //! `python -m profiling.sampling`, so its users feel at home.
 
+mod async_aware;
 mod install;
 mod output;
 mod profile;
