@@ -62,8 +62,10 @@ pub struct AsyncOffsets {
     pub gen_frame_state: u64,
     pub gen_states: GenStates,
     /// `_PyInterpreterFrame.stackpointer`: a suspended coroutine's awaited
-    /// object is the second word below it.
+    /// object lies `await_below` bytes below it (3.14: the top word; 3.15:
+    /// the second word).
     pub frame_stackpointer: u64,
+    pub await_below: u64,
     pub llist_next: u64,
     /// `PySetObject`: size, `used`, `mask`, `table`.
     pub set_size: u64,
@@ -220,16 +222,18 @@ impl AsyncOffsets {
         let set_used = sf("used")?;
         let set_mask = sf("mask")?;
         let set_table = sf("table")?;
-        let gen_states = if o.version.minor >= 15 {
-            GenStates {
+        let (gen_states, await_below) = if o.version.minor >= 15 {
+            let s = GenStates {
                 cleared: 5,
                 yield_from: [2, 3],
-            }
+            };
+            (s, 16)
         } else {
-            GenStates {
+            let s = GenStates {
                 cleared: 4,
                 yield_from: [-1, -1],
-            }
+            };
+            (s, 8)
         };
         Ok(AsyncOffsets {
             task_size,
@@ -249,6 +253,7 @@ impl AsyncOffsets {
             gen_frame_state,
             gen_states,
             frame_stackpointer,
+            await_below,
             llist_next,
             set_size,
             set_used,

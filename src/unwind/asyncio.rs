@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::model::{Frame, FrameId, FrameKind, MAX_DEPTH, Sample, ThreadSample, status};
 use crate::offsets::Offsets;
 use crate::offsets::asyncio::{AsyncOffsets, TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS};
+use crate::process::pages::{PageCache, Pages};
 use crate::process::{LocalBytes, Metered, ProcessMemory};
 
 /// Which tasks a sample shows (`--async-mode`).
@@ -66,9 +67,9 @@ const MAX_NAME_CHARS: usize = 255;
 /// Reads and bytes granted per task visited (the task, its name and its
 /// name's type, its `awaited_by` set) and per coroutine of its chain.
 const READS_PER_TASK: u32 = 8;
-const BYTES_PER_TASK: u64 = 4096;
+const BYTES_PER_TASK: u64 = 4 * crate::process::pages::PAGE;
 const READS_PER_CORO: u32 = 3;
-const BYTES_PER_CORO: u64 = 1024;
+const BYTES_PER_CORO: u64 = 3 * crate::process::pages::PAGE;
 
 /// Async-aware sampling state of an [`Unwinder`].
 pub struct AsyncState {
@@ -81,6 +82,11 @@ pub struct AsyncState {
     leaves: Vec<u64>,
     tstate_buf: Vec<u8>,
     chunks: Chunks,
+    /// This sample's page cache, its task count, and the name types'
+    /// flags (kept across samples).
+    pages: Pages,
+    tasks_seen: usize,
+    type_flags: HashMap<u64, u64>,
 }
 
 /// One task as read: where it was found and what it is.
@@ -133,15 +139,19 @@ struct TaskFacts {
 /// Reading tasks and coroutines: the pieces of the unwinder a task walk
 /// uses, borrowed apart.
 struct Reader<'a, M: ProcessMemory> {
-    mem: &'a Metered<M>,
+    /// The sample's budget: reads are granted here.
+    meter: &'a Metered<M>,
+    /// Reads go through the sample's page cache.
+    mem: &'a dyn ProcessMemory,
     o: &'a Offsets,
     a: &'a AsyncOffsets,
     code: &'a mut super::code::CodeCache,
     table: &'a mut crate::model::FrameTable,
     used_codes: &'a mut Vec<u64>,
-    /// `tp_flags` of the name objects' types, this sample.
-    type_flags: HashMap<u64, u64>,
-    tasks_seen: usize,
+    /// `tp_flags` of the name objects' types (builtin `int` and `str`,
+    /// in practice).
+    type_flags: &'a mut HashMap<u64, u64>,
+    tasks_seen: &'a mut usize,
 }
 
 impl<M: ProcessMemory> Reader<'_, M> {
@@ -151,13 +161,13 @@ impl<M: ProcessMemory> Reader<'_, M> {
 
     /// Count a task against the sample's cap and grant its reads.
     fn visit(&mut self) -> Result<()> {
-        self.tasks_seen += 1;
-        if self.tasks_seen > MAX_TASKS {
+        *self.tasks_seen += 1;
+        if *self.tasks_seen > MAX_TASKS {
             return Err(Error::corrupt(format!(
                 "more than {MAX_TASKS} asyncio tasks in one sample (a corrupt task list?)"
             )));
         }
-        self.mem.grant(READS_PER_TASK, BYTES_PER_TASK);
+        self.meter.grant(READS_PER_TASK, BYTES_PER_TASK);
         Ok(())
     }
 
@@ -226,7 +236,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
     /// (with its reads granted) if needed.
     fn frame(&mut self, exe: u64, instr_ptr: u64) -> Result<FrameId> {
         if !self.code.contains(exe) {
-            self.mem
+            self.meter
                 .grant(READS_PER_CODE_LOAD, super::BYTES_PER_CODE_LOAD);
         }
         let id = self
@@ -246,7 +256,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
             if seen.len() >= MAX_CORO_DEPTH || !seen.insert(coro) || !frames::plausible(coro) {
                 return Err(Error::corrupt("coroutine chain too long, cyclic or broken"));
             }
-            self.mem.grant(READS_PER_CORO, BYTES_PER_CORO);
+            self.meter.grant(READS_PER_CORO, BYTES_PER_CORO);
             self.mem.read(coro, &mut buf)?;
             let short = || Error::corrupt("short coroutine object");
             let state = buf.u8_at(a.gen_frame_state).ok_or_else(short)? as i8;
@@ -277,10 +287,10 @@ impl<M: ProcessMemory> Reader<'_, M> {
             if sp == 0 {
                 return Ok(());
             }
-            // What it awaits is the second word below the stack pointer; it
-            // continues the chain only if it is a coroutine of the same type
-            // (not a future or another iterator).
-            let awaited = self.ptr(self.mem.read_u64(sp.wrapping_sub(16))?);
+            // What it awaits sits just below the stack pointer; it continues
+            // the chain only if it is a coroutine of the same type (not a
+            // future or another iterator).
+            let awaited = self.ptr(self.mem.read_u64(sp.wrapping_sub(a.await_below))?);
             if awaited == 0 || !frames::plausible(awaited) {
                 return Ok(());
             }
@@ -317,7 +327,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
             )));
         }
         let mut entries = vec![0u8; ((mask + 1) * 16) as usize];
-        self.mem.grant(1, entries.len() as u64);
+        self.meter.grant(1, entries.len() as u64);
         self.mem.read(table, &mut entries)?;
         let mut out = Vec::with_capacity(used as usize);
         for e in entries.chunks_exact(16) {
@@ -446,6 +456,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             leaves: Vec::new(),
             tstate_buf: Vec::new(),
             chunks: Chunks::default(),
+            pages: Pages::default(),
+            tasks_seen: 0,
+            type_flags: HashMap::new(),
         });
     }
 
@@ -483,6 +496,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         };
         self.used_codes.clear();
         self.code.new_sample();
+        st.pages.borrow_mut().clear();
+        st.tasks_seen = 0;
+        if st.type_flags.len() > 64 {
+            st.type_flags.clear();
+        }
         let o = self.runtime.offsets.clone();
         let mut graph = Graph::default();
         let mut interp_addr = self.mem.read_u64(
@@ -536,8 +554,6 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.list_threads(o, interp.threads_head, &mut tstates)?;
         let tsize = a.thread_size.max(o.tstate_size) as usize;
         st.tstate_buf.resize(tsize, 0);
-        let mut reader_types = HashMap::new();
-        let mut tasks_seen = 0usize;
         for &tstate in &tstates {
             self.mem.read(tstate, &mut st.tstate_buf)?;
             let t = ThreadFacts::decode(o, &st.tstate_buf, self.runtime.none_addr)
@@ -565,15 +581,20 @@ impl<M: ProcessMemory> Unwinder<M> {
                         continue;
                     }
                     let frames = self.running_task_frames(st, a, o, interp, tstate, &t, task)?;
+                    let pages = PageCache {
+                        inner: &self.mem,
+                        pages: &st.pages,
+                    };
                     let mut r = Reader {
-                        mem: &self.mem,
+                        meter: &self.mem,
+                        mem: &pages,
                         o,
                         a,
                         code: &mut self.code,
                         table: &mut self.table,
                         used_codes: &mut self.used_codes,
-                        type_flags: std::mem::take(&mut reader_types),
-                        tasks_seen,
+                        type_flags: &mut st.type_flags,
+                        tasks_seen: &mut st.tasks_seen,
                     };
                     // The running task itself, its frames from the thread.
                     let (mut node, _) = r.node(task, key, thread_status, interp.id)?;
@@ -583,25 +604,26 @@ impl<M: ProcessMemory> Unwinder<M> {
                     for p in parents {
                         r.with_waiters(graph, p, key, thread_status, interp.id)?;
                     }
-                    reader_types = r.type_flags;
-                    tasks_seen = r.tasks_seen;
                 }
                 AsyncMode::All => {
                     let head = tstate.wrapping_add(a.thread_tasks_head);
                     let first = word(a.thread_tasks_head + a.llist_next)?;
+                    let pages = PageCache {
+                        inner: &self.mem,
+                        pages: &st.pages,
+                    };
                     let mut r = Reader {
-                        mem: &self.mem,
+                        meter: &self.mem,
+                        mem: &pages,
                         o,
                         a,
                         code: &mut self.code,
                         table: &mut self.table,
                         used_codes: &mut self.used_codes,
-                        type_flags: std::mem::take(&mut reader_types),
-                        tasks_seen,
+                        type_flags: &mut st.type_flags,
+                        tasks_seen: &mut st.tasks_seen,
                     };
                     r.list(graph, head, first, key, thread_status, interp.id)?;
-                    reader_types = r.type_flags;
-                    tasks_seen = r.tasks_seen;
                 }
             }
         }
@@ -614,15 +636,20 @@ impl<M: ProcessMemory> Unwinder<M> {
                 ident: 0,
                 interp: interp.addr,
             };
+            let pages = PageCache {
+                inner: &self.mem,
+                pages: &st.pages,
+            };
             let mut r = Reader {
-                mem: &self.mem,
+                meter: &self.mem,
+                mem: &pages,
                 o,
                 a,
                 code: &mut self.code,
                 table: &mut self.table,
                 used_codes: &mut self.used_codes,
-                type_flags: reader_types,
-                tasks_seen,
+                type_flags: &mut st.type_flags,
+                tasks_seen: &mut st.tasks_seen,
             };
             r.list(graph, head, first, key, status::UNKNOWN, interp.id)?;
         }
