@@ -462,3 +462,39 @@ fn a_3_14_process_without_asyncio_is_told_apart() {
         "has not imported asyncio",
     );
 }
+
+#[test]
+fn run_finds_asyncio_once_a_3_14_program_imports_it() {
+    // 3.14 maps asyncio's table only when `_asyncio` is imported: the
+    // program starts without it, and the profile still gets its tasks.
+    let wrapper = "import time, runpy, sys\ntime.sleep(0.5)\nrunpy.run_path(sys.argv[1], run_name='__main__')\n";
+    let dir = RootDir::new(&[("wrap.py", wrapper), ("target.py", TARGET_PY)]);
+    let out = dir.outside("run.txt");
+    let root = common::sid_root();
+    run_ok(
+        "tachyon run",
+        Command::new(tachyon_bin())
+            .args([
+                "run",
+                "--async-aware",
+                "--async-mode",
+                "all",
+                "-d",
+                "4",
+                "--collapsed",
+                "-o",
+            ])
+            .arg(&out)
+            .args(["--", "chroot", root.to_str().unwrap(), "python3.14"])
+            .arg(dir.inside("wrap.py"))
+            .arg(dir.inside("target.py")),
+    );
+    // From its first line: the start-up's stacks (tasks not yet awaited,
+    // `main` in its first sleep) are there too, and the steady ones.
+    let stacks: BTreeSet<String> = stacks_of(&std::fs::read_to_string(&out).unwrap())
+        .iter()
+        .map(|s| without_stdlib_lines(strip_tid(s)))
+        .collect();
+    let missing: Vec<String> = expected_blocked().difference(&stacks).cloned().collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in {stacks:#?}");
+}
