@@ -318,14 +318,16 @@ fn dump_shows_the_references_task_sections_on_3_15() {
 }
 
 #[test]
-fn task_chains_are_right_on_3_14() {
-    let it = interp(14, false);
-    let t = start(&it);
-    check_all_mode(
-        "tachyon 3.14",
-        &tachyon_collapsed(&t, &["--async-aware", "--async-mode", "all"]),
-    );
-    check_running_mode("tachyon 3.14", &tachyon_collapsed(&t, &["--async-aware"]));
+fn task_chains_are_right_on_3_14_and_the_debug_builds() {
+    for (minor, debug) in [(14, false), (14, true), (15, true)] {
+        let it = interp(minor, debug);
+        let t = start(&it);
+        check_all_mode(
+            &it.name,
+            &tachyon_collapsed(&t, &["--async-aware", "--async-mode", "all"]),
+        );
+        check_running_mode(&it.name, &tachyon_collapsed(&t, &["--async-aware"]));
+    }
 }
 
 #[test]

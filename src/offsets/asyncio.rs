@@ -166,13 +166,20 @@ impl AsyncOffsets {
             task_size.saturating_sub(8),
         )?;
         // The interpreter's list head, a node too, inside the interpreter
-        // state as both tables size it.
-        let interp_size = c.size("asyncio_interpreter_state.size", c.word(7), u64::MAX)?;
+        // state.
+        // Both tables measure the same struct.
+        let interp_size = c.word(7);
+        if interp_size != o.interp_size {
+            return Err(c.err(format!(
+                "asyncio_interpreter_state.size is {interp_size}, but interpreter_state.size is {}",
+                o.interp_size
+            )));
+        }
         let interp_tasks_head = c.field(
             "asyncio_interpreter_state.asyncio_tasks_head",
             c.word(8),
             8,
-            interp_size.min(o.interp_size).saturating_sub(8),
+            interp_size.saturating_sub(8),
         )?;
         let thread_size = c.size("asyncio_thread_state.size", c.word(9), MAX_THREAD)?;
         if thread_size < o.tstate_size {
@@ -260,5 +267,105 @@ impl AsyncOffsets {
             set_mask,
             set_table,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The main table of a real interpreter and its AsyncioDebug words
+    /// (read from Debian's 3.14.10 and 3.15.2).
+    fn real(minor: u8) -> (RawTable, Offsets, Vec<u8>) {
+        let (table, words): (&[u8], [u64; 13]) = match minor {
+            14 => (
+                include_bytes!("../../fixtures/offsets/3.14.10.bin"),
+                [
+                    168, 136, 96, 108, 109, 128, 152, 225864, 10880, 936, 864, 872, 880,
+                ],
+            ),
+            _ => (
+                include_bytes!("../../fixtures/offsets/3.15.2.bin"),
+                [
+                    168, 136, 96, 108, 109, 128, 152, 226240, 10856, 1104, 1024, 1032, 1048,
+                ],
+            ),
+        };
+        let raw = RawTable::decode(1, table).unwrap();
+        let o = Offsets::from_raw(1, &raw).unwrap();
+        let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        (raw, o, bytes)
+    }
+
+    fn set(bytes: &mut [u8], i: usize, v: u64) {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    #[test]
+    fn real_tables_decode_with_their_versions_facts() {
+        let (raw, o, bytes) = real(14);
+        let a = AsyncOffsets::decode(1, &bytes, &raw, &o).unwrap();
+        assert_eq!(
+            (a.task_node, a.thread_tasks_head, a.await_below),
+            (152, 880, 8)
+        );
+        assert_eq!(a.gen_states.yield_from, [-1, -1]);
+        let (raw, o, bytes) = real(15);
+        let a = AsyncOffsets::decode(1, &bytes, &raw, &o).unwrap();
+        assert_eq!(
+            (a.interp_tasks_head, a.thread_running_task, a.await_below),
+            (10856, 1032, 16)
+        );
+        assert_eq!(a.gen_states.cleared, 5);
+        assert_eq!((a.gen_iframe, a.gen_size), (72, 160));
+    }
+
+    #[test]
+    fn every_corrupt_word_is_refused_by_name() {
+        let names = [
+            "asyncio_task_object.size",
+            "asyncio_task_object.task_name",
+            "asyncio_task_object.task_awaited_by",
+            "asyncio_task_object.task_is_task",
+            "asyncio_task_object.task_awaited_by_is_set",
+            "asyncio_task_object.task_coro",
+            "asyncio_task_object.task_node",
+            "asyncio_interpreter_state.size",
+            "asyncio_interpreter_state.asyncio_tasks_head",
+            "asyncio_thread_state.size",
+            "asyncio_thread_state.asyncio_running_loop",
+            "asyncio_thread_state.asyncio_running_task",
+            "asyncio_thread_state.asyncio_tasks_head",
+        ];
+        for minor in [14, 15] {
+            let (raw, o, good) = real(minor);
+            for (i, name) in names.iter().enumerate() {
+                // Past any struct; and for the pointer fields, misaligned.
+                let mut bad = vec![u64::MAX / 2];
+                if ![0, 3, 4, 7, 9].contains(&i) {
+                    bad.push(u64::from_le_bytes(good[i * 8..i * 8 + 8].try_into().unwrap()) + 1);
+                }
+                if [0, 7, 9].contains(&i) {
+                    bad.push(0);
+                }
+                for v in bad {
+                    let mut bytes = good.clone();
+                    set(&mut bytes, i, v);
+                    match AsyncOffsets::decode(1, &bytes, &raw, &o) {
+                        Err(Error::InvalidOffsets { what, .. }) => {
+                            // A size change may surface as the first field
+                            // it no longer holds; the message names one.
+                            let section = name.split('.').next().unwrap();
+                            assert!(
+                                what.contains(name) || what.contains(section),
+                                "3.{minor} {name} = {v}: {what}"
+                            );
+                        }
+                        other => panic!("3.{minor} {name} = {v}: accepted ({other:?})"),
+                    }
+                }
+            }
+            assert!(AsyncOffsets::decode(1, &good[..64], &raw, &o).is_err());
+        }
     }
 }
