@@ -35,7 +35,9 @@ use super::objects::read_str;
 use super::threads::{InterpFacts, MAX_INTERPRETERS, ThreadFacts};
 use super::{READS_PER_CODE_LOAD, Unwinder, push_ranges};
 use crate::error::{Error, Result};
-use crate::model::{Frame, FrameId, FrameKind, MAX_DEPTH, Sample, ThreadSample, status};
+use crate::model::{
+    Frame, FrameId, FrameKind, FrameTable, MAX_DEPTH, Sample, ThreadSample, status,
+};
 use crate::offsets::Offsets;
 use crate::offsets::asyncio::{AsyncOffsets, TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS};
 use crate::process::pages::{PageCache, Pages};
@@ -62,6 +64,8 @@ pub const MAX_TASKS: usize = 1 << 16;
 const MAX_CORO_DEPTH: usize = 1024;
 /// Most slots of an `awaited_by` set read (16 bytes each).
 const MAX_SET_SLOTS: u64 = 1 << 14;
+/// Most frames of all task stacks of one sample together.
+const MAX_SAMPLE_FRAMES: usize = 4 << 20;
 /// Longest task name kept, in characters (as the reference).
 const MAX_NAME_CHARS: usize = 255;
 /// Reads and bytes granted per task visited (the task, its name and its
@@ -536,8 +540,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             self.sample_interp_tasks(st, &a, &o, &interp, &mut graph)?;
             interp_addr = interp.next;
         }
-        self.emit(st, &graph, out);
-        Ok(())
+        self.emit(st, &graph, out)
     }
 
     /// The tasks of one interpreter's threads (and, in mode `all`, of its
@@ -716,54 +719,84 @@ impl<M: ProcessMemory> Unwinder<M> {
         Ok(frames)
     }
 
-    /// One stack per leaf task, leaf first, up through its parents.
-    fn emit(&mut self, st: &mut AsyncState, graph: &Graph, out: &mut Sample) {
-        let parents: HashSet<u64> = graph
+    /// One stack per leaf task, leaf first, up through its parents. Fails
+    /// when the stacks would hold more than [`MAX_SAMPLE_FRAMES`] frames
+    /// in all (a corrupt graph: many leaves over one long chain).
+    fn emit(&mut self, st: &mut AsyncState, graph: &Graph, out: &mut Sample) -> Result<()> {
+        let mut total = 0usize;
+        for leaf in graph.leaves() {
+            let frames = graph.stack(leaf, &mut self.table, self.markers.truncated);
+            total += frames.len();
+            if total > MAX_SAMPLE_FRAMES {
+                return Err(Error::corrupt(format!(
+                    "asyncio task stacks of more than {MAX_SAMPLE_FRAMES} frames in one sample"
+                )));
+            }
+            let n = &graph.nodes[leaf];
+            out.threads.push(ThreadSample {
+                tid: n.key.tid,
+                interpreter_id: n.interp_id,
+                status: n.status,
+                frames,
+                name: None,
+            });
+            self.name_keys.push(n.key);
+            st.leaves.push(n.addr);
+        }
+        Ok(())
+    }
+}
+
+impl Graph {
+    /// The tasks no other task awaits, in the order found.
+    fn leaves(&self) -> Vec<usize> {
+        let parents: HashSet<u64> = self
             .nodes
             .iter()
             .flat_map(|n| n.parents.iter().copied())
             .collect();
-        let task_file = self.table.intern_str("<task>");
-        for leaf in graph.nodes.iter().filter(|n| !parents.contains(&n.addr)) {
-            let mut frames: Vec<FrameId> = Vec::new();
-            let mut seen: HashSet<u64> = HashSet::new();
-            let mut cur = Some(leaf);
-            while let Some(n) = cur {
-                if !seen.insert(n.addr) {
-                    break;
-                }
-                frames.extend_from_slice(&n.frames);
-                let (name, next) = match n.parents.len() {
-                    0 => (n.name.clone(), None),
-                    1 => (n.name.clone(), Some(n.parents[0])),
-                    k => (
-                        format!("{} ({k} parents)", n.name),
-                        n.parents.iter().copied().min(),
-                    ),
-                };
-                let func = self.table.intern_str(&name);
-                frames.push(self.table.intern(Frame {
-                    kind: FrameKind::Task,
-                    file: task_file,
-                    func,
-                    location: None,
-                }));
-                cur = next.and_then(|p| graph.index.get(&p).map(|&i| &graph.nodes[i]));
+        (0..self.nodes.len())
+            .filter(|&i| !parents.contains(&self.nodes[i].addr))
+            .collect()
+    }
+
+    /// The stack of leaf task `leaf`: its frames, its `<task>` frame, its
+    /// parent's frames and `<task>` frame, up to a task nobody awaits (or
+    /// one not read). A task with several parents is named
+    /// `"name (N parents)"` and continues to the lowest-addressed one. At
+    /// most [`MAX_DEPTH`] frames, the last then `truncated`.
+    fn stack(&self, leaf: usize, table: &mut FrameTable, truncated: FrameId) -> Vec<FrameId> {
+        let task_file = table.intern_str("<task>");
+        let mut frames: Vec<FrameId> = Vec::new();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut cur = Some(&self.nodes[leaf]);
+        while let Some(n) = cur {
+            if !seen.insert(n.addr) || frames.len() > MAX_DEPTH {
+                break;
             }
-            if frames.len() > MAX_DEPTH {
-                frames.truncate(MAX_DEPTH - 1);
-                frames.push(self.markers.truncated);
-            }
-            out.threads.push(ThreadSample {
-                tid: leaf.key.tid,
-                interpreter_id: leaf.interp_id,
-                status: leaf.status,
-                frames,
-                name: None,
-            });
-            self.name_keys.push(leaf.key);
-            st.leaves.push(leaf.addr);
+            frames.extend_from_slice(&n.frames);
+            let (name, next) = match n.parents.len() {
+                0 => (n.name.clone(), None),
+                1 => (n.name.clone(), Some(n.parents[0])),
+                k => (
+                    format!("{} ({k} parents)", n.name),
+                    n.parents.iter().copied().min(),
+                ),
+            };
+            let func = table.intern_str(&name);
+            frames.push(table.intern(Frame {
+                kind: FrameKind::Task,
+                file: task_file,
+                func,
+                location: None,
+            }));
+            cur = next.and_then(|p| self.index.get(&p).map(|&i| &self.nodes[i]));
         }
+        if frames.len() > MAX_DEPTH {
+            frames.truncate(MAX_DEPTH - 1);
+            frames.push(truncated);
+        }
+        frames
     }
 }
 
@@ -785,6 +818,68 @@ mod tests {
             status: 0,
             interp_id: 0,
         }
+    }
+
+    /// The stack of `leaf` as `file:func` text, leaf first.
+    fn text(g: &Graph, leaf: usize, t: &mut FrameTable) -> Vec<String> {
+        let trunc = t.synthetic(FrameKind::Native, "<truncated>");
+        g.stack(leaf, t, trunc)
+            .iter()
+            .map(|&f| {
+                let f = t.frame(f);
+                format!("{}:{}", t.str(f.file), t.str(f.func))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stacks_run_from_each_leaf_to_its_root_through_the_lowest_parent() {
+        let mut t = FrameTable::new();
+        let mut g = Graph::default();
+        // main (0x10) awaits a and b (gather); both await shared (2
+        // parents); c is a leaf awaited by a.
+        let code = t.intern_str("app.py");
+        let f = t.intern_str("work");
+        let work = t.intern(Frame {
+            kind: FrameKind::Python,
+            file: code,
+            func: f,
+            location: None,
+        });
+        g.insert(node(0x10, "Task-1", &[]));
+        g.insert(node(0x30, "a", &[0x10]));
+        g.insert(node(0x20, "b", &[0x10]));
+        let mut shared = node(0x40, "shared", &[0x30, 0x20]);
+        shared.frames = vec![work];
+        g.insert(shared);
+        g.insert(node(0x50, "c", &[0x30]));
+        let leaves: Vec<u64> = g.leaves().iter().map(|&i| g.nodes[i].addr).collect();
+        assert_eq!(leaves, [0x40, 0x50]);
+        assert_eq!(
+            text(&g, 3, &mut t),
+            [
+                "app.py:work",
+                "<task>:shared (2 parents)",
+                "<task>:b",
+                "<task>:Task-1"
+            ]
+        );
+        assert_eq!(
+            text(&g, 4, &mut t),
+            ["<task>:c", "<task>:a", "<task>:Task-1"]
+        );
+    }
+
+    #[test]
+    fn a_cyclic_graph_ends_and_a_parent_not_read_ends_the_chain() {
+        let mut t = FrameTable::new();
+        let mut g = Graph::default();
+        g.insert(node(0x10, "x", &[0x20]));
+        g.insert(node(0x20, "y", &[0x10]));
+        g.insert(node(0x30, "leaf", &[0x10]));
+        g.insert(node(0x60, "orphan", &[0x99]));
+        assert_eq!(text(&g, 2, &mut t), ["<task>:leaf", "<task>:x", "<task>:y"]);
+        assert_eq!(text(&g, 3, &mut t), ["<task>:orphan"]);
     }
 
     #[test]
