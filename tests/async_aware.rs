@@ -500,3 +500,135 @@ fn run_finds_asyncio_once_a_3_14_program_imports_it() {
     let missing: Vec<String> = expected_blocked().difference(&stacks).cloned().collect();
     assert!(missing.is_empty(), "missing {missing:#?} in {stacks:#?}");
 }
+
+/// A real reader that spoils one read in `every` (a flipped bit, a word
+/// of garbage or of 0xff, a zeroed stretch) while `on`, counting reads.
+struct Spoiler {
+    inner: tachyon::process::linux::LinuxProcess,
+    rng: std::cell::Cell<u64>,
+    every: std::cell::Cell<u64>,
+    on: std::cell::Cell<bool>,
+    calls: std::cell::Cell<u64>,
+}
+
+impl Spoiler {
+    fn next(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn spoil(&self, buf: &mut [u8]) {
+        if !self.on.get() || buf.is_empty() || !self.next().is_multiple_of(self.every.get()) {
+            return;
+        }
+        let r = self.next();
+        let at = (r >> 8) as usize % buf.len();
+        match r % 4 {
+            0 => buf[at] ^= 1 << ((r >> 40) % 8),
+            1 => {
+                for (i, b) in buf[at..].iter_mut().take(8).enumerate() {
+                    *b = (self.next() >> (i * 8)) as u8;
+                }
+            }
+            2 => buf[at..].iter_mut().take(64).for_each(|b| *b = 0),
+            _ => buf[at..].iter_mut().take(8).for_each(|b| *b = 0xff),
+        }
+    }
+}
+
+impl tachyon::process::ProcessMemory for Spoiler {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> tachyon::Result<()> {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read(addr, buf)?;
+        self.spoil(buf);
+        Ok(())
+    }
+
+    fn read_many(&self, reqs: &mut [tachyon::process::ReadReq<'_>]) -> tachyon::Result<()> {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read_many(reqs)?;
+        for r in reqs.iter_mut() {
+            self.spoil(r.buf);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
+    use tachyon::model::Sample;
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::unwind::asyncio::AsyncMode;
+    use tachyon::unwind::{UnwindOptions, Unwinder};
+    for minor in [14, 15] {
+        let it = interp(minor, false);
+        let t = start(&it);
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let rt = tachyon::runtime::locate(&proc).unwrap();
+        let offsets = tachyon::runtime::asyncio::locate(&proc, &rt)
+            .unwrap()
+            .expect("asyncio is loaded");
+        for mode in [AsyncMode::All, AsyncMode::Running] {
+            let mem = Spoiler {
+                inner: LinuxProcess::open(t.pid()).unwrap(),
+                rng: std::cell::Cell::new(0),
+                every: std::cell::Cell::new(1),
+                on: std::cell::Cell::new(false),
+                calls: std::cell::Cell::new(0),
+            };
+            let mut u = Unwinder::new(mem, t.pid(), rt.clone(), UnwindOptions::default());
+            u.set_async(mode, Some(offsets.clone()), None);
+            let mut s = Sample::default();
+            let mut most = 0;
+            for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
+                u.memory()
+                    .rng
+                    .set(0x9e37_79b9_7f4a_7c15 ^ seed ^ u64::from(minor) << 32);
+                u.memory().every.set(every);
+                u.memory().on.set(true);
+                for _ in 0..150 {
+                    let c0 = u.memory().calls.get();
+                    let _ = u.sample(&mut s);
+                    most = most.max(u.memory().calls.get() - c0);
+                }
+            }
+            // The same unwinder, on clean reads: the chains are right again
+            // (names and code cached from spoiled reads would show here).
+            u.memory().on.set(false);
+            let mut stacks = BTreeSet::new();
+            for _ in 0..30 {
+                if u.sample(&mut s).is_ok() {
+                    for th in &s.threads {
+                        let f = u.frames();
+                        let names: Vec<String> = th
+                            .frames
+                            .iter()
+                            .rev()
+                            .map(|&id| {
+                                let fr = f.frame(id);
+                                let file = f.str(fr.file);
+                                let base = file.rsplit('/').next().unwrap_or(file);
+                                format!("{base}:{}:{}", f.str(fr.func), fr.line())
+                            })
+                            .collect();
+                        stacks.insert(format!("tid:{};{}", th.tid, names.join(";")));
+                    }
+                }
+            }
+            eprintln!(
+                "3.{minor} {mode:?}: at most {most} reads in a spoiled sample; {} clean stacks",
+                stacks.len()
+            );
+            match mode {
+                AsyncMode::All => check_all_mode(&format!("3.{minor} after spoiling"), &stacks),
+                AsyncMode::Running => {
+                    check_running_mode(&format!("3.{minor} after spoiling"), &stacks)
+                }
+            }
+        }
+    }
+}

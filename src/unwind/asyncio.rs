@@ -217,19 +217,29 @@ impl<M: ProcessMemory> Reader<'_, M> {
                     return Err(Error::corrupt("task name of impossible type"));
                 }
                 let f = self.mem.read_u64(ty.wrapping_add(oo.type_flags))?;
-                self.type_flags.insert(ty, f);
+                let kinds = f & (TPFLAGS_LONG_SUBCLASS | TPFLAGS_UNICODE_SUBCLASS);
+                if kinds == TPFLAGS_LONG_SUBCLASS || kinds == TPFLAGS_UNICODE_SUBCLASS {
+                    // Kept only when it names one kind: a torn read must
+                    // not stay cached.
+                    self.type_flags.insert(ty, f);
+                }
                 f
             }
         };
-        if flags & TPFLAGS_LONG_SUBCLASS != 0 {
-            let n = decode_int(oo, &head)
-                .ok_or_else(|| Error::corrupt("task name is an int out of range"))?;
-            return Ok(format!("Task-{n}"));
+        let decoded = if flags & TPFLAGS_LONG_SUBCLASS != 0 {
+            decode_int(oo, &head)
+                .map(|n| format!("Task-{n}"))
+                .ok_or_else(|| Error::corrupt("task name is an int out of range"))
+        } else if flags & TPFLAGS_UNICODE_SUBCLASS == 0 {
+            Err(Error::corrupt("task name is neither an int nor a str"))
+        } else {
+            read_str(self.mem, self.o, obj)
+        };
+        if decoded.is_err() {
+            // Perhaps the type was not what was cached: look again next time.
+            self.type_flags.remove(&ty);
         }
-        if flags & TPFLAGS_UNICODE_SUBCLASS == 0 {
-            return Err(Error::corrupt("task name is neither an int nor a str"));
-        }
-        let mut s = read_str(self.mem, self.o, obj)?;
+        let mut s = decoded?;
         if let Some((cut, _)) = s.char_indices().nth(MAX_NAME_CHARS) {
             s.truncate(cut);
         }
