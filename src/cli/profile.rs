@@ -84,8 +84,9 @@ pub struct SampleArgs {
     /// <task> frames named after the tasks (Python 3.14+)
     #[arg(long)]
     async_aware: bool,
-    /// Async profiling mode: "running" (only the running task) or "all"
-    /// (all tasks, including waiting ones). Requires --async-aware
+    /// Async profiling mode: "running" (only the running task; the
+    /// default) or "all" (all tasks, including waiting ones). Requires
+    /// --async-aware
     #[arg(long, value_enum, value_name = "MODE", requires = "async_aware")]
     async_mode: Option<AsyncModeArg>,
     #[command(flatten)]
