@@ -165,29 +165,73 @@ pub fn format_dump(
             out.push_str("No Python frames\n");
             continue;
         }
-        for &id in t.frames.iter().rev() {
-            let f = table.frame(id);
-            let name = table.str(f.func);
-            let file = table.str(f.file);
-            if matches!(f.kind, FrameKind::Gc | FrameKind::Native) {
-                let _ = writeln!(out, "  {name}");
-                continue;
-            }
-            let shown = display_filename(file, cwd.as_deref());
-            let line = f.line();
-            if line > 0 {
-                let _ = writeln!(out, "  File \"{shown}\", line {line}, in {name}");
-            } else {
-                let _ = writeln!(out, "  File \"{shown}\", in {name}");
-            }
-            if f.kind == FrameKind::Python
-                && let Some(line) = src.line(file, line)
-                && !line.trim().is_empty()
-            {
-                // Like the reference (and tracebacks): strip the indentation only.
-                let _ = writeln!(out, "    {}", line.trim_start());
-            }
+        write_frames(&mut out, t, table, cwd.as_deref(), src);
+    }
+    out
+}
+
+/// A stack's frames, root first, with their source lines.
+fn write_frames(
+    out: &mut String,
+    t: &ThreadSample,
+    table: &FrameTable,
+    cwd: Option<&Path>,
+    src: &mut SourceReader,
+) {
+    for &id in t.frames.iter().rev() {
+        let f = table.frame(id);
+        let name = table.str(f.func);
+        let file = table.str(f.file);
+        if matches!(f.kind, FrameKind::Gc | FrameKind::Native) {
+            let _ = writeln!(out, "  {name}");
+            continue;
         }
+        let shown = display_filename(file, cwd);
+        let line = f.line();
+        if line > 0 {
+            let _ = writeln!(out, "  File \"{shown}\", line {line}, in {name}");
+        } else {
+            let _ = writeln!(out, "  File \"{shown}\", in {name}");
+        }
+        if f.kind == FrameKind::Python
+            && let Some(line) = src.line(file, line)
+            && !line.trim().is_empty()
+        {
+            // Like the reference (and tracebacks): strip the indentation only.
+            let _ = writeln!(out, "    {}", line.trim_start());
+        }
+    }
+}
+
+/// Format an async-aware snapshot: one section per leaf task (`leaves[i]`
+/// is `threads[i]`'s leaf task's address), its stack running up through
+/// the tasks awaiting it, as the reference's dump shows them.
+pub fn format_task_dump(
+    pid: i32,
+    threads: &[ThreadSample],
+    leaves: &[u64],
+    table: &FrameTable,
+    src: &mut SourceReader,
+) -> String {
+    if threads.is_empty() {
+        return format!("No Python stacks found for PID {pid}\n");
+    }
+    let cwd = std::env::current_dir().ok();
+    let mut out = String::new();
+    for (i, (t, leaf)) in threads.iter().zip(leaves).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut subject = String::from("Stack dump");
+        if i == 0 {
+            let _ = write!(subject, " for PID {pid}");
+        }
+        let _ = write!(subject, ", thread {}", t.tid);
+        if let Some(name) = t.name {
+            let _ = write!(subject, " {:?}", table.str(name));
+        }
+        let _ = writeln!(out, "{subject} (task {leaf}; most recent call last):");
+        write_frames(&mut out, t, table, cwd.as_deref(), src);
     }
     out
 }

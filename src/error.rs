@@ -100,6 +100,14 @@ pub enum Error {
     )]
     ReadBudget { calls: u32, bytes: u64 },
 
+    /// `--async-aware` on a 3.14+ target that has not imported asyncio
+    /// yet: its task offsets are not mapped, so there is no task to show.
+    /// Costs the sample; the offsets are looked for again later.
+    #[error(
+        "asyncio is not loaded in the target yet (no AsyncioDebug section mapped): no task stacks to sample"
+    )]
+    AsyncioNotLoaded,
+
     /// A binary profile (`.bin`) that cannot be read: what is wrong with it
     /// (the message says it is about a binary profile).
     #[error("{0}")]

@@ -22,6 +22,9 @@ pub enum FrameKind {
     Native,
     /// A frame whose memory or code object could not be read.
     Unreadable,
+    /// `<task>`: an asyncio task in an async-aware stack, named by the
+    /// task's name (file `<task>`, no location, as the reference shows it).
+    Task,
 }
 
 /// Where in its source an instruction is: lines 1-based, columns 0-based,

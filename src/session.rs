@@ -38,6 +38,12 @@ pub type NextProcess<'a> = dyn Fn(&[i32]) -> Option<(i32, Runtime)> + 'a;
 pub type ChildSink<'a> =
     dyn Fn(i32, &Runtime) -> std::result::Result<Box<dyn Collector>, String> + Sync + 'a;
 
+/// Readies each unwinder the session makes after the first (a followed
+/// process, a child, a child's exec) as the first was (`--async-aware`).
+/// An error says why that process cannot be profiled so, to the user.
+pub type Prepare<'a> =
+    dyn Fn(&mut Unwinder<LinuxProcess>) -> std::result::Result<(), String> + Sync + 'a;
+
 /// The reference's bound on child profiles at once.
 pub const MAX_CHILDREN: usize = 100;
 
@@ -63,6 +69,8 @@ pub struct Children<'a> {
     /// COMMAND` profiles every Python process of the command, the main
     /// one (the first) and the rest, each in its own profile.
     pub root: Option<i32>,
+    /// Readies each child's unwinder.
+    pub prepare: Option<&'a Prepare<'a>>,
 }
 
 /// How one child's profile went.
@@ -99,6 +107,7 @@ pub struct Profiler<'a> {
     blocking: bool,
     next: Option<&'a NextProcess<'a>>,
     children: Option<Children<'a>>,
+    prepare: Option<&'a Prepare<'a>>,
 }
 
 /// What the children's watcher and the main loop share.
@@ -148,6 +157,7 @@ impl<'a> Profiler<'a> {
             blocking: false,
             next: None,
             children: None,
+            prepare: None,
         }
     }
 
@@ -160,6 +170,12 @@ impl<'a> Profiler<'a> {
     /// When the main process exits, go on into the one `next` names.
     pub fn follow(mut self, next: &'a NextProcess<'a>) -> Self {
         self.next = Some(next);
+        self
+    }
+
+    /// Ready every process followed after the first with `prepare`.
+    pub fn prepare(mut self, prepare: &'a Prepare<'a>) -> Self {
+        self.prepare = Some(prepare);
         self
     }
 
@@ -270,6 +286,12 @@ impl<'a> Profiler<'a> {
             let opts = unwinder.opts;
             let table = unwinder.into_frames();
             unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
+            if let Some(prepare) = self.prepare
+                && let Err(e) = prepare(&mut unwinder)
+            {
+                crate::errln!("tachyon: not following process {pid}: {e}");
+                break StopReason::TargetExited;
+            }
         };
         Ok((total, reason, unwinder))
     }
@@ -568,6 +590,12 @@ fn profile_child(
         }
     };
     let mut unwinder = Unwinder::new(proc, pid, rt, children.opts);
+    if let Some(prepare) = children.prepare
+        && let Err(e) = prepare(&mut unwinder)
+    {
+        report.error = Some(e);
+        return report;
+    }
     // What the process became when it left Python, if it did.
     let mut became: Option<String> = None;
     let exec_seen = std::cell::Cell::new(false);
@@ -621,6 +649,12 @@ fn profile_child(
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
+        if let Some(prepare) = children.prepare
+            && let Err(e) = prepare(&mut unwinder)
+        {
+            report.error = Some(e);
+            break;
+        }
         cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
         cfg.realtime_stats = false;
     }

@@ -204,6 +204,7 @@ fn frame_text(t: &FrameTable, id: u32) -> String {
         FrameKind::Python | FrameKind::Unreadable => "py",
         FrameKind::Gc => "gc",
         FrameKind::Native => "native",
+        FrameKind::Task => "task",
     };
     format!(
         "{kind}|{}|{}|{line}|{end_line}|{col}|{end_col}",

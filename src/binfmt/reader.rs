@@ -419,6 +419,7 @@ fn parse_tables(
                 ("~", "<GC>") => FrameKind::Gc,
                 ("~", "<native>") => FrameKind::Native,
                 ("<unknown file>", _) => FrameKind::Unreadable,
+                ("<task>", _) => FrameKind::Task,
                 _ => FrameKind::Python,
             };
             Frame {

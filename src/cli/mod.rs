@@ -1,6 +1,7 @@
 //! Argument parsing (clap) and the subcommands. Flags follow CPython 3.15's
 //! `python -m profiling.sampling`, so its users feel at home.
 
+mod async_aware;
 mod install;
 mod output;
 mod profile;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use tachyon::dump::{SourceReader, format_dump};
+use tachyon::dump::{SourceReader, format_dump, format_task_dump};
 use tachyon::model::{Sample, status};
 use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
@@ -63,6 +64,14 @@ struct DumpArgs {
     /// Stop the process's threads while reading, for a consistent snapshot
     #[arg(long)]
     blocking: bool,
+    /// Enable async-aware stack reconstruction: one stack per asyncio task,
+    /// through the tasks awaiting it (Python 3.14+)
+    #[arg(long)]
+    async_aware: bool,
+    /// Async stack mode: "running" (only the running task) or "all" (all
+    /// tasks, including waiting ones; the default). Requires --async-aware
+    #[arg(long, value_enum, value_name = "MODE", requires = "async_aware")]
+    async_mode: Option<async_aware::AsyncModeArg>,
     /// Also save the memory the samples read to FILE (zstd), for offline
     /// unwinding, tests and benchmarks
     #[arg(long, value_name = "FILE")]
@@ -97,6 +106,10 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         None => Recorder::passthrough(proc),
     };
     let mut unwinder = Unwinder::new(rec, pid, rt, opts);
+    if a.async_aware {
+        let mode = a.async_mode.unwrap_or(async_aware::AsyncModeArg::All);
+        async_aware::enable(&mut unwinder, mode.into(), true)?;
+    }
     let mut sample = Sample::default();
     // Threads stopped for the snapshot read as stopped: take their CPU
     // state the instant before.
@@ -148,10 +161,11 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         }
     }
     let mut src = SourceReader::new(pid);
-    tachyon::out!(
-        "{}",
-        format_dump(pid, &sample.threads, unwinder.frames(), &mut src)
-    );
+    let text = match unwinder.task_leaves() {
+        Some(leaves) => format_task_dump(pid, &sample.threads, leaves, unwinder.frames(), &mut src),
+        None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src),
+    };
+    tachyon::out!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,6 +15,7 @@ use tachyon::collect::{Collector, Output};
 use tachyon::live::{Ended, LiveSession};
 use tachyon::model::Mode;
 
+use super::async_aware::AsyncModeArg;
 use super::output::OutputArgs;
 use tachyon::process::launch;
 use tachyon::process::linux::LinuxProcess;
@@ -84,6 +85,16 @@ pub struct SampleArgs {
     /// <output>_<pid><ext>, else profile_<pid>.pstats or <format>_<pid>.<ext>
     #[arg(long, conflicts_with = "live")]
     subprocesses: bool,
+    /// Enable async-aware profiling (uses task-based stack reconstruction):
+    /// one stack per asyncio task, through the tasks awaiting it, with
+    /// <task> frames named after the tasks (Python 3.14+)
+    #[arg(long)]
+    async_aware: bool,
+    /// Async profiling mode: "running" (only the running task; the
+    /// default) or "all" (all tasks, including waiting ones). Requires
+    /// --async-aware
+    #[arg(long, value_enum, value_name = "MODE", requires = "async_aware")]
+    async_mode: Option<AsyncModeArg>,
     #[command(flatten)]
     out: OutputArgs,
     /// Record every sample in the binary format, for `tachyon replay` (and
@@ -176,6 +187,12 @@ impl SampleArgs {
                 "--gecko records every thread's GIL, CPU and exception state on its timeline; it takes no --mode",
             );
         }
+        if self.async_aware && self.mode != ModeArg::Wall {
+            super::usage_error(
+                sub,
+                "--async-aware takes no --mode other than wall: a task's stack spans the tasks awaiting it, which have no CPU, GIL or exception state of their own to select by",
+            );
+        }
         if self.blocking && self.mode == ModeArg::Cpu {
             super::usage_error(
                 sub,
@@ -249,6 +266,16 @@ impl SampleArgs {
             || table.sort.is_some()
             || table.limit.is_some()
             || table.no_summary
+    }
+
+    /// With `--async-aware`, make `u` sample asyncio tasks (mode
+    /// `running` unless told otherwise).
+    fn enable_async<M: tachyon::process::ProcessMemory>(&self, u: &mut Unwinder<M>) -> Result<()> {
+        if self.async_aware {
+            let mode = self.async_mode.unwrap_or(AsyncModeArg::Running);
+            super::async_aware::enable(u, mode.into(), false)?;
+        }
+        Ok(())
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -380,7 +407,11 @@ fn profile(
     let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
         args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     };
+    let prepare = |u: &mut Unwinder<LinuxProcess>| args.enable_async(u).map_err(|e| format!("{e:#}"));
     let mut profiler = Profiler::new(args.config()).blocking(args.blocking);
+    if args.async_aware {
+        profiler = profiler.prepare(&prepare);
+    }
     if let Some(next) = next {
         profiler = profiler.follow(next);
     }
@@ -390,6 +421,7 @@ fn profile(
             max: session::MAX_CHILDREN,
             opts: args.unwind_options(),
             root,
+            prepare: args.async_aware.then_some(&prepare as &session::Prepare<'_>),
         });
     }
     let mut sinks: Vec<&mut dyn Collector> = Vec::new();
@@ -463,7 +495,8 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     a.sample.check_output()?;
     signals::install();
-    let unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
+    let mut unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
+    a.sample.enable_async(&mut unwinder)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
     if a.sample.blocking {
@@ -520,12 +553,18 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     signals::install();
     let mut child = launched.child;
     let proc = LinuxProcess::open(launched.python_pid)?;
-    let unwinder = Unwinder::new(
+    let mut unwinder = Unwinder::new(
         proc,
         launched.python_pid,
         launched.runtime,
         a.sample.unwind_options(),
     );
+    if let Err(e) = a.sample.enable_async(&mut unwinder) {
+        // Refused (a Python before 3.14): the program must not outlive us.
+        launch::end_program(&mut child, Duration::from_secs(2));
+        let _ = child.wait();
+        return Err(e);
+    }
     // A command (a wrapper, a script running several programs) may start
     // more interpreters after the first: the profile follows them in turn.
     let root = child.id() as i32;

@@ -120,10 +120,13 @@ pub(crate) fn name(frames: &FrameTable, id: FrameId) -> Named<'_> {
         FrameKind::Gc => Kind::Gc,
         FrameKind::Native => Kind::Native,
         FrameKind::Unreadable => Kind::Unreadable,
+        // `<task>`: no code of its own, coloured like other markers.
+        FrameKind::Task => Kind::Native,
         FrameKind::Python if synthetic => Kind::Native,
         FrameKind::Python => classify(file),
     };
-    let plain = f.kind == FrameKind::Python && !synthetic;
+    // A `<task>` frame keeps its file (`<task>`), as the reference shows it.
+    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task) && !synthetic;
     Named {
         func,
         file: plain.then_some(file),

@@ -12,6 +12,7 @@
 //! no table: [`carried`] holds their layouts, normalised into the same
 //! [`Offsets`].
 
+pub mod asyncio;
 pub mod carried;
 pub mod layout;
 pub mod objects;

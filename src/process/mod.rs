@@ -7,6 +7,7 @@
 //! trait.
 
 pub mod maps;
+pub mod pages;
 pub mod snapshot;
 
 #[cfg(target_os = "linux")]

@@ -18,6 +18,7 @@ use goblin::elf::program_header::{PF_W, PT_LOAD};
 use crate::error::{Error, Result};
 use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
 
+pub mod asyncio;
 mod verify;
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;

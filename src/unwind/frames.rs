@@ -412,6 +412,9 @@ pub struct Walk<'a> {
     pub outside: &'a mut Vec<u64>,
     /// Scratch: frames outside the data stack seen in this walk (cycles).
     pub seen: &'a mut HashSet<u64>,
+    /// Stop after the first frame running this code object (0: walk to
+    /// the root): an asyncio task's stack ends at its coroutine's frame.
+    pub stop_at: u64,
 }
 
 impl Walk<'_> {
@@ -555,6 +558,10 @@ impl Walk<'_> {
                     Ok(id) => {
                         out.push(id);
                         self.used_codes.push(executable);
+                        if self.stop_at != 0 && executable == self.stop_at {
+                            // A part of the stack, not checked to its root.
+                            return Ok(());
+                        }
                     }
                     Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
                         return Err(e);

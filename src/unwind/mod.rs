@@ -8,6 +8,7 @@
 //! (the target moved while we read) costs the sample, as an error the
 //! sampler counts.
 
+pub mod asyncio;
 pub mod code;
 pub mod dict;
 pub mod frames;
@@ -141,6 +142,9 @@ pub struct Unwinder<M: ProcessMemory> {
     names: ThreadNames,
     /// Per thread of the sample being taken, what its name is keyed by.
     name_keys: Vec<ThreadKey>,
+    /// Async-aware sampling (`--async-aware`): task stacks instead of
+    /// thread stacks (see [`asyncio`]).
+    asyncio: Option<asyncio::AsyncState>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -335,6 +339,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             chunk_grants: Cell::new(0),
             names: ThreadNames::new(),
             name_keys: Vec::new(),
+            asyncio: None,
         }
     }
 
@@ -437,6 +442,9 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     fn sample_checked(&mut self, out: &mut Sample) -> Result<()> {
+        if self.asyncio.is_some() {
+            return self.sample_tasks(out);
+        }
         let r = self.sample_once(out);
         if r.is_ok() && self.runtime.offsets.interp_code_object_generation.is_none() {
             // 3.13: no generation counter; re-validate the code objects this
@@ -1004,6 +1012,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: &mut self.used_codes,
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
+            stop_at: 0,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         self.prefetch.replace(tstate, &mut self.outside);

@@ -1,0 +1,123 @@
+//! A per-sample page cache over a reader: small reads of objects that
+//! share a page (asyncio tasks, coroutines, their names, allocated side by
+//! side) cost one system call per page instead of one per object, and
+//! every object read from a page shows the same instant.
+//!
+//! The cache lives for one sample: the owner clears it before the next.
+//! A read that crosses a page boundary, or comes after the cap on pages,
+//! goes to the reader directly.
+
+use std::cell::RefCell;
+
+use foldhash::HashMap;
+
+use super::ProcessMemory;
+use crate::error::{Error, Result};
+
+pub const PAGE: u64 = 4096;
+/// Most pages kept in one sample (4 MiB).
+pub const MAX_PAGES: usize = 1024;
+
+/// The pages of one sample: page address to its bytes, or `None` when the
+/// page could not be read whole.
+pub type Pages = RefCell<HashMap<u64, Option<Box<[u8]>>>>;
+
+/// A reader that serves reads within one page from `pages`.
+pub struct PageCache<'a> {
+    pub inner: &'a dyn ProcessMemory,
+    pub pages: &'a Pages,
+}
+
+impl ProcessMemory for PageCache<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let page = addr & !(PAGE - 1);
+        let fits = addr
+            .checked_add(buf.len() as u64)
+            .is_some_and(|end| end <= page + PAGE);
+        if buf.is_empty() || !fits {
+            return self.inner.read(addr, buf);
+        }
+        let mut pages = self.pages.borrow_mut();
+        if !pages.contains_key(&page) {
+            if pages.len() >= MAX_PAGES {
+                drop(pages);
+                return self.inner.read(addr, buf);
+            }
+            let mut p = vec![0u8; PAGE as usize].into_boxed_slice();
+            match self.inner.read(page, &mut p) {
+                Ok(()) => pages.insert(page, Some(p)),
+                Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => return Err(e),
+                Err(_) => pages.insert(page, None),
+            };
+        }
+        match pages.get(&page) {
+            Some(Some(p)) => {
+                let off = (addr - page) as usize;
+                buf.copy_from_slice(&p[off..off + buf.len()]);
+                Ok(())
+            }
+            _ => {
+                drop(pages);
+                self.inner.read(addr, buf)
+            }
+        }
+    }
+
+    fn os_thread_state(&self, tid: u64) -> Option<char> {
+        self.inner.os_thread_state(tid)
+    }
+
+    fn thread_comm(&self, tid: u64) -> Option<String> {
+        self.inner.thread_comm(tid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Memory whose bytes are their address's low byte; counts reads.
+    struct Fake {
+        reads: Cell<u32>,
+        end: u64,
+    }
+
+    impl ProcessMemory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+            self.reads.set(self.reads.get() + 1);
+            if addr + buf.len() as u64 > self.end {
+                return Err(Error::corrupt("unmapped"));
+            }
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = (addr + i as u64) as u8;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn reads_within_a_page_cost_one_read_and_see_its_bytes() {
+        let fake = Fake {
+            reads: Cell::new(0),
+            end: 3 * PAGE,
+        };
+        let pages = Pages::default();
+        let c = PageCache {
+            inner: &fake,
+            pages: &pages,
+        };
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 16];
+        c.read(PAGE + 8, &mut a).unwrap();
+        c.read(PAGE + 100, &mut b).unwrap();
+        assert_eq!(fake.reads.get(), 1);
+        assert_eq!(a[0], 8);
+        assert_eq!(b[0], 100);
+        // Across a boundary: straight to the reader.
+        c.read(2 * PAGE - 4, &mut a).unwrap();
+        assert_eq!(fake.reads.get(), 2);
+        // An unreadable page fails as the reader does.
+        assert!(c.read(5 * PAGE, &mut a).is_err());
+    }
+}

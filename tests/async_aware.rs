@@ -1,0 +1,634 @@
+//! `--async-aware` (run, attach, dump) on a real asyncio program
+//! (fixtures/targets/asyncio_tasks.py: `gather` and `TaskGroup`, named
+//! tasks, nested awaits, tasks blocked on a pipe read and in
+//! `asyncio.sleep`, one CPU-busy task).
+//!
+//! - 3.15: tachyon's task chains equal the reference's on the same target
+//!   in the same run (collapsed stacks compared as sets, and dump sections
+//!   by task address).
+//! - 3.14: the chains are the known structure of the target.
+//! - 3.13: a clear message (its asyncio has no debug table).
+//! - Combinations: the reference refuses -a, --native, --no-gc, --binary and
+//!   non-wall modes; tachyon supports all but the modes, which it refuses
+//!   with the reason.
+//!
+//! The busy task's own frames depend on the instant (it runs, or yields in
+//! `asyncio.sleep(0)`), so its stacks are checked for their fixed part only;
+//! the blocked tasks' stacks are fixed and compared whole.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Interp, RootDir, Target, sid_interpreters, spawn, tachyon_bin};
+
+const TARGET_PY: &str = include_str!("../fixtures/targets/asyncio_tasks.py");
+
+fn interp(minor: u8, debug: bool) -> Interp {
+    sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == minor && i.debug == debug)
+        .unwrap_or_else(|| panic!("MISSING INTERPRETER: sid python3.{minor}"))
+}
+
+fn start(it: &Interp) -> Target {
+    let mut t = spawn(it, TARGET_PY, &[], &[]);
+    t.wait_for("ready", Duration::from_secs(120));
+    t
+}
+
+/// The line of the fixture holding `text` (1-based).
+fn line_of(text: &str) -> usize {
+    TARGET_PY
+        .lines()
+        .position(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("fixture has no line {text:?}"))
+        + 1
+}
+
+/// The stacks of the blocked tasks, root first as collapsed output shows
+/// them, without the `tid:N;` prefix and with the standard library's line
+/// numbers left out (`file:func`); the target's own lines are exact.
+fn expected_blocked() -> BTreeSet<String> {
+    let main = format!(
+        "<task>:Task-1:0;target.py:main:{}",
+        line_of("await asyncio.gather(outer, group, worker)")
+    );
+    let gathered = format!(
+        "{main};<task>:gatherer:0;target.py:gathered:{}",
+        line_of("await asyncio.gather(")
+    );
+    let grouped = format!(
+        "{main};<task>:grouper:0;target.py:grouped:{};taskgroups.py:TaskGroup.__aexit__;taskgroups.py:TaskGroup._aexit",
+        line_of("async with asyncio.TaskGroup() as tg:")
+    );
+    let child = line_of("await asyncio.sleep(3600 + n)");
+    [
+        format!(
+            "{gathered};<task>:pipe-reader:0;target.py:pipe_waiter:{};target.py:read_pipe:{};streams.py:StreamReader.read;streams.py:StreamReader._wait_for_data",
+            line_of("await read_pipe(reader)"),
+            line_of("return await reader.read(1)")
+        ),
+        format!(
+            "{gathered};<task>:sleeper:0;target.py:sleeper:{};target.py:sleeper_inner:{};tasks.py:sleep",
+            line_of("await sleeper_inner()"),
+            line_of("await asyncio.sleep(3600)")
+        ),
+        format!("{grouped};<task>:tg-child-1:0;target.py:group_child:{child};tasks.py:sleep"),
+        format!("{grouped};<task>:tg-child-2:0;target.py:group_child:{child};tasks.py:sleep"),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// The fixed root part of every stack of the busy task.
+fn busy_prefix() -> String {
+    format!(
+        "<task>:Task-1:0;target.py:main:{};<task>:cpu-worker:0;",
+        line_of("await asyncio.gather(outer, group, worker)")
+    )
+}
+
+/// A collapsed stack without its `tid:N;` prefix.
+fn strip_tid(stack: &str) -> &str {
+    stack.split_once(';').map_or(stack, |(_, rest)| rest)
+}
+
+/// Leave out the standard library's line numbers (`file:func:N` becomes
+/// `file:func` unless the file is the target's).
+fn without_stdlib_lines(stack: &str) -> String {
+    stack
+        .split(';')
+        .map(|f| {
+            if f.starts_with("target.py:") || f.starts_with("<task>:") {
+                f.to_owned()
+            } else {
+                f.rsplit_once(':').map_or(f, |(head, _)| head).to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn is_busy(stack: &str) -> bool {
+    stack.contains("<task>:cpu-worker:0")
+}
+
+/// Run a command; its stdout, or fail with both outputs.
+fn run_ok(who: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
+    assert!(
+        out.status.success(),
+        "{who} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The distinct stacks of a collapsed file.
+fn stacks_of(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .map(|l| {
+            l.rsplit_once(' ')
+                .expect("`stack count` lines")
+                .0
+                .to_owned()
+        })
+        .collect()
+}
+
+/// `tachyon attach ARGS --collapsed` for 1 s; the distinct stacks.
+fn tachyon_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
+    let dir = RootDir::new(&[]);
+    let out = dir.outside("tachyon.txt");
+    run_ok(
+        "tachyon attach",
+        Command::new(tachyon_bin())
+            .arg("attach")
+            .args(args)
+            .args(["--collapsed", "-d", "1", "-o"])
+            .arg(&out)
+            .arg(t.pid().to_string()),
+    );
+    stacks_of(&std::fs::read_to_string(&out).unwrap())
+}
+
+/// The reference's `attach ARGS --collapsed` for 1 s, in the sid root.
+fn reference_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
+    let dir = RootDir::new(&[]);
+    run_ok(
+        "the reference's attach",
+        Command::new("chroot")
+            .arg(common::sid_root())
+            .args(["python3.15", "-m", "profiling.sampling", "attach"])
+            .args(args)
+            .args(["--collapsed", "-d", "1", "-o"])
+            .arg(dir.inside("reference.txt"))
+            .arg(t.pid().to_string()),
+    );
+    stacks_of(&std::fs::read_to_string(dir.outside("reference.txt")).unwrap())
+}
+
+/// Check the stacks of mode `all`: the blocked tasks' exactly, the busy
+/// task's fixed part.
+fn check_all_mode(who: &str, stacks: &BTreeSet<String>) {
+    let (busy, blocked): (Vec<&String>, Vec<&String>) = stacks.iter().partition(|s| is_busy(s));
+    let blocked: BTreeSet<String> = blocked
+        .iter()
+        .map(|s| without_stdlib_lines(strip_tid(s)))
+        .collect();
+    assert_eq!(
+        blocked,
+        expected_blocked(),
+        "{who}: the blocked tasks' stacks are not the target's"
+    );
+    assert!(!busy.is_empty(), "{who}: no stack of the busy task");
+    let busy_coro = format!(
+        "{}target.py:busy:{}",
+        busy_prefix(),
+        line_of("await busy_leaf()")
+    );
+    for s in busy {
+        assert!(
+            strip_tid(s).starts_with(&busy_coro),
+            "{who}: busy task's stack {s:?} does not start with {busy_coro:?}"
+        );
+    }
+}
+
+/// Check the stacks of mode `running`: every one is the busy task's (the
+/// only one that runs), and its running code shows up.
+fn check_running_mode(who: &str, stacks: &BTreeSet<String>) {
+    assert!(!stacks.is_empty(), "{who}: no stack in mode running");
+    for s in stacks {
+        assert!(
+            strip_tid(s).starts_with(&busy_prefix()),
+            "{who}: {s:?} is not the running task's chain"
+        );
+    }
+    let crunch = format!(
+        "target.py:busy:{};target.py:busy_leaf:{};target.py:crunch:",
+        line_of("await busy_leaf()"),
+        line_of("crunch(20000)")
+    );
+    assert!(
+        stacks.iter().any(|s| s.contains(&crunch)),
+        "{who}: the running task never showed its busy loop ({crunch}):\n{stacks:#?}"
+    );
+}
+
+#[test]
+fn task_chains_equal_the_references_on_3_15() {
+    let it = interp(15, false);
+    let t = start(&it);
+    let ours = tachyon_collapsed(&t, &["--async-aware", "--async-mode", "all"]);
+    let theirs = reference_collapsed(&t, &["--async-aware", "--async-mode", "all"]);
+    check_all_mode("tachyon", &ours);
+    check_all_mode("reference", &theirs);
+    // Same target, same run: the blocked tasks' stacks are equal whole,
+    // tids and the standard library's lines included.
+    let blocked = |s: &BTreeSet<String>| -> BTreeSet<String> {
+        s.iter().filter(|x| !is_busy(x)).cloned().collect()
+    };
+    assert_eq!(blocked(&ours), blocked(&theirs));
+
+    let ours = tachyon_collapsed(&t, &["--async-aware"]);
+    let theirs = reference_collapsed(&t, &["--async-aware"]);
+    check_running_mode("tachyon", &ours);
+    check_running_mode("reference", &theirs);
+    let busy_loop = |s: &BTreeSet<String>| -> BTreeSet<String> {
+        s.iter()
+            .filter(|x| x.contains("target.py:crunch:"))
+            .cloned()
+            .collect()
+    };
+    assert!(
+        !busy_loop(&ours).is_disjoint(&busy_loop(&theirs)),
+        "no stack of the busy loop in common:\nours {ours:#?}\nreference {theirs:#?}"
+    );
+}
+
+/// A dump's sections: task address to the lines below its header, with
+/// tachyon's quoted thread name left out of the header.
+fn dump_sections(who: &str, text: &str) -> Vec<(u64, String)> {
+    let mut out: Vec<(u64, String)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("Stack dump") {
+            let task = line
+                .split_once("(task ")
+                .and_then(|(_, r)| r.split(';').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("{who}: no task in header {line:?}"));
+            out.push((task, String::new()));
+        } else if !line.is_empty() {
+            let sec = out
+                .last_mut()
+                .unwrap_or_else(|| panic!("{who}: text before the first header:\n{text}"));
+            sec.1.push_str(line);
+            sec.1.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn dump_shows_the_references_task_sections_on_3_15() {
+    let it = interp(15, false);
+    let t = start(&it);
+    let pid = t.pid().to_string();
+    // Both from `/`, so file names are shown alike (see dump_reference.rs).
+    let ours = run_ok(
+        "tachyon dump",
+        Command::new(tachyon_bin())
+            .args(["dump", "--async-aware", &pid])
+            .current_dir("/"),
+    );
+    let theirs = run_ok(
+        "the reference's dump",
+        Command::new("chroot").arg(common::sid_root()).args([
+            "python3.15",
+            "-m",
+            "profiling.sampling",
+            "dump",
+            "--async-aware",
+            &pid,
+        ]),
+    );
+    let ours = dump_sections("tachyon", &ours);
+    let theirs = dump_sections("reference", &theirs);
+    assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
+    let ids = |v: &[(u64, String)]| v.iter().map(|s| s.0).collect::<BTreeSet<_>>();
+    assert_eq!(ids(&ours), ids(&theirs), "the leaf tasks differ");
+    for (id, lines) in &ours {
+        if lines.contains("\"<task>\", in cpu-worker") {
+            continue;
+        }
+        let reference = &theirs.iter().find(|s| s.0 == *id).unwrap().1;
+        assert_eq!(lines, reference, "task {id}");
+        assert!(
+            lines.starts_with("  File \"<task>\", in Task-1\n"),
+            "{lines}"
+        );
+    }
+}
+
+#[test]
+fn task_chains_are_right_on_3_14_and_the_debug_builds() {
+    for (minor, debug) in [(14, false), (14, true), (15, true)] {
+        let it = interp(minor, debug);
+        let t = start(&it);
+        check_all_mode(
+            &it.name,
+            &tachyon_collapsed(&t, &["--async-aware", "--async-mode", "all"]),
+        );
+        check_running_mode(&it.name, &tachyon_collapsed(&t, &["--async-aware"]));
+    }
+}
+
+#[test]
+fn combinations_the_reference_refuses_work_or_say_why() {
+    let it = interp(15, false);
+    let t = start(&it);
+    let pid = t.pid().to_string();
+    // -a, --native and --no-gc: the task walk covers every thread anyway.
+    check_all_mode(
+        "tachyon -a --native --no-gc",
+        &tachyon_collapsed(
+            &t,
+            &[
+                "--async-aware",
+                "--async-mode",
+                "all",
+                "-a",
+                "--native",
+                "--no-gc",
+            ],
+        ),
+    );
+    // --binary: the <task> frames survive the recording.
+    let dir = RootDir::new(&[]);
+    let bin = dir.outside("tasks.bin");
+    run_ok(
+        "tachyon attach --binary",
+        Command::new(tachyon_bin())
+            .args([
+                "attach",
+                "--async-aware",
+                "--async-mode",
+                "all",
+                "--binary",
+                "-d",
+                "1",
+                "-o",
+            ])
+            .arg(&bin)
+            .arg(&pid),
+    );
+    let replayed = dir.outside("replayed.txt");
+    run_ok(
+        "tachyon replay",
+        Command::new(tachyon_bin())
+            .args(["replay", "--collapsed", "-o"])
+            .arg(&replayed)
+            .arg(&bin),
+    );
+    check_all_mode(
+        "replayed recording",
+        &stacks_of(&std::fs::read_to_string(&replayed).unwrap()),
+    );
+    // Modes select threads by their state; a task chain has none.
+    let out = Command::new(tachyon_bin())
+        .args(["attach", "--async-aware", "--mode", "cpu", "-d", "1", &pid])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--async-aware takes no --mode other than wall"),
+        "{err}"
+    );
+    // --async-mode alone.
+    let out = Command::new(tachyon_bin())
+        .args(["attach", "--async-mode", "all", "-d", "1", &pid])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--async-aware"), "{err}");
+}
+
+/// Fails with exit status 1 and one line naming the problem.
+fn refused(args: &[&str], needle: &str) {
+    let out = Command::new(tachyon_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "tachyon {args:?}: {err}");
+    assert!(err.contains(needle), "tachyon {args:?}: {err}");
+}
+
+#[test]
+fn python_3_13_gets_a_clear_message() {
+    let it = interp(13, false);
+    let t = start(&it);
+    let pid = t.pid().to_string();
+    let needle = "--async-aware needs Python 3.14 or newer";
+    refused(&["attach", "--async-aware", "-d", "1", &pid], needle);
+    refused(&["dump", "--async-aware", &pid], needle);
+    // run: refused after the start, and the program is ended.
+    let dir = RootDir::new(&[("t.py", TARGET_PY)]);
+    let root = common::sid_root();
+    refused(
+        &[
+            "run",
+            "--async-aware",
+            "-d",
+            "5",
+            "--",
+            "chroot",
+            root.to_str().unwrap(),
+            "python3.13",
+            &dir.inside("t.py"),
+        ],
+        needle,
+    );
+    let left = Command::new("pgrep")
+        .args(["-f", &dir.inside("t.py")])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "the refused run left its program running"
+    );
+}
+
+#[test]
+fn a_3_14_process_without_asyncio_is_told_apart() {
+    let it = interp(14, false);
+    let mut t = spawn(
+        &it,
+        "import time\nprint('ready', flush=True)\ntime.sleep(600)\n",
+        &[],
+        &[],
+    );
+    t.wait_for("ready", Duration::from_secs(60));
+    refused(
+        &["dump", "--async-aware", &t.pid().to_string()],
+        "has not imported asyncio",
+    );
+}
+
+#[test]
+fn run_finds_asyncio_once_a_3_14_program_imports_it() {
+    // 3.14 maps asyncio's table only when `_asyncio` is imported: the
+    // program starts without it, and the profile still gets its tasks.
+    let wrapper = "import time, runpy, sys\ntime.sleep(0.5)\nrunpy.run_path(sys.argv[1], run_name='__main__')\n";
+    let dir = RootDir::new(&[("wrap.py", wrapper), ("target.py", TARGET_PY)]);
+    let out = dir.outside("run.txt");
+    let root = common::sid_root();
+    run_ok(
+        "tachyon run",
+        Command::new(tachyon_bin())
+            .args([
+                "run",
+                "--async-aware",
+                "--async-mode",
+                "all",
+                "-d",
+                "4",
+                "--collapsed",
+                "-o",
+            ])
+            .arg(&out)
+            .args(["--", "chroot", root.to_str().unwrap(), "python3.14"])
+            .arg(dir.inside("wrap.py"))
+            .arg(dir.inside("target.py")),
+    );
+    // From its first line: the start-up's stacks (tasks not yet awaited,
+    // `main` in its first sleep) are there too, and the steady ones.
+    let stacks: BTreeSet<String> = stacks_of(&std::fs::read_to_string(&out).unwrap())
+        .iter()
+        .map(|s| without_stdlib_lines(strip_tid(s)))
+        .collect();
+    let missing: Vec<String> = expected_blocked().difference(&stacks).cloned().collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in {stacks:#?}");
+}
+
+/// A real reader that spoils one read in `every` (a flipped bit, a word
+/// of garbage or of 0xff, a zeroed stretch) while `on`, counting reads.
+struct Spoiler {
+    inner: tachyon::process::linux::LinuxProcess,
+    rng: std::cell::Cell<u64>,
+    every: std::cell::Cell<u64>,
+    on: std::cell::Cell<bool>,
+    calls: std::cell::Cell<u64>,
+}
+
+impl Spoiler {
+    fn next(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn spoil(&self, buf: &mut [u8]) {
+        if !self.on.get() || buf.is_empty() || !self.next().is_multiple_of(self.every.get()) {
+            return;
+        }
+        let r = self.next();
+        let at = (r >> 8) as usize % buf.len();
+        match r % 4 {
+            0 => buf[at] ^= 1 << ((r >> 40) % 8),
+            1 => {
+                for (i, b) in buf[at..].iter_mut().take(8).enumerate() {
+                    *b = (self.next() >> (i * 8)) as u8;
+                }
+            }
+            2 => buf[at..].iter_mut().take(64).for_each(|b| *b = 0),
+            _ => buf[at..].iter_mut().take(8).for_each(|b| *b = 0xff),
+        }
+    }
+}
+
+impl tachyon::process::ProcessMemory for Spoiler {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> tachyon::Result<()> {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read(addr, buf)?;
+        self.spoil(buf);
+        Ok(())
+    }
+
+    fn read_many(&self, reqs: &mut [tachyon::process::ReadReq<'_>]) -> tachyon::Result<()> {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read_many(reqs)?;
+        for r in reqs.iter_mut() {
+            self.spoil(r.buf);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
+    use tachyon::model::Sample;
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::unwind::asyncio::AsyncMode;
+    use tachyon::unwind::{UnwindOptions, Unwinder};
+    for minor in [14, 15] {
+        let it = interp(minor, false);
+        let t = start(&it);
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let rt = tachyon::runtime::locate(&proc).unwrap();
+        let offsets = tachyon::runtime::asyncio::locate(&proc, &rt)
+            .unwrap()
+            .expect("asyncio is loaded");
+        for mode in [AsyncMode::All, AsyncMode::Running] {
+            let mem = Spoiler {
+                inner: LinuxProcess::open(t.pid()).unwrap(),
+                rng: std::cell::Cell::new(0),
+                every: std::cell::Cell::new(1),
+                on: std::cell::Cell::new(false),
+                calls: std::cell::Cell::new(0),
+            };
+            let mut u = Unwinder::new(mem, t.pid(), rt.clone(), UnwindOptions::default());
+            u.set_async(mode, Some(offsets.clone()), None);
+            let mut s = Sample::default();
+            let mut most = 0;
+            for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
+                u.memory()
+                    .rng
+                    .set(0x9e37_79b9_7f4a_7c15 ^ seed ^ u64::from(minor) << 32);
+                u.memory().every.set(every);
+                u.memory().on.set(true);
+                for _ in 0..150 {
+                    let c0 = u.memory().calls.get();
+                    let _ = u.sample(&mut s);
+                    most = most.max(u.memory().calls.get() - c0);
+                }
+            }
+            // The same unwinder, on clean reads: the chains are right again
+            // (names and code cached from spoiled reads would show here).
+            u.memory().on.set(false);
+            let mut stacks = BTreeSet::new();
+            for _ in 0..30 {
+                if u.sample(&mut s).is_ok() {
+                    for th in &s.threads {
+                        let f = u.frames();
+                        let names: Vec<String> = th
+                            .frames
+                            .iter()
+                            .rev()
+                            .map(|&id| {
+                                let fr = f.frame(id);
+                                let file = f.str(fr.file);
+                                let base = file.rsplit('/').next().unwrap_or(file);
+                                format!("{base}:{}:{}", f.str(fr.func), fr.line())
+                            })
+                            .collect();
+                        stacks.insert(format!("tid:{};{}", th.tid, names.join(";")));
+                    }
+                }
+            }
+            eprintln!(
+                "3.{minor} {mode:?}: at most {most} reads in a spoiled sample; {} clean stacks",
+                stacks.len()
+            );
+            match mode {
+                AsyncMode::All => check_all_mode(&format!("3.{minor} after spoiling"), &stacks),
+                AsyncMode::Running => {
+                    check_running_mode(&format!("3.{minor} after spoiling"), &stacks)
+                }
+            }
+        }
+    }
+}
