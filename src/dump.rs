@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::model::{FrameKind, FrameTable, ThreadSample, status};
+use crate::opcodes::OpTable;
 
 /// The largest source file read.
 const MAX_SOURCE_BYTES: u64 = 16 << 20;
@@ -123,12 +124,15 @@ pub fn display_filename(filename: &str, cwd: Option<&Path>) -> String {
     filename.to_owned()
 }
 
-/// Format a snapshot. `threads` frames are leaf first, as sampled.
+/// Format a snapshot. `threads` frames are leaf first, as sampled. `ops`
+/// names the frames' opcodes (`--opcodes`), like the reference:
+/// `  opcode=NAME (BASE)` after the frame's line.
 pub fn format_dump(
     pid: i32,
     threads: &[ThreadSample],
     table: &FrameTable,
     src: &mut SourceReader,
+    ops: Option<&OpTable>,
 ) -> String {
     if threads.is_empty() {
         return format!("No Python stacks found for PID {pid}\n");
@@ -176,10 +180,14 @@ pub fn format_dump(
             let shown = display_filename(file, cwd.as_deref());
             let line = f.line();
             if line > 0 {
-                let _ = writeln!(out, "  File \"{shown}\", line {line}, in {name}");
+                let _ = write!(out, "  File \"{shown}\", line {line}, in {name}");
             } else {
-                let _ = writeln!(out, "  File \"{shown}\", in {name}");
+                let _ = write!(out, "  File \"{shown}\", in {name}");
             }
+            if let (Some(op), Some(t)) = (f.opcode, ops) {
+                let _ = write!(out, "  opcode={}", t.format(op));
+            }
+            out.push('\n');
             if f.kind == FrameKind::Python
                 && let Some(line) = src.line(file, line)
                 && !line.trim().is_empty()

@@ -63,6 +63,10 @@ struct DumpArgs {
     /// Stop the process's threads while reading, for a consistent snapshot
     #[arg(long)]
     blocking: bool,
+    /// Show the bytecode instruction each frame is at (specialised forms
+    /// with their base: LOAD_ATTR_INSTANCE_VALUE (LOAD_ATTR))
+    #[arg(long)]
+    opcodes: bool,
     /// Also save the memory the samples read to FILE (zstd), for offline
     /// unwinding, tests and benchmarks
     #[arg(long, value_name = "FILE")]
@@ -87,6 +91,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         native: a.native,
         gc: !a.no_gc,
         cpu_status: true,
+        opcodes: a.opcodes,
     };
     let pid = process_id(a.pid);
     // With --snapshot, every range the samples read is kept.
@@ -150,9 +155,24 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     let mut src = SourceReader::new(pid);
     tachyon::out!(
         "{}",
-        format_dump(pid, &sample.threads, unwinder.frames(), &mut src)
+        format_dump(
+            pid,
+            &sample.threads,
+            unwinder.frames(),
+            &mut src,
+            a.opcodes
+                .then(|| opcode_table(unwinder.offsets().version))
+                .flatten()
+        )
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The opcode names of a target of `version`.
+pub(crate) fn opcode_table(
+    version: tachyon::offsets::PyVersion,
+) -> Option<&'static tachyon::opcodes::OpTable> {
+    tachyon::opcodes::table(version.major as u32, version.minor as u32)
 }
 
 /// `dump --snapshot`: record a few more samples, cold and warm, main

@@ -75,6 +75,11 @@ pub struct SampleArgs {
     /// Do not show <GC> while the garbage collector runs
     #[arg(long)]
     no_gc: bool,
+    /// Record the bytecode instruction each frame is at, specialised forms
+    /// included (with --flamegraph, --diff-flamegraph, --gecko, --heatmap,
+    /// --binary or --live)
+    #[arg(long)]
+    opcodes: bool,
     /// What to measure
     #[arg(long, value_enum, default_value = "wall")]
     mode: ModeArg,
@@ -176,6 +181,19 @@ impl SampleArgs {
                 "--blocking cannot be combined with --mode cpu: a thread stopped for the sample is on no CPU",
             );
         }
+        if self.opcodes
+            && !(self.live
+                || self.binary
+                || self.out.gecko
+                || self.out.flamegraph
+                || self.out.diff_flamegraph.is_some()
+                || self.out.heatmap)
+        {
+            super::usage_error(
+                sub,
+                "--opcodes is only compatible with --live, --gecko, --flamegraph, --diff-flamegraph, --heatmap, --binary",
+            );
+        }
         self.out.check(sub, self.is_pstats());
     }
 
@@ -223,7 +241,7 @@ impl SampleArgs {
             all_threads: self.all_threads,
             native: self.native,
             gc: !self.no_gc,
-            opcodes: false,
+            opcodes: self.opcodes,
             blocking: self.blocking,
         }
     }
@@ -253,6 +271,7 @@ impl SampleArgs {
             // The gecko timeline shows CPU state: read it (the reference's
             // mode ALL).
             cpu_status: self.mode == ModeArg::Cpu || self.out.gecko,
+            opcodes: self.opcodes,
         }
     }
 

@@ -1004,6 +1004,7 @@ mod tests {
         let mut t = FrameTable::new();
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let mk = |col| Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,

@@ -1002,6 +1002,7 @@ mod tests {
         });
         let (file, func) = (t.intern_str(file), t.intern_str(func));
         t.intern(Frame {
+            opcode: None,
             kind,
             file,
             func,
@@ -1334,6 +1335,7 @@ mod tests {
         let gc = t.synthetic(FrameKind::Gc, "<GC>");
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let f = t.intern(Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,
@@ -1407,6 +1409,7 @@ mod tests {
             t.intern_str("g"),
         );
         let mk = |func, line, end_col| Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,
