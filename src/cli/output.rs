@@ -20,6 +20,7 @@ use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
 use tachyon::dump::SourceReader;
 use tachyon::model::Mode;
+use tachyon::opcodes::OpTable;
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof", "heatmap"])))]
@@ -192,12 +193,15 @@ impl OutputArgs {
     /// profiled process); `mode` and `capture` describe the samples, for the
     /// differential flame graph's baseline check; `target_pid` labels gecko
     /// threads and is where the heatmap reads source (else this file system).
+    /// `opcodes` names the frames' opcodes (`--opcodes`, or a recording
+    /// that has them) in the formats that show them.
     pub fn collector(
         &self,
         id: u32,
         mode: Option<Mode>,
         capture: Option<CaptureConfig>,
         target_pid: Option<u32>,
+        opcodes: Option<&'static OpTable>,
     ) -> Result<Box<dyn Collector>> {
         Ok(if self.collapsed {
             Box::new(CollapsedCollector::new(self.file("collapsed", "txt", id)))
@@ -215,7 +219,7 @@ impl OutputArgs {
             }
             Box::new(c)
         } else if self.gecko {
-            let c = GeckoCollector::new(self.file("gecko", "json", id));
+            let c = GeckoCollector::new(self.file("gecko", "json", id)).with_opcodes(opcodes);
             Box::new(match target_pid {
                 Some(pid) => c.with_pid(pid),
                 None => c,

@@ -300,6 +300,7 @@ impl SampleArgs {
                 Some(mode),
                 Some(self.capture()),
                 Some(pid as u32),
+                self.opcodes.then(|| super::opcode_table(version)).flatten(),
             )?
         };
         Ok((c, mode))
