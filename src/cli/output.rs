@@ -206,11 +206,9 @@ impl OutputArgs {
         Ok(if self.collapsed {
             Box::new(CollapsedCollector::new(self.file("collapsed", "txt", id)))
         } else if self.flamegraph {
-            Box::new(FlamegraphCollector::new(self.file(
-                "flamegraph",
-                "html",
-                id,
-            )))
+            Box::new(
+                FlamegraphCollector::new(self.file("flamegraph", "html", id)).with_opcodes(opcodes),
+            )
         } else if let Some(baseline) = &self.diff_flamegraph {
             let c =
                 DiffFlamegraphCollector::new(baseline, self.file("diff_flamegraph", "html", id))?;
