@@ -43,6 +43,12 @@ else:
 for s, b in base.items():
     if b in caches:
         caches[s] = caches[b]
+# An instrumented instruction (sys.monitoring) keeps its plain form's
+# caches in the bytecode.
+for num, name in names.items():
+    plain = opcode.opmap.get(name[len("INSTRUMENTED_"):])
+    if name.startswith("INSTRUMENTED_") and plain is not None and plain in caches:
+        caches[num] = caches[plain]
 
 major, minor = sys.version_info[:2]
 print(f"/// CPython {major}.{minor}.")

@@ -320,6 +320,135 @@ fn binary_recordings_carry_opcodes_both_ways_on_3_15() {
     }
 }
 
+/// The flame graph page's embedded data.
+fn flame_data(html: &str) -> serde_json::Value {
+    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
+    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
+    let len = html[start..].find("</script>").expect("data ends");
+    serde_json::from_str(&html[start..start + len]).expect("data is JSON")
+}
+
+/// The flame graph's opcodes per function (call tree), as shown names.
+fn flame_opcodes(html: &str) -> Vec<(String, String)> {
+    let d = flame_data(html);
+    let strings = d["strings"].as_array().unwrap();
+    let frames = d["frames"].as_array().unwrap();
+    let nodes = d["tree"]["nodes"].as_array().unwrap();
+    let ops = d["tree"]["ops"].as_array().expect("ops in the tree");
+    let mut v = Vec::new();
+    for o in ops.chunks(3) {
+        let node = o[0].as_u64().unwrap() as usize;
+        let frame = nodes[2 * node + 1].as_u64().unwrap() as usize;
+        let func = strings[frames[5 * frame].as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap();
+        let name = d["opnames"][o[1].as_u64().unwrap().to_string()]
+            .as_str()
+            .unwrap();
+        v.push((func.to_string(), name.to_string()));
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_version() {
+    for it in all_interpreters() {
+        let t = start_parked(&it);
+        parked_dump(&it, t.pid());
+        let dir = tempfile_dir(&it.name);
+        let at = |f: &str| dir.join(f).to_string_lossy().into_owned();
+        tachyon_ok(
+            &[
+                "attach",
+                "--binary",
+                "--opcodes",
+                "-d",
+                "1",
+                "-o",
+                &at("r.bin"),
+                &t.pid().to_string(),
+            ],
+            Path::new("/"),
+        );
+        tachyon_ok(
+            &["replay", "--flamegraph", "-o", &at("f.html"), &at("r.bin")],
+            Path::new("/"),
+        );
+        tachyon_ok(
+            &["replay", "--heatmap", "-o", &at("h"), &at("r.bin")],
+            Path::new("/"),
+        );
+        let mut want: Vec<(String, String)> = expected(it.minor)
+            .into_iter()
+            .map(|(f, o)| (f.to_string(), o.to_string()))
+            .collect();
+        want.sort();
+        let html = std::fs::read_to_string(dir.join("f.html")).unwrap();
+        assert_eq!(flame_opcodes(&html), want, "{}: flame graph", it.name);
+        // The heatmap's page of the target: each frame's line has its panel.
+        let page = std::fs::read_to_string(dir.join("h/file_0000.html")).unwrap();
+        for (func, op) in expected(it.minor) {
+            let line = match func {
+                "<module>" => 32,
+                "outer" => 28,
+                "inner" => 22,
+                _ => 16,
+            };
+            let row = page
+                .lines()
+                .find(|l| l.starts_with(&format!("<tr id=\"L{line}\"")))
+                .unwrap_or_else(|| panic!("{}: no row for line {line}:\n{page}", it.name));
+            assert!(
+                row.contains("<details class=\"ops\"><summary>1 instruction</summary>")
+                    && row.contains(&format!("<tr><td>{op}<td>")),
+                "{}: line {line} should show {op}: {row}",
+                it.name
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .unwrap();
+    let t = start_parked(&it);
+    parked_dump(&it, t.pid());
+    let dir = tempfile_dir("live");
+    let page = dir.join("f.html");
+    tachyon_ok(
+        &[
+            "attach",
+            "--flamegraph",
+            "--opcodes",
+            "-d",
+            "1",
+            "-o",
+            &page.to_string_lossy(),
+            &t.pid().to_string(),
+        ],
+        Path::new("/"),
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    let mut want: Vec<(String, String)> = expected(15)
+        .into_iter()
+        .map(|(f, o)| (f.to_string(), o.to_string()))
+        .collect();
+    want.sort();
+    assert_eq!(flame_opcodes(&html), want);
+    let dom = common::chromium(&format!("file://{}", page.display()), None);
+    assert!(
+        dom.contains("data-ready="),
+        "the page's script did not finish:\n{dom}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn opcodes_are_refused_where_the_reference_refuses_them() {
     for args in [
@@ -340,7 +469,7 @@ fn opcodes_are_refused_where_the_reference_refuses_them() {
 #[test]
 fn generated_tables_match_the_interpreters() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile_dir();
+    let dir = tempfile_dir("gen");
     let fresh = dir.join("tables.rs");
     run_ok(
         "scripts/gen-opcodes.sh",
@@ -355,8 +484,10 @@ fn generated_tables_match_the_interpreters() {
     );
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("tachyon-opcodes-{}", std::process::id()));
+/// A fresh scratch directory for this test process and `tag`.
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tachyon-opcodes-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -233,7 +233,7 @@ impl OutputArgs {
                 Some(pid) => SourceReader::new(pid as i32),
                 None => SourceReader::local(),
             };
-            Box::new(HeatmapCollector::new(self.heatmap_dir(id), source))
+            Box::new(HeatmapCollector::new(self.heatmap_dir(id), source).with_opcodes(opcodes))
         } else if self.pprof {
             Box::new(PprofCollector::new(self.file("pprof", "pb.gz", id)))
         } else if self.jsonl {

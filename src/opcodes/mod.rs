@@ -20,6 +20,14 @@ pub struct OpTable {
     pub caches: [u8; 256],
 }
 
+/// The base instructions whose forms push a Python frame from the eval loop
+/// itself in 3.11/3.12 (calls, `__getitem__`, property getters and
+/// `__getattribute__` overrides, generators resumed by `send`/`for`): a
+/// frame they call is the only kind whose caller's `prev_instr` points into
+/// caches. Not in the generated tables: the interpreters' `opcode` modules
+/// do not say which instructions push frames.
+pub const INLINE_CALLERS: [&str; 5] = ["CALL", "BINARY_SUBSCR", "LOAD_ATTR", "SEND", "FOR_ITER"];
+
 /// The table of CPython 3.`minor`, if tachyon knows that version.
 pub fn table(major: u32, minor: u32) -> Option<&'static OpTable> {
     match (major, minor) {
@@ -57,19 +65,47 @@ impl OpTable {
     }
 
     /// 3.11/3.12: a caller frame's `prev_instr` points at the last inline
-    /// cache unit of the call that is running, not at the call. Given the
-    /// opcode bytes of the `window.len()` code units that end at
-    /// `prev_instr` (the last is the unit at `prev_instr`), the opcode of
-    /// the instruction whose caches end there: the nearest unit `k` back
-    /// whose instruction has exactly `k` cache units. `None` when no unit
-    /// fits (then the unit at `prev_instr` is the instruction itself).
+    /// cache unit of the instruction that pushed its callee, not at the
+    /// instruction. Given the opcode bytes of the `window.len()` code units
+    /// that end at `prev_instr` (the last is the unit at `prev_instr`), the
+    /// opcode of that instruction: the nearest unit `k` back holding an
+    /// instruction that can push a frame ([`INLINE_CALLERS`]) and has
+    /// exactly `k` cache units. Cache units hold counters and versions, so
+    /// a byte among them can look like anything; `None` when nothing fits.
     pub fn behind_caches(&self, window: &[u8]) -> Option<u8> {
         let last = window.len().checked_sub(1)?;
         (1..=last).find_map(|k| {
             let op = window[last - k];
-            (self.caches[op as usize] as usize == k && !self.names[op as usize].is_empty())
-                .then_some(op)
+            (self.caches[op as usize] as usize == k && self.pushes_frames(op)).then_some(op)
         })
+    }
+
+    /// 3.11/3.12: the instruction whose last code unit ends `code`, the
+    /// bytecode from its start up to a frame's `prev_instr`, found by
+    /// walking the instructions from the start (each is one unit and its
+    /// caches; specialisation never moves them). `None` when the last unit
+    /// is neither an instruction nor the last cache of one.
+    pub fn instruction_ending(&self, code: &[u8]) -> Option<u8> {
+        let n = code.len() / 2;
+        let mut i = 0usize;
+        while i < n {
+            let op = code[2 * i];
+            let next = i + 1 + self.caches[op as usize] as usize;
+            if i == n - 1 || next == n {
+                return Some(op);
+            }
+            if next > n {
+                return None;
+            }
+            i = next;
+        }
+        None
+    }
+
+    /// Is `op` (or its base) one of [`INLINE_CALLERS`]?
+    fn pushes_frames(&self, op: u8) -> bool {
+        let base = self.names[self.base[op as usize] as usize];
+        INLINE_CALLERS.contains(&base)
     }
 }
 
@@ -111,7 +147,33 @@ mod tests {
         let mut w = vec![op(t, "LOAD_FAST"), call];
         w.extend(std::iter::repeat_n(op(t, "NOP"), n));
         assert_eq!(t.behind_caches(&w), Some(call));
+        // A cache byte that looks like an instruction with one cache unit
+        // but pushes no frame is not taken for the caller.
+        let unpack = op(t, "UNPACK_SEQUENCE");
+        assert_eq!(t.caches[unpack as usize], 1);
+        let mut w = vec![call];
+        w.extend(std::iter::repeat_n(unpack, n));
+        assert_eq!(t.behind_caches(&w), Some(call));
         assert_eq!(t.behind_caches(&[op(t, "NOP")]), None);
+        // From the start of the code: a NOP, then the CALL with its caches
+        // (whose bytes look like instructions); the caches' end is the CALL.
+        let unit = |o: u8| [o, 0];
+        let mut code: Vec<u8> = unit(op(t, "NOP")).to_vec();
+        code.extend(unit(call));
+        for _ in 0..n {
+            code.extend(unit(call));
+        }
+        assert_eq!(t.instruction_ending(&code), Some(call));
+        assert_eq!(t.instruction_ending(&code[..2]), Some(op(t, "NOP")));
+        assert_eq!(t.instruction_ending(&code[..6]), None);
+        assert_eq!(t.instruction_ending(&[]), None);
         assert_eq!(t.behind_caches(&[]), None);
+        // Every name of the list is an instruction of 3.11 and 3.12.
+        for minor in [11, 12] {
+            let t = table(3, minor).unwrap();
+            for name in INLINE_CALLERS {
+                assert!(t.names.contains(&name), "3.{minor}: {name}");
+            }
+        }
     }
 }

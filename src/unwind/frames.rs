@@ -359,13 +359,21 @@ impl Walk<'_> {
         } else {
             1
         };
-        // (start address, length) of each read; None: nothing to read.
+        // (start address, length) of each read; None: nothing to read. A
+        // 3.11/3.12 caller's read starts at its code's first instruction
+        // (instruction boundaries are then exact) while the walk's
+        // allowance lasts, else it is the window before `prev_instr`.
+        let mut walked = 0u64;
         let spans: Vec<Option<(u64, u64)>> = at
             .iter()
             .map(|a| {
                 let off = a.instr_ptr.checked_sub(a.base)?;
                 if off % 2 != 0 || off >= 1 << 28 {
                     return None;
+                }
+                if a.in_caches && off + 2 <= MAX_CODE_WALK && walked + off + 2 <= CODE_WALK_BYTES {
+                    walked += off + 2;
+                    return Some((a.base, off + 2));
                 }
                 let units = if a.in_caches {
                     (off / 2 + 1).min(window)
@@ -407,6 +415,13 @@ impl Walk<'_> {
                     continue;
                 }
             }
+            if a.in_caches && addr == a.base {
+                // Read from the code's start: walk its instructions.
+                if let Some(op) = t.instruction_ending(bytes) {
+                    self.set_opcode(out, a.index, op);
+                }
+                continue;
+            }
             // The low byte of each code unit is its opcode.
             let mut ops = [0u8; MAX_WINDOW as usize];
             let n = bytes.len() / 2;
@@ -417,13 +432,19 @@ impl Walk<'_> {
                 continue;
             };
             let op = if a.in_caches {
-                t.behind_caches(&ops[..n]).unwrap_or(last)
+                t.behind_caches(&ops[..n])
             } else {
-                last
+                Some(last)
             };
-            let Some(slot) = out.get_mut(a.index) else {
-                continue;
-            };
+            if let Some(op) = op {
+                self.set_opcode(out, a.index, op);
+            }
+        }
+    }
+
+    /// Replace frame `out[index]` by the same frame at `op`.
+    fn set_opcode(&mut self, out: &mut [FrameId], index: usize, op: u8) {
+        if let Some(slot) = out.get_mut(index) {
             let f = *self.table.frame(*slot);
             *slot = self.table.intern(Frame {
                 opcode: Some(op),
@@ -517,8 +538,14 @@ pub const OPCODE_READS_PER_WALK: u32 =
 /// Most code units read for one 3.11/3.12 caller frame's opcode.
 const MAX_WINDOW: u64 = 32;
 
+/// 3.11/3.12: the most bytecode read to find one caller's instruction
+/// from its code's start, and per walk for all callers.
+const MAX_CODE_WALK: u64 = 64 * 1024;
+const CODE_WALK_BYTES: u64 = 1024 * 1024;
+
 /// Bytes granted to one walk for opcodes: its batch and its retries.
-pub const OPCODE_BYTES_PER_WALK: u64 = 2 * MAX_WINDOW * (MAX_OPCODE_FRAMES + OPCODE_RETRIES) as u64;
+pub const OPCODE_BYTES_PER_WALK: u64 =
+    2 * MAX_WINDOW * (MAX_OPCODE_FRAMES + OPCODE_RETRIES) as u64 + 2 * CODE_WALK_BYTES;
 
 /// A Python frame of a walk whose opcode is to be read.
 struct OpcodeAt {
