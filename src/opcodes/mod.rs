@@ -80,22 +80,21 @@ impl OpTable {
         })
     }
 
-    /// 3.11/3.12: the instruction whose last code unit ends `code`, the
-    /// bytecode from its start up to a frame's `prev_instr`, found by
-    /// walking the instructions from the start (each is one unit and its
-    /// caches; specialisation never moves them). `None` when the last unit
-    /// is neither an instruction nor the last cache of one.
+    /// 3.11/3.12: the instruction the last code unit of `code` (the
+    /// bytecode from its start up to a frame's `prev_instr`) belongs to,
+    /// itself or one of its caches, found by walking the instructions from
+    /// the start (each is one unit and its caches; specialisation never
+    /// moves them). A frame's `prev_instr` is in caches while it calls
+    /// (3.11/3.12 callers) and for an instant around a call and a return
+    /// (the leaf).
     pub fn instruction_ending(&self, code: &[u8]) -> Option<u8> {
         let n = code.len() / 2;
         let mut i = 0usize;
         while i < n {
             let op = code[2 * i];
             let next = i + 1 + self.caches[op as usize] as usize;
-            if i == n - 1 || next == n {
+            if next >= n {
                 return Some(op);
-            }
-            if next > n {
-                return None;
             }
             i = next;
         }
@@ -165,7 +164,7 @@ mod tests {
         }
         assert_eq!(t.instruction_ending(&code), Some(call));
         assert_eq!(t.instruction_ending(&code[..2]), Some(op(t, "NOP")));
-        assert_eq!(t.instruction_ending(&code[..6]), None);
+        assert_eq!(t.instruction_ending(&code[..6]), Some(call));
         assert_eq!(t.instruction_ending(&[]), None);
         assert_eq!(t.behind_caches(&[]), None);
         // Every name of the list is an instruction of 3.11 and 3.12.

@@ -360,7 +360,7 @@ impl Walk<'_> {
             1
         };
         // (start address, length) of each read; None: nothing to read. A
-        // 3.11/3.12 caller's read starts at its code's first instruction
+        // 3.11/3.12 frame's read starts at its code's first instruction
         // (instruction boundaries are then exact) while the walk's
         // allowance lasts, else it is the window before `prev_instr`.
         let mut walked = 0u64;
@@ -371,7 +371,7 @@ impl Walk<'_> {
                 if off % 2 != 0 || off >= 1 << 28 {
                     return None;
                 }
-                if a.in_caches && off + 2 <= MAX_CODE_WALK && walked + off + 2 <= CODE_WALK_BYTES {
+                if a.walk && off + 2 <= MAX_CODE_WALK && walked + off + 2 <= CODE_WALK_BYTES {
                     walked += off + 2;
                     return Some((a.base, off + 2));
                 }
@@ -415,7 +415,7 @@ impl Walk<'_> {
                     continue;
                 }
             }
-            if a.in_caches && addr == a.base {
+            if a.walk && addr == a.base {
                 // Read from the code's start: walk its instructions.
                 if let Some(op) = t.instruction_ending(bytes) {
                     self.set_opcode(out, a.index, op);
@@ -558,6 +558,10 @@ struct OpcodeAt {
     /// `prev_instr` points at the last cache unit of the calling
     /// instruction, not at the instruction.
     in_caches: bool,
+    /// 3.11/3.12: any frame's `prev_instr` may point into caches (a leaf
+    /// for an instant around a call or a return): its instruction is found
+    /// by walking its code from the start.
+    walk: bool,
 }
 
 impl Walk<'_> {
@@ -721,6 +725,7 @@ impl Walk<'_> {
                                 instr_ptr,
                                 base: executable.wrapping_add(o.code_adaptive),
                                 in_caches: o.instr_ptr_is_prev && callee_inline,
+                                walk: o.instr_ptr_is_prev,
                             });
                         }
                         out.push(id);
