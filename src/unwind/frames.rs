@@ -367,8 +367,11 @@ impl Walk<'_> {
         let spans: Vec<Option<(u64, u64)>> = at
             .iter()
             .map(|a| {
+                // Garbage (a torn frame) reads nothing: the bytecode lies
+                // in user space, the pointer at an even offset within it.
                 let off = a.instr_ptr.checked_sub(a.base)?;
-                if off % 2 != 0 || off >= 1 << 28 {
+                let end = a.instr_ptr.checked_add(2)?;
+                if off % 2 != 0 || off >= 1 << 28 || a.base < USER_START || end > USER_END {
                     return None;
                 }
                 if a.walk && off + 2 <= MAX_CODE_WALK && walked + off + 2 <= CODE_WALK_BYTES {
@@ -380,7 +383,7 @@ impl Walk<'_> {
                 } else {
                     1
                 };
-                Some((a.instr_ptr + 2 - 2 * units, 2 * units))
+                Some((end - 2 * units, 2 * units))
             })
             .collect();
         let total: u64 = spans.iter().flatten().map(|s| s.1).sum();
