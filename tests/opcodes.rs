@@ -407,7 +407,6 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
                 it.name
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -446,7 +445,6 @@ fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
         dom.contains("data-ready="),
         "the page's script did not finish:\n{dom}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -477,17 +475,32 @@ fn generated_tables_match_the_interpreters() {
     );
     let fresh = std::fs::read_to_string(&fresh).unwrap();
     let checked_in = std::fs::read_to_string(repo.join("src/opcodes/tables.rs")).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         fresh == checked_in,
         "src/opcodes/tables.rs is stale: run scripts/gen-opcodes.sh"
     );
 }
 
+/// A scratch directory, removed on drop (also when the test fails).
+struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh scratch directory for this test process and `tag`.
-fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+fn tempfile_dir(tag: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("tachyon-opcodes-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
