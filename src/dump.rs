@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::model::{FrameKind, FrameTable, ThreadSample, status};
+use crate::opcodes::OpTable;
 
 /// The largest source file read.
 const MAX_SOURCE_BYTES: u64 = 16 << 20;
@@ -123,12 +124,15 @@ pub fn display_filename(filename: &str, cwd: Option<&Path>) -> String {
     filename.to_owned()
 }
 
-/// Format a snapshot. `threads` frames are leaf first, as sampled.
+/// Format a snapshot. `threads` frames are leaf first, as sampled. `ops`
+/// names the frames' opcodes (`--opcodes`), like the reference:
+/// `  opcode=NAME (BASE)` after the frame's line.
 pub fn format_dump(
     pid: i32,
     threads: &[ThreadSample],
     table: &FrameTable,
     src: &mut SourceReader,
+    ops: Option<&OpTable>,
 ) -> String {
     if threads.is_empty() {
         return format!("No Python stacks found for PID {pid}\n");
@@ -165,7 +169,7 @@ pub fn format_dump(
             out.push_str("No Python frames\n");
             continue;
         }
-        write_frames(&mut out, t, table, cwd.as_deref(), src);
+        write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
     }
     out
 }
@@ -177,6 +181,7 @@ fn write_frames(
     table: &FrameTable,
     cwd: Option<&Path>,
     src: &mut SourceReader,
+    ops: Option<&OpTable>,
 ) {
     for &id in t.frames.iter().rev() {
         let f = table.frame(id);
@@ -189,10 +194,14 @@ fn write_frames(
         let shown = display_filename(file, cwd);
         let line = f.line();
         if line > 0 {
-            let _ = writeln!(out, "  File \"{shown}\", line {line}, in {name}");
+            let _ = write!(out, "  File \"{shown}\", line {line}, in {name}");
         } else {
-            let _ = writeln!(out, "  File \"{shown}\", in {name}");
+            let _ = write!(out, "  File \"{shown}\", in {name}");
         }
+        if let (Some(op), Some(t)) = (f.opcode, ops) {
+            let _ = write!(out, "  opcode={}", t.format(op));
+        }
+        out.push('\n');
         if f.kind == FrameKind::Python
             && let Some(line) = src.line(file, line)
             && !line.trim().is_empty()
@@ -205,13 +214,15 @@ fn write_frames(
 
 /// Format an async-aware snapshot: one section per leaf task (`leaves[i]`
 /// is `threads[i]`'s leaf task's address), its stack running up through
-/// the tasks awaiting it, as the reference's dump shows them.
+/// the tasks awaiting it, as the reference's dump shows them; `ops` as in
+/// [`format_dump`].
 pub fn format_task_dump(
     pid: i32,
     threads: &[ThreadSample],
     leaves: &[u64],
     table: &FrameTable,
     src: &mut SourceReader,
+    ops: Option<&OpTable>,
 ) -> String {
     if threads.is_empty() {
         return format!("No Python stacks found for PID {pid}\n");
@@ -231,7 +242,7 @@ pub fn format_task_dump(
             let _ = write!(subject, " {:?}", table.str(name));
         }
         let _ = writeln!(out, "{subject} (task {leaf}; most recent call last):");
-        write_frames(&mut out, t, table, cwd.as_deref(), src);
+        write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
     }
     out
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod live;
 pub mod model;
 pub mod offsets;
+pub mod opcodes;
 pub mod process;
 pub mod runtime;
 pub mod sample;

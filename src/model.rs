@@ -41,12 +41,18 @@ pub struct Location {
 /// none to give: synthetic frames (`<GC>`, `<native>`, `<truncated>`),
 /// unreadable frames, and instructions the location table does not place.
 /// Each file format turns `None` into its own sentinel at its boundary.
+///
+/// `opcode` is the instruction the frame was at (the byte in
+/// `co_code_adaptive`, specialised forms included; see [`crate::opcodes`]),
+/// only with `--opcodes` and only when it could be read; `None` otherwise,
+/// so without the flag frames are keyed exactly as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Frame {
     pub kind: FrameKind,
     pub file: StrId,
     pub func: StrId,
     pub location: Option<Location>,
+    pub opcode: Option<u8>,
 }
 
 impl Frame {
@@ -100,6 +106,7 @@ impl FrameTable {
             file,
             func,
             location: None,
+            opcode: None,
         })
     }
 

@@ -169,6 +169,7 @@ fn sample_target(it: &Interp, n: usize) -> (Vec<Sample>, FrameTable) {
         native: true,
         gc: true,
         cpu_status: true,
+        opcodes: true,
     };
     let mut u = tachyon::attach(t.pid(), opts)
         .unwrap_or_else(|e| panic!("{}: cannot attach: {e}", it.name));
@@ -414,6 +415,7 @@ fn binary_collector_file_replays_in_the_reference() {
     let mut py = |file, name: &str, line: i32| {
         let func = t.intern_str(name);
         t.intern(Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,

@@ -181,6 +181,7 @@ fn corrupted_reads_never_panic_or_hang() {
             native: true,
             gc: true,
             cpu_status: false,
+            opcodes: true,
         };
         // One unwinder through every round: what it learns and caches
         // from corrupted reads stays with it.

@@ -399,6 +399,7 @@ fn synthetic(t: &mut FrameTable, n: usize, seed: u64) -> Vec<(u64, Vec<u32>, u64
             let file = t.intern_str(files[i % files.len()]);
             let func = t.intern_str(&format!("function_{i}"));
             t.intern(Frame {
+                opcode: None,
                 kind: FrameKind::Python,
                 file,
                 func,

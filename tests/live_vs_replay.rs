@@ -234,6 +234,7 @@ fn every_format_written_live_equals_the_same_format_from_replay() {
             native: true,
             gc: true,
             cpu_status: true,
+            opcodes: false,
         };
         let mut u = tachyon::attach(t.pid(), opts).unwrap();
         let mut samples: Vec<Sample> = Vec::new();

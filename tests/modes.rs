@@ -277,6 +277,7 @@ fn on_cpu_for_the_busy_thread_only_and_unknown_without_cpu_status() {
             &t,
             UnwindOptions {
                 cpu_status: true,
+                opcodes: false,
                 ..all_threads()
             },
         );

@@ -109,6 +109,7 @@ fn check(it: &Interp) {
         let opts = UnwindOptions {
             all_threads,
             cpu_status: true,
+            opcodes: false,
             ..UnwindOptions::default()
         };
         let mut u = snap.clone().unwinder(opts);

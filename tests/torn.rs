@@ -129,6 +129,7 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
         native: false,
         gc: false,
         cpu_status: false,
+        opcodes: false,
     };
     let mut u = tachyon::attach(target.pid(), opts).unwrap();
     let t = tally(&mut u, target.pid() as u64, SAMPLES);

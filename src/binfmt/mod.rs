@@ -21,7 +21,8 @@
 //! reference's `location=None`: `<GC>`, `<native>`, and Python frames whose
 //! line is -1) is stored with line -1 and reads back as tachyon's
 //! "no location" (line 0, columns -1), which is what the reference's replay
-//! shows. Opcodes are not sampled by tachyon and are written as 255 (none).
+//! shows. A frame's opcode (`--opcodes`) is stored as is, 255 standing for
+//! none both ways.
 
 pub mod reader;
 pub mod writer;

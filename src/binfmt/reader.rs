@@ -14,8 +14,8 @@ use std::path::Path;
 use super::{
     Compression, DEFAULT_MAX_DECOMPRESSED, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX,
     FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
-    MIN_FRAME_ENTRY, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION,
-    decode_config, invalid, parse_thread_name_record, unzigzag,
+    MIN_FRAME_ENTRY, OPCODE_NONE, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE,
+    TRAILER_VERSION, decode_config, invalid, parse_thread_name_record, unzigzag,
 };
 use crate::error::{Error, Result};
 use crate::model::{
@@ -402,7 +402,8 @@ fn parse_tables(
         if pos >= frames.len() {
             return Err(invalid(format!("{what} is truncated")));
         }
-        pos += 1; // the opcode: tachyon does not use it
+        let opcode = Some(frames[pos]).filter(|&op| op != OPCODE_NONE);
+        pos += 1;
         let (Some(&file), Some(&func)) = (
             str_ids.get(file as usize).filter(|&&s| s != StrId::MAX),
             str_ids.get(func as usize).filter(|&&s| s != StrId::MAX),
@@ -423,6 +424,7 @@ fn parse_tables(
                 _ => FrameKind::Python,
             };
             Frame {
+                opcode,
                 kind,
                 file,
                 func,
@@ -431,6 +433,7 @@ fn parse_tables(
         } else {
             let overflow = || invalid(format!("{what}: location out of range"));
             Frame {
+                opcode,
                 kind: FrameKind::Python,
                 file,
                 func,
@@ -815,6 +818,7 @@ mod tests {
             .map(|i| {
                 let func = t.intern_str(&format!("f{i}"));
                 t.intern(Frame {
+                    opcode: None,
                     kind: FrameKind::Python,
                     file,
                     func,

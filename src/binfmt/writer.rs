@@ -303,7 +303,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 end_line: -1,
                 col: -1,
                 end_col: -1,
-                opcode: OPCODE_NONE,
+                opcode: f.opcode.unwrap_or(OPCODE_NONE),
             },
             Some(l) => BinFrame {
                 file,
@@ -312,7 +312,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 end_line: l.end_line,
                 col: l.col,
                 end_col: l.end_col,
-                opcode: OPCODE_NONE,
+                opcode: f.opcode.unwrap_or(OPCODE_NONE),
             },
         };
         let next = self.frames.len() as u32;

@@ -72,6 +72,10 @@ struct DumpArgs {
     /// tasks, including waiting ones; the default). Requires --async-aware
     #[arg(long, value_enum, value_name = "MODE", requires = "async_aware")]
     async_mode: Option<async_aware::AsyncModeArg>,
+    /// Show the bytecode instruction each frame is at (specialised forms
+    /// with their base: LOAD_ATTR_INSTANCE_VALUE (LOAD_ATTR))
+    #[arg(long)]
+    opcodes: bool,
     /// Also save the memory the samples read to FILE (zstd), for offline
     /// unwinding, tests and benchmarks
     #[arg(long, value_name = "FILE")]
@@ -96,6 +100,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         native: a.native,
         gc: !a.no_gc,
         cpu_status: true,
+        opcodes: a.opcodes,
     };
     let pid = process_id(a.pid);
     // With --snapshot, every range the samples read is kept.
@@ -161,12 +166,30 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         }
     }
     let mut src = SourceReader::new(pid);
+    let ops = a
+        .opcodes
+        .then(|| opcode_table(unwinder.offsets().version))
+        .flatten();
     let text = match unwinder.task_leaves() {
-        Some(leaves) => format_task_dump(pid, &sample.threads, leaves, unwinder.frames(), &mut src),
-        None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src),
+        Some(leaves) => format_task_dump(
+            pid,
+            &sample.threads,
+            leaves,
+            unwinder.frames(),
+            &mut src,
+            ops,
+        ),
+        None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src, ops),
     };
     tachyon::out!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The opcode names of a target of `version`.
+pub(crate) fn opcode_table(
+    version: tachyon::offsets::PyVersion,
+) -> Option<&'static tachyon::opcodes::OpTable> {
+    tachyon::opcodes::table(version.major as u32, version.minor as u32)
 }
 
 /// `dump --snapshot`: record a few more samples, cold and warm, main

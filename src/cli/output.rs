@@ -20,6 +20,7 @@ use tachyon::collect::speedscope::SpeedscopeCollector;
 use tachyon::collect::{Collector, Output};
 use tachyon::dump::SourceReader;
 use tachyon::model::Mode;
+use tachyon::opcodes::OpTable;
 
 #[derive(Args, Debug, Clone)]
 #[command(group(ArgGroup::new("format").args(["pstats", "collapsed", "flamegraph", "diff_flamegraph", "jsonl", "gecko", "speedscope", "pprof", "heatmap"])))]
@@ -216,21 +217,22 @@ impl OutputArgs {
     /// profiled process); `mode` and `capture` describe the samples, for the
     /// differential flame graph's baseline check; `target_pid` labels gecko
     /// threads and is where the heatmap reads source (else this file system).
+    /// `opcodes` names the frames' opcodes (`--opcodes`, or a recording
+    /// that has them) in the formats that show them.
     pub fn collector(
         &self,
         id: u32,
         mode: Option<Mode>,
         capture: Option<CaptureConfig>,
         target_pid: Option<u32>,
+        opcodes: Option<&'static OpTable>,
     ) -> Result<Box<dyn Collector>> {
         Ok(if self.collapsed {
             Box::new(CollapsedCollector::new(self.file("collapsed", "txt", id)))
         } else if self.flamegraph {
-            Box::new(FlamegraphCollector::new(self.file(
-                "flamegraph",
-                "html",
-                id,
-            )))
+            Box::new(
+                FlamegraphCollector::new(self.file("flamegraph", "html", id)).with_opcodes(opcodes),
+            )
         } else if let Some(baseline) = &self.diff_flamegraph {
             let c =
                 DiffFlamegraphCollector::new(baseline, self.file("diff_flamegraph", "html", id))?;
@@ -239,7 +241,7 @@ impl OutputArgs {
             }
             Box::new(c)
         } else if self.gecko {
-            let c = GeckoCollector::new(self.file("gecko", "json", id));
+            let c = GeckoCollector::new(self.file("gecko", "json", id)).with_opcodes(opcodes);
             Box::new(match target_pid {
                 Some(pid) => c.with_pid(pid),
                 None => c,
@@ -255,7 +257,7 @@ impl OutputArgs {
                 Some(pid) => SourceReader::new(pid as i32),
                 None => SourceReader::local(),
             };
-            Box::new(HeatmapCollector::new(self.heatmap_dir(id), source))
+            Box::new(HeatmapCollector::new(self.heatmap_dir(id), source).with_opcodes(opcodes))
         } else if self.pprof {
             Box::new(PprofCollector::new(self.file("pprof", "pb.gz", id)))
         } else if self.jsonl {

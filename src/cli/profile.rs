@@ -77,6 +77,11 @@ pub struct SampleArgs {
     /// Do not show <GC> while the garbage collector runs
     #[arg(long)]
     no_gc: bool,
+    /// Record the bytecode instruction each frame is at, specialised forms
+    /// included (with --flamegraph, --diff-flamegraph, --gecko, --heatmap,
+    /// --binary or --live)
+    #[arg(long)]
+    opcodes: bool,
     /// What to measure
     #[arg(long, value_enum, default_value = "wall")]
     mode: ModeArg,
@@ -199,6 +204,19 @@ impl SampleArgs {
                 "--blocking cannot be combined with --mode cpu: a thread stopped for the sample is on no CPU",
             );
         }
+        if self.opcodes
+            && !(self.live
+                || self.binary
+                || self.out.gecko
+                || self.out.flamegraph
+                || self.out.diff_flamegraph.is_some()
+                || self.out.heatmap)
+        {
+            super::usage_error(
+                sub,
+                "--opcodes is only compatible with --live, --gecko, --flamegraph, --diff-flamegraph, --heatmap, --binary",
+            );
+        }
         self.out.check(sub, self.is_pstats());
     }
 
@@ -246,7 +264,7 @@ impl SampleArgs {
             all_threads: self.all_threads,
             native: self.native,
             gc: !self.no_gc,
-            opcodes: false,
+            opcodes: self.opcodes,
             blocking: self.blocking,
         }
     }
@@ -286,6 +304,7 @@ impl SampleArgs {
             // The gecko timeline shows CPU state: read it (the reference's
             // mode ALL).
             cpu_status: self.mode == ModeArg::Cpu || self.out.gecko,
+            opcodes: self.opcodes,
         }
     }
 
@@ -314,6 +333,7 @@ impl SampleArgs {
                 Some(mode),
                 Some(self.capture()),
                 Some(pid as u32),
+                self.opcodes.then(|| super::opcode_table(version)).flatten(),
             )?
         };
         Ok((c, mode))
@@ -407,7 +427,8 @@ fn profile(
     let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
         args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     };
-    let prepare = |u: &mut Unwinder<LinuxProcess>| args.enable_async(u).map_err(|e| format!("{e:#}"));
+    let prepare =
+        |u: &mut Unwinder<LinuxProcess>| args.enable_async(u).map_err(|e| format!("{e:#}"));
     let mut profiler = Profiler::new(args.config()).blocking(args.blocking);
     if args.async_aware {
         profiler = profiler.prepare(&prepare);
@@ -421,7 +442,9 @@ fn profile(
             max: session::MAX_CHILDREN,
             opts: args.unwind_options(),
             root,
-            prepare: args.async_aware.then_some(&prepare as &session::Prepare<'_>),
+            prepare: args
+                .async_aware
+                .then_some(&prepare as &session::Prepare<'_>),
         });
     }
     let mut sinks: Vec<&mut dyn Collector> = Vec::new();

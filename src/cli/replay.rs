@@ -42,9 +42,16 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     tachyon::outln!("  Compression: {}", info.compression.as_str());
 
     // Default names carry our own pid: the recording's process is gone.
+    // Opcodes as the recording has them, named for the version it names.
+    let (major, minor, _) = info.python_version;
+    let opcodes = info
+        .capture
+        .is_some_and(|c| c.opcodes)
+        .then(|| tachyon::opcodes::table(major as u32, minor as u32))
+        .flatten();
     let mut collector: Box<dyn Collector> =
         a.out
-            .collector(std::process::id(), info.mode, info.capture, None)?;
+            .collector(std::process::id(), info.mode, info.capture, None, opcodes)?;
 
     // The reference's progress bar, on a terminal only.
     let total = info.sample_count;

@@ -127,6 +127,7 @@ mod tests {
         let mut t = FrameTable::new();
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let mk = |col| crate::model::Frame {
+            opcode: None,
             kind: crate::model::FrameKind::Python,
             file,
             func,

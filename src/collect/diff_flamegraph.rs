@@ -186,8 +186,8 @@ impl DiffFlamegraphCollector {
         let mut data = PageData::new(&self.keys.list);
         let emitted = format!(
             ",\"tree\":{},\"inverted\":{}",
-            data.tree(&calls.tree, &calls.cur, None),
-            data.tree(&inverted.tree, &inverted.cur, None)
+            data.tree(&calls.tree, &calls.cur, None, None),
+            data.tree(&inverted.tree, &inverted.cur, None, None)
         );
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"diff\"");

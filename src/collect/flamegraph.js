@@ -13,9 +13,14 @@
   // thread filter: subtree samples, own (self) samples, status counts over
   // the subtree; the baseline's (scaled) for a diff.
   var T, E, W, N, parent, frame, depth, kids, maxDepth;
-  var tot, own, gil, wait, cpu, known, exc, btot, bown;
+  var tot, own, gil, wait, cpu, known, exc, btot, bown, ops;
   function load(name) {
     T = D[name]; E = T.ends; W = T.w; N = T.nodes.length / 2;
+    // --opcodes: per node, [[opcode, samples], ..], most samples first.
+    ops = {};
+    var O = T.ops || [];
+    for (var o = 0; o < O.length; o += 3) (ops[O[o]] = ops[O[o]] || []).push([O[o + 1], O[o + 2]]);
+    for (var on in ops) ops[on].sort(function (a, b) { return b[1] - a[1] || a[0] - b[0]; });
     parent = new Int32Array(N); frame = new Int32Array(N); depth = new Int32Array(N);
     kids = []; maxDepth = 0;
     for (var i = 0; i < N; i++) {
@@ -271,6 +276,19 @@
     if (D.status.exception && tot[n] > 0) out += "<div>Handling an exception: " + pct(exc[n], tot[n]) + "</div>";
     return out;
   }
+  // The instructions a box's frame was at (all threads), at most eight.
+  function opcodeLines(n) {
+    var list = ops[n];
+    if (!list || !D.opnames) return "";
+    var sum = 0, k;
+    for (k = 0; k < list.length; k++) sum += list[k][1];
+    var out = "<div class=\"ops\">Instructions:";
+    for (k = 0; k < list.length && k < 8; k++) {
+      out += "<div>" + esc(D.opnames[list[k][0]] || "<" + list[k][0] + ">") + " " + pct(list[k][1], sum) + "</div>";
+    }
+    if (list.length > 8) out += "<div>… " + (list.length - 8) + " more</div>";
+    return out + "</div>";
+  }
   function tooltip(n) {
     var h = "<b>" + esc(n === 0 ? "all" : S[FR[5 * frame[n]]]) + "</b>";
     if (n !== 0) {
@@ -290,6 +308,7 @@
         (was > 0 ? ", " + (d >= 0 ? "+" : "") + (100 * d / was).toFixed(1) + "%" : now > 0 ? ", new" : "") + "</div>";
     }
     h += statusLines(n);
+    h += opcodeLines(n);
     h += "<div class=\"hint\">click to zoom</div>";
     return h;
   }

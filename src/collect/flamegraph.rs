@@ -26,6 +26,10 @@
 //! * Samples are counted per distinct stack and thread
 //!   ([`super::stacks::StackCounts`]) with the status bits per stack; the
 //!   trees are the shared [`super::tree::CallTree`], one series per thread.
+//! * With opcodes ([`FlamegraphCollector::with_opcodes`]), each box's
+//!   tooltip lists the instructions its frame was at (every thread's
+//!   samples), specialised forms with their base, like the reference's
+//!   per-node `opcodes` counts.
 //! * Nodes holding less than 0.01% of the samples are left out (0.05%
 //!   above 5,000 nodes, 0.1% above 20,000; the reference drops nodes under
 //!   0.1%); their samples stay in their parent's width, and the hot-spot
@@ -39,6 +43,7 @@ use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
 use crate::error::Result;
 use crate::model::{FrameKind, FrameTable, Sample, StrId, status};
+use crate::opcodes::OpTable;
 
 pub(crate) use super::tree::{Kind, classify};
 
@@ -48,6 +53,19 @@ pub const TITLE: &str = "tachyon flame graph";
 /// Per (thread, stack): samples holding the GIL, waiting for it, on a
 /// CPU, with a known CPU state, and handling an exception.
 type StatusCounts = [u64; 5];
+
+/// Per (node, opcode): the samples whose frame at that node was at that
+/// instruction.
+type OpCounts = IdMap<(u32, u8), u64>;
+
+/// A rendered tree: the call tree, each node's samples over all threads,
+/// its status counts per (node, thread) and its opcode counts.
+type Tree = (
+    CallTree,
+    Vec<u64>,
+    IdMap<(u32, u32), StatusCounts>,
+    OpCounts,
+);
 
 /// Counts distinct stacks per thread, with their status bits, and renders
 /// them as an HTML flame graph; see the module documentation.
@@ -64,9 +82,17 @@ pub struct FlamegraphCollector {
     saw_gil: bool,
     saw_cpu: bool,
     saw_exception: bool,
+    /// Name the frames' opcodes with this table (`--opcodes`).
+    opcodes: Option<&'static OpTable>,
 }
 
 impl FlamegraphCollector {
+    /// Show the instructions each box's frame was at, named with `table`.
+    pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
+        self.opcodes = table;
+        self
+    }
+
     pub fn new(output: Output) -> Self {
         FlamegraphCollector {
             output,
@@ -77,6 +103,7 @@ impl FlamegraphCollector {
             saw_gil: false,
             saw_cpu: false,
             saw_exception: false,
+            opcodes: None,
         }
     }
 
@@ -99,12 +126,27 @@ impl FlamegraphCollector {
         // Status columns only when there is something to show.
         let show_status = self.saw_gil || self.saw_cpu || self.saw_exception;
         let mut emitted = String::new();
-        for ((tree, all, status), name) in trees.iter().zip(["tree", "inverted"]) {
+        let mut used_ops = [false; 256];
+        for ((tree, all, status, ops), name) in trees.iter().zip(["tree", "inverted"]) {
+            for &(_, op) in ops.keys() {
+                used_ops[op as usize] = true;
+            }
             let _ = write!(
                 emitted,
                 ",\"{name}\":{}",
-                data.tree(tree, all, show_status.then_some(status))
+                data.tree(tree, all, show_status.then_some(status), Some(ops))
             );
+        }
+        if let Some(t) = self.opcodes {
+            // `"opnames":{"OP":"NAME (BASE)",..}` for the opcodes shown.
+            emitted.push_str(",\"opnames\":{");
+            let mut first = true;
+            for op in (0..=255u8).filter(|&op| used_ops[op as usize]) {
+                let sep = if first { "" } else { "," };
+                let _ = write!(emitted, "{sep}\"{op}\":{}", json_str(&t.format(op)));
+                first = false;
+            }
+            emitted.push('}');
         }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"flame\"");
@@ -150,7 +192,7 @@ impl FlamegraphCollector {
         keys: &mut Keys,
         series: &HashMap<u64, u32>,
         inverted: bool,
-    ) -> (CallTree, Vec<u64>, IdMap<(u32, u32), StatusCounts>) {
+    ) -> Tree {
         let mut tree = CallTree::new();
         let ends = tree.add_stacks(
             &self.counts,
@@ -169,7 +211,28 @@ impl FlamegraphCollector {
                 }
             }
         }
-        (tree, all, status)
+        // Opcodes: walk each stack's path up from its end node.
+        let mut ops = OpCounts::default();
+        if self.opcodes.is_some() {
+            for (cell, &end) in self.counts.cells().iter().zip(&ends) {
+                let stack = self.counts.stack(cell.stack);
+                let mut node = end;
+                // Non-inverted, the end is the leaf (the stack's first
+                // frame); inverted, it is the outermost frame.
+                let n = stack.len();
+                for i in 0..n {
+                    if node == 0 {
+                        break;
+                    }
+                    let f = stack[if inverted { n - 1 - i } else { i }];
+                    if let Some(op) = frames.frame(f).opcode {
+                        *ops.entry((node, op)).or_default() += cell.count;
+                    }
+                    node = tree.nodes[node as usize].parent;
+                }
+            }
+        }
+        (tree, all, status, ops)
     }
 
     /// Per thread, the samples in garbage collection (a `<GC>` frame on
@@ -381,12 +444,14 @@ impl<'k> PageData<'k> {
     /// "ends":[node,series,self,hidden(,gil,wait,cpu,known,exception),..]}`: the
     /// nodes holding at least the threshold's share of `totals` (and more
     /// than nothing), in depth-first order; the samples of the nodes left
-    /// out are their nearest kept ancestor's `hidden` ones.
+    /// out are their nearest kept ancestor's `hidden` ones. With `ops`,
+    /// also `"ops":[node,opcode,samples,..]` for the nodes kept.
     pub fn tree(
         &mut self,
         tree: &CallTree,
         totals: &[u64],
         status: Option<&IdMap<(u32, u32), StatusCounts>>,
+        ops: Option<&OpCounts>,
     ) -> String {
         let share = threshold(tree.nodes.len());
         let min = ((totals[0] as f64 * share).ceil() as u64).max(1);
@@ -452,7 +517,21 @@ impl<'k> PageData<'k> {
                 let _ = write!(json, ",{},{},{},{},{}", v[2], v[3], v[4], v[5], v[6]);
             }
         }
-        json.push_str("]}");
+        json.push(']');
+        if let Some(ops) = ops.filter(|o| !o.is_empty()) {
+            let mut kept: Vec<(u32, u8, u64)> = ops
+                .iter()
+                .filter(|((n, _), _)| out_idx[*n as usize] != u32::MAX)
+                .map(|(&(n, op), &c)| (out_idx[n as usize], op, c))
+                .collect();
+            kept.sort_unstable();
+            json.push_str(",\"ops\":[");
+            for (k, (n, op, c)) in kept.iter().enumerate() {
+                let _ = write!(json, "{}{n},{op},{c}", if k > 0 { "," } else { "" });
+            }
+            json.push(']');
+        }
+        json.push('}');
         json
     }
 
@@ -1004,6 +1083,7 @@ mod tests {
         let mut t = FrameTable::new();
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let mk = |col| Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,
@@ -1021,6 +1101,58 @@ mod tests {
         let d = Drawn::of(&html(&c, &t, &stats(2)));
         assert_eq!(d.labels, ["all", "f (/a/x.py:3)"]);
         assert_eq!(d.totals(|_| true)[1], (2, 2));
+    }
+
+    #[test]
+    fn frames_at_different_instructions_are_one_box_with_their_opcodes() {
+        let table = crate::opcodes::table(3, 15).unwrap();
+        let op = |name: &str| table.names.iter().position(|n| *n == name).unwrap() as u8;
+        let (call, exact) = (op("CALL"), op("CALL_PY_EXACT_ARGS"));
+        let mut t = FrameTable::new();
+        let main = py(&mut t, "/app/m.py", "main", 1);
+        let at = |t: &mut FrameTable, id: u32, op: u8| {
+            let f = *t.frame(id);
+            t.intern(Frame {
+                opcode: Some(op),
+                ..f
+            })
+        };
+        let (m_call, m_exact) = (at(&mut t, main, call), at(&mut t, main, exact));
+        let leaf = py(&mut t, "/app/m.py", "leaf", 5);
+        let mut c = FlamegraphCollector::new(Output::Stdout).with_opcodes(Some(table));
+        for _ in 0..3 {
+            c.collect(&sample(1, &[m_exact, leaf]), &t);
+        }
+        c.collect(&sample(1, &[m_call, leaf]), &t);
+        let page = html(&c, &t, &stats(4));
+        let d = Drawn::of(&page);
+        assert_eq!(
+            d.labels,
+            ["all", "main (/app/m.py:1)", "leaf (/app/m.py:5)"]
+        );
+        let v = data(&page);
+        let ops: Vec<i64> = v["tree"]["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        assert_eq!(ops, [1, call as i64, 1, 1, exact as i64, 3]);
+        assert_eq!(v["opnames"][exact.to_string()], "CALL_PY_EXACT_ARGS (CALL)");
+        assert_eq!(v["opnames"][call.to_string()], "CALL");
+        // Inverted: main is the leaf's caller, one level up.
+        let inv: Vec<i64> = v["inverted"]["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        assert_eq!(inv, [2, call as i64, 1, 2, exact as i64, 3]);
+        // Without the table, no opcode data at all.
+        let mut plain = FlamegraphCollector::new(Output::Stdout);
+        plain.collect(&sample(1, &[m_exact, leaf]), &t);
+        let v = data(&html(&plain, &t, &stats(1)));
+        assert!(v["tree"].get("ops").is_none() && v.get("opnames").is_none());
     }
 
     #[test]

@@ -20,8 +20,11 @@
 //! open at the end are closed at the last sample (so one opened at the last
 //! sample has length 0, as in the reference). The status bits must all be
 //! real (the reference forces mode `all` for gecko), and no sample is
-//! skipped as idle. Opcode markers (`--opcodes`) are not written: tachyon
-//! does not record opcodes.
+//! skipped as idle. With opcodes ([`GeckoCollector::with_opcodes`]), each
+//! thread also gets the reference's "Opcode" interval markers: one span per
+//! run of samples whose leaf frame stays at the same instruction (opcode,
+//! line, column, function, file), named `NAME (BASE)`, with the reference's
+//! `markerSchema` entry.
 //!
 //! Memory: a sample costs 12 bytes (stack index and time) per thread; stacks
 //! are interned per thread as a prefix tree (`(frame, prefix)` → stack), so
@@ -42,6 +45,7 @@ use super::pstats::basename;
 use super::{Collector, Output, RunStats};
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, StrId, status};
+use crate::opcodes::OpTable;
 
 const FORMAT_VERSION: u32 = 32;
 const PREPROCESSED_VERSION: u32 = 57;
@@ -64,6 +68,7 @@ const CAT_GC: u8 = 3;
 const CAT_GIL: u8 = 4;
 const CAT_CPU: u8 = 5;
 const CAT_CODE_TYPE: u8 = 6;
+const CAT_OPCODES: u8 = 7;
 const CAT_EXCEPTION: u8 = 8;
 
 /// The interval markers: (name, category). Indices are the `Thread::open`
@@ -100,13 +105,31 @@ fn ms(us: u64) -> f64 {
 }
 
 /// One interval marker; times in microseconds from the first sample.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Marker {
     kind: u8,
+    /// An "Opcode" marker: the instruction, not a `MARKERS` state.
+    op: Option<OpSpan>,
     /// Index of the name in the string array.
     name: u32,
     start: u64,
     end: u64,
+}
+
+/// Where a thread's leaf frame is, for opcode markers: opcode, line,
+/// column, function, file.
+type OpState = (Option<u8>, Option<i32>, i32, StrId, StrId);
+
+/// An opcode marker's data, as the reference writes it.
+#[derive(Debug, Clone)]
+struct OpSpan {
+    opcode: u8,
+    opname: Box<str>,
+    base_opname: Box<str>,
+    is_specialized: bool,
+    line: Option<i32>,
+    column: i32,
+    function: Box<str>,
 }
 
 /// One thread's tables and state.
@@ -154,6 +177,8 @@ struct Thread {
     sample_time: Vec<u64>,
 
     markers: Vec<Marker>,
+    /// Opcodes: where the leaf frame has been since when.
+    op_state: Option<(OpState, u64)>,
 
     /// The last stack sampled, leaf first, and its index: threads often
     /// sit in one place.
@@ -185,6 +210,8 @@ pub struct GeckoCollector {
     sample_count: u64,
     /// Distinct sample times: the samples, however their threads came.
     instants: std::collections::HashSet<u64>,
+    /// Opcode markers, named with this table.
+    opcodes: Option<&'static OpTable>,
 }
 
 impl GeckoCollector {
@@ -202,6 +229,7 @@ impl GeckoCollector {
             last_us: 0,
             sample_count: 0,
             instants: std::collections::HashSet::new(),
+            opcodes: None,
         };
         c.intern("(root)");
         c
@@ -212,6 +240,56 @@ impl GeckoCollector {
     pub fn with_pid(mut self, pid: u32) -> Self {
         self.pid = pid.to_string();
         self
+    }
+
+    /// Write the reference's "Opcode" markers, naming the frames' opcodes
+    /// with `table` (the target's version).
+    pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
+        self.opcodes = table;
+        self
+    }
+
+    /// Opcodes: the leaf of thread `th` is at `state` now; a change ends
+    /// the span of the previous instruction.
+    fn track_opcode(&mut self, th: usize, state: OpState, now: u64, frames: &FrameTable) {
+        let prev = match &self.threads[th].op_state {
+            Some((s, _)) if *s == state => return,
+            prev => *prev,
+        };
+        self.threads[th].op_state = Some((state, now));
+        if let Some((s, start)) = prev {
+            self.add_opcode_marker(th, s, start, now, frames);
+        }
+    }
+
+    fn add_opcode_marker(
+        &mut self,
+        th: usize,
+        (opcode, line, column, func, _): OpState,
+        start: u64,
+        end: u64,
+        frames: &FrameTable,
+    ) {
+        let (Some(opcode), Some(table)) = (opcode, self.opcodes) else {
+            return;
+        };
+        let opname = table.format(opcode);
+        let name = self.intern(&opname);
+        self.threads[th].markers.push(Marker {
+            kind: 0,
+            op: Some(OpSpan {
+                opcode,
+                opname: opname.into(),
+                base_opname: table.name(table.base[opcode as usize]).into(),
+                is_specialized: table.base_of(opcode).is_some(),
+                line,
+                column,
+                function: frames.str(func).into(),
+            }),
+            name,
+            start,
+            end,
+        });
     }
 
     fn intern(&mut self, s: &str) -> u32 {
@@ -228,6 +306,7 @@ impl GeckoCollector {
         let name = self.intern(MARKERS[kind].0);
         self.threads[th].markers.push(Marker {
             kind: kind as u8,
+            op: None,
             name,
             start,
             end,
@@ -367,11 +446,16 @@ impl GeckoCollector {
     }
 
     /// Closes the markers still open, at the last sample.
-    fn finalize_markers(&mut self) {
+    fn finalize_markers(&mut self, frames: Option<&FrameTable>) {
         let end = self.last_us;
         for kind in 0..MARKERS.len() {
             for th in 0..self.threads.len() {
                 self.close(th, kind, end);
+            }
+        }
+        for th in 0..self.threads.len() {
+            if let (Some((s, start)), Some(frames)) = (self.threads[th].op_state.take(), frames) {
+                self.add_opcode_marker(th, s, start, end, frames);
             }
         }
     }
@@ -389,8 +473,12 @@ impl GeckoCollector {
     }
 
     /// Closes the open markers and writes the profile to `w`. Call once.
-    fn write_profile<W: Write>(&mut self, w: W) -> serde_json::Result<()> {
-        self.finalize_markers();
+    fn write_profile<W: Write>(
+        &mut self,
+        w: W,
+        frames: Option<&FrameTable>,
+    ) -> serde_json::Result<()> {
+        self.finalize_markers(frames);
         let m = &self.machine;
         let empty: [(); 0] = [];
         let meta = MetaOut {
@@ -416,7 +504,11 @@ impl GeckoCollector {
             cpu_name: "",
             product: "Python",
             symbolicated: true,
-            marker_schema: empty,
+            marker_schema: if self.opcodes.is_some() {
+                opcode_schema()
+            } else {
+                serde_json::Value::Array(Vec::new())
+            },
             imported_from: "Tachyon Sampling Profiler",
             extensions: ExtensionsOut {
                 id: empty,
@@ -547,6 +639,18 @@ impl Collector for GeckoCollector {
             if ts.frames.is_empty() {
                 continue;
             }
+            if self.opcodes.is_some() {
+                let leaf = frames.frame(ts.frames[0]);
+                let loc = leaf.location;
+                let state = (
+                    leaf.opcode,
+                    loc.map(|l| l.line),
+                    loc.map_or(-1, |l| l.col),
+                    leaf.func,
+                    leaf.file,
+                );
+                self.track_opcode(th, state, now, frames);
+            }
             let stack = if self.threads[th].last_frames == ts.frames {
                 self.threads[th].last_stack
             } else {
@@ -562,11 +666,11 @@ impl Collector for GeckoCollector {
         }
     }
 
-    fn finish(&mut self, _frames: &FrameTable, _stats: &RunStats) -> Result<()> {
+    fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {
         match self.output.clone() {
             Output::Stdout => {
                 let out = std::io::stdout().lock();
-                match self.write_profile(BufWriter::new(out)) {
+                match self.write_profile(BufWriter::new(out), Some(frames)) {
                     Err(e) if e.io_error_kind() != Some(std::io::ErrorKind::BrokenPipe) => Err(
                         Error::io("cannot write to standard output", std::io::Error::other(e)),
                     ),
@@ -574,7 +678,7 @@ impl Collector for GeckoCollector {
                 }
             }
             Output::File(path) => {
-                self.write_file(&path)?;
+                self.write_file(&path, frames)?;
                 crate::out!("{}", written_message(&path));
                 Ok(())
             }
@@ -584,9 +688,9 @@ impl Collector for GeckoCollector {
 
 impl GeckoCollector {
     /// Writes next to `path` and renames, so a reader never sees half a file.
-    fn write_file(&mut self, path: &Path) -> Result<()> {
+    fn write_file(&mut self, path: &Path, frames: &FrameTable) -> Result<()> {
         let mut file = super::atomic::AtomicFile::create(path)?;
-        self.write_profile(&mut file)
+        self.write_profile(&mut file, Some(frames))
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e.into()))?;
         file.commit()
     }
@@ -660,7 +764,7 @@ struct MetaOut<'a, C> {
     cpu_name: &'static str,
     product: &'static str,
     symbolicated: bool,
-    marker_schema: [(); 0],
+    marker_schema: serde_json::Value,
     imported_from: &'static str,
     extensions: ExtensionsOut,
 }
@@ -809,16 +913,32 @@ impl Serialize for ThreadOut<'_> {
         m.serialize_entry(
             "markers",
             &MarkersOut {
-                data: Seq(k.iter().map(|mk| MarkerData {
-                    type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
-                    duration: ms(mk.end) - ms(mk.start),
-                    tid: t.tid,
+                data: Seq(k.iter().map(|mk| match &mk.op {
+                    None => MarkerData::State {
+                        type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
+                        duration: ms(mk.end) - ms(mk.start),
+                        tid: t.tid,
+                    },
+                    Some(op) => MarkerData::Opcode {
+                        type_: "Opcode",
+                        opcode: op.opcode,
+                        opname: &op.opname,
+                        base_opname: &op.base_opname,
+                        is_specialized: op.is_specialized,
+                        line: op.line,
+                        column: (op.column >= 0).then_some(op.column),
+                        function: &op.function,
+                        duration: ms(mk.end) - ms(mk.start),
+                    },
                 })),
                 name: Seq(k.iter().map(|mk| mk.name)),
                 start_time: Seq(k.iter().map(|mk| ms(mk.start))),
                 end_time: Seq(k.iter().map(|mk| ms(mk.end))),
                 phase: Seq(repeat_n(1, k.len())),
-                category: Seq(k.iter().map(|mk| MARKERS[mk.kind as usize].1)),
+                category: Seq(k.iter().map(|mk| match &mk.op {
+                    None => MARKERS[mk.kind as usize].1,
+                    Some(_) => CAT_OPCODES,
+                })),
                 length: k.len(),
             },
         )?;
@@ -906,11 +1026,47 @@ struct MarkersOut<A, B, C, D, E, F> {
 }
 
 #[derive(Serialize)]
-struct MarkerData {
-    #[serde(rename = "type")]
-    type_: String,
-    duration: f64,
-    tid: u64,
+#[serde(untagged)]
+enum MarkerData<'a> {
+    State {
+        #[serde(rename = "type")]
+        type_: String,
+        duration: f64,
+        tid: u64,
+    },
+    /// The reference's opcode marker data.
+    Opcode {
+        #[serde(rename = "type")]
+        type_: &'static str,
+        opcode: u8,
+        opname: &'a str,
+        base_opname: &'a str,
+        is_specialized: bool,
+        line: Option<i32>,
+        column: Option<i32>,
+        function: &'a str,
+        duration: f64,
+    },
+}
+
+/// The reference's `markerSchema` with `--opcodes`: one "Opcode" entry.
+fn opcode_schema() -> serde_json::Value {
+    serde_json::json!([{
+        "name": "Opcode",
+        "display": ["marker-table", "marker-chart"],
+        "tooltipLabel": "{marker.data.opname}",
+        "tableLabel": "{marker.data.opname} at line {marker.data.line}",
+        "chartLabel": "{marker.data.opname}",
+        "fields": [
+            {"key": "opname", "label": "Opcode", "format": "string", "searchable": true},
+            {"key": "base_opname", "label": "Base Opcode", "format": "string"},
+            {"key": "is_specialized", "label": "Specialized", "format": "string"},
+            {"key": "line", "label": "Line", "format": "integer"},
+            {"key": "column", "label": "Column", "format": "integer"},
+            {"key": "function", "label": "Function", "format": "string"},
+            {"key": "duration", "label": "Duration", "format": "duration"},
+        ],
+    }])
 }
 
 #[cfg(test)]
@@ -1002,6 +1158,7 @@ mod tests {
         });
         let (file, func) = (t.intern_str(file), t.intern_str(func));
         t.intern(Frame {
+            opcode: None,
             kind,
             file,
             func,
@@ -1019,7 +1176,7 @@ mod tests {
 
     fn profile(c: &mut GeckoCollector) -> Value {
         let mut buf = Vec::new();
-        c.write_profile(&mut buf).unwrap();
+        c.write_profile(&mut buf, None).unwrap();
         serde_json::from_slice(&buf).unwrap()
     }
 
@@ -1111,7 +1268,7 @@ mod tests {
                 cpus: 0,
             };
             let mut buf = Vec::new();
-            c.write_profile(&mut buf).unwrap();
+            c.write_profile(&mut buf, None).unwrap();
             let got = String::from_utf8(buf).unwrap();
             let want = fixtures::read(&format!("gecko-{}.json", sc.name));
             if got != want {
@@ -1334,6 +1491,7 @@ mod tests {
         let gc = t.synthetic(FrameKind::Gc, "<GC>");
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let f = t.intern(Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,
@@ -1407,6 +1565,7 @@ mod tests {
             t.intern_str("g"),
         );
         let mk = |func, line, end_col| Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,

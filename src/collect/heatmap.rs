@@ -3,7 +3,10 @@
 //! self and total samples) and one page per source file (`file_NNNN.html`,
 //! as the reference names them): the source with each line's self and total
 //! samples painted on it, a self/total toggle, a hot-lines-only filter and
-//! links from a line to its callers and callees.
+//! links from a line to its callers and callees. With opcodes
+//! ([`HeatmapCollector::with_opcodes`]) each line with samples also gets a
+//! panel listing the bytecode instructions its frames were at (specialised
+//! forms with their base) and their samples.
 //!
 //! Source is read the first time a frame of a file is seen, while the
 //! target still lives (through `/proc/PID/root`), or, on replay, from this
@@ -25,6 +28,7 @@ use super::{Collector, RunStats, atomic};
 use crate::dump::SourceReader;
 use crate::error::{Error, Result};
 use crate::model::{FrameId, FrameKind, FrameTable, Sample, StrId};
+use crate::opcodes::OpTable;
 
 /// A source line: file and 1-based line number.
 type LineKey = (StrId, i32);
@@ -42,6 +46,8 @@ pub struct HeatmapCollector {
     source: SourceReader,
     /// Frames already seen (their file's source read), by frame id.
     seen: Vec<bool>,
+    /// Name the frames' opcodes with this table (`--opcodes`).
+    opcodes: Option<&'static OpTable>,
 }
 
 impl HeatmapCollector {
@@ -53,7 +59,15 @@ impl HeatmapCollector {
             counts: StackCounts::new(),
             source,
             seen: Vec::new(),
+            opcodes: None,
         }
+    }
+
+    /// Give each line a panel of the instructions its frames were at,
+    /// named with `table`.
+    pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
+        self.opcodes = table;
+        self
     }
 
     /// The index page's path.
@@ -78,6 +92,8 @@ struct LineRow {
     total: u64,
     callers: Vec<(LineKey, u64)>,
     callees: Vec<(LineKey, u64)>,
+    /// Opcodes of the frames on this line and their samples, most first.
+    ops: Vec<(u8, u64)>,
 }
 
 struct FileInfo {
@@ -99,6 +115,7 @@ struct Report {
     /// A name for the function on each line with samples.
     func_of: HashMap<LineKey, String>,
     stacks: u64,
+    opcodes: Option<&'static OpTable>,
 }
 
 fn page_name(i: usize) -> String {
@@ -140,6 +157,36 @@ impl HeatmapCollector {
             for e in &in_stack {
                 let v = edges.entry(*e).or_insert(0);
                 *v = v.saturating_add(n);
+            }
+        }
+        // Opcodes per line: each (line, opcode) once per stack.
+        let mut ops: HashMap<LineKey, Vec<(u8, u64)>> = HashMap::new();
+        if self.opcodes.is_some() {
+            let mut at: HashMap<(LineKey, u8), u64> = HashMap::new();
+            let mut in_stack: Vec<(LineKey, u8)> = Vec::new();
+            for (s, &n) in per_stack.iter().enumerate() {
+                if n == 0 {
+                    continue;
+                }
+                in_stack.clear();
+                for &id in self.counts.stack(s as u32) {
+                    let k = key(id);
+                    if let (true, Some(op)) = (k != NO_LINE, frames.frame(id).opcode) {
+                        in_stack.push((k, op));
+                    }
+                }
+                in_stack.sort_unstable();
+                in_stack.dedup();
+                for e in &in_stack {
+                    let v = at.entry(*e).or_insert(0);
+                    *v = v.saturating_add(n);
+                }
+            }
+            for ((k, op), n) in at {
+                ops.entry(k).or_default().push((op, n));
+            }
+            for v in ops.values_mut() {
+                v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             }
         }
         let mut callers: HashMap<LineKey, Vec<(LineKey, u64)>> = HashMap::new();
@@ -186,6 +233,7 @@ impl HeatmapCollector {
                 total: lines.cumulative[i],
                 callers: heaviest(callers.remove(&k), frames),
                 callees: heaviest(callees.remove(&k), frames),
+                ops: ops.remove(&k).unwrap_or_default(),
             });
         }
         for f in &mut files {
@@ -220,6 +268,7 @@ impl HeatmapCollector {
             page_of,
             func_of,
             stacks: self.counts.total(),
+            opcodes: self.opcodes,
         }
     }
 }
@@ -298,6 +347,7 @@ fn css() -> String {
          .bar button{font:inherit;padding:2px 10px;border:1px solid #888;background:#eee;cursor:pointer}\
          .bar button.on{background:#2b3a55;color:#fff}.bar label{margin-left:14px}\
          .warn{background:#fff3cd;border:1px solid #e0c36a;padding:6px 10px}\
+         details.ops{display:inline-block;margin-left:8px;font-size:12px}details.ops table td{padding:0 6px}\
          table{border-collapse:collapse}td,th{padding:0 6px;white-space:pre;vertical-align:top}\
          th{text-align:left;border-bottom:1px solid #ccc}\
          .code td{font:13px/1.4 monospace}.code td:nth-child(-n+3){text-align:right;color:#666}\
@@ -428,6 +478,9 @@ fn file_page(
             for &c in &r.callees {
                 out.push_str(&nav_link(report, frames, "▼", "calls", c));
             }
+            if let (Some(t), false) = (report.opcodes, r.ops.is_empty()) {
+                out.push_str(&ops_panel(t, &r.ops));
+            }
         }
         out.push('\n');
     };
@@ -453,6 +506,27 @@ fn file_page(
         out,
         "</tbody></table></main><script>{FILE_JS}</script></body></html>"
     );
+    out
+}
+
+/// A line's bytecode panel: the instructions its frames were at, with
+/// their samples and share, folded until opened.
+fn ops_panel(t: &OpTable, ops: &[(u8, u64)]) -> String {
+    let sum: u64 = ops.iter().map(|o| o.1).sum();
+    let mut out = format!(
+        "<details class=\"ops\"><summary>{} instruction{}</summary><table>",
+        ops.len(),
+        if ops.len() == 1 { "" } else { "s" }
+    );
+    for &(op, n) in ops {
+        let _ = write!(
+            out,
+            "<tr><td>{}<td>{n}<td>{:.1}%",
+            escape(&t.format(op)),
+            pct(n, sum)
+        );
+    }
+    out.push_str("</table></details>");
     out
 }
 

@@ -616,6 +616,7 @@ mod tests {
         let mut t = FrameTable::new();
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
         let mk = |kind, end_line, col| Frame {
+            opcode: None,
             kind,
             file,
             func,

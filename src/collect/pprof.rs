@@ -340,6 +340,7 @@ mod tests {
             t.intern_str("g"),
         );
         let at = |func, line, col| crate::model::Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,
@@ -453,6 +454,7 @@ mod tests {
         let mut t = FrameTable::new();
         let (file, f) = (t.intern_str("x.py"), t.intern_str("f"));
         let frame = t.intern(crate::model::Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func: f,

@@ -106,6 +106,7 @@ fn frame(t: &mut FrameTable, e: &Value) -> u32 {
     let file = t.intern_str(file);
     let func = t.intern_str(func);
     t.intern(Frame {
+        opcode: None,
         kind: FrameKind::Python,
         file,
         func,
@@ -122,6 +123,7 @@ fn frame(t: &mut FrameTable, e: &Value) -> u32 {
 pub fn py(t: &mut FrameTable, file: &str, func: &str, line: i32) -> u32 {
     let (file, func) = (t.intern_str(file), t.intern_str(func));
     t.intern(Frame {
+        opcode: None,
         kind: FrameKind::Python,
         file,
         func,

@@ -244,6 +244,7 @@ mod tests {
             t.intern_str("g"),
         );
         let at = |func, line, col| crate::model::Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file,
             func,

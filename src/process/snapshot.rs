@@ -168,6 +168,7 @@ pub fn record_passes<M: ProcessMemory>(
             native: true,
             gc: true,
             cpu_status: true,
+            opcodes: false,
         };
         let mut u = Unwinder::new(rec, pid, runtime.clone(), opts);
         for _ in 0..samples {

@@ -724,6 +724,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &st.tstate_buf),
             outside: &mut outside,
             stop_at: code,
+            opcodes: self
+                .opts
+                .opcodes
+                .then(|| crate::opcodes::table(o.version.major as u32, o.version.minor as u32))
+                .flatten(),
         };
         walk.run(t.current_frame, t.base_frame, &mut frames)?;
         Ok(frames)
@@ -799,6 +804,7 @@ impl Graph {
                 file: task_file,
                 func,
                 location: None,
+                opcode: None,
             }));
             cur = next.and_then(|p| self.index.get(&p).map(|&i| &self.nodes[i]));
         }
@@ -855,6 +861,7 @@ mod tests {
             file: code,
             func: f,
             location: None,
+            opcode: None,
         });
         g.insert(node(0x10, "Task-1", &[]));
         g.insert(node(0x30, "a", &[0x10]));

@@ -263,6 +263,7 @@ impl CodeCache {
             _ => None,
         };
         let id = table.intern(Frame {
+            opcode: None,
             kind: FrameKind::Python,
             file: info.file,
             func: info.func,

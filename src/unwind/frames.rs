@@ -10,9 +10,10 @@ use foldhash::HashSet;
 
 use super::code::CodeCache;
 use crate::error::{Error, Result, Torn};
-use crate::model::{FrameId, FrameKind, FrameTable};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable};
 use crate::offsets::Offsets;
-use crate::process::{LocalBytes, ProcessMemory, ReadReq};
+use crate::opcodes::OpTable;
+use crate::process::{LocalBytes, ProcessMemory, RANGES_PER_CALL, ReadReq};
 
 /// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
 const CHUNK_HEADER: u64 = 24;
@@ -346,6 +347,116 @@ impl Chunks {
     }
 }
 
+impl Walk<'_> {
+    /// `--opcodes`: read the instruction of each frame in `at` (one batch)
+    /// and replace its frame in `out` by the same frame with the opcode. A
+    /// failed read costs the opcode, never the frame.
+    fn read_opcodes(&mut self, t: &OpTable, out: &mut [FrameId], at: &[OpcodeAt]) {
+        // 3.11/3.12 callers: the units up to `prev_instr`, to step back
+        // over the calling instruction's caches.
+        let window = if self.offs.instr_ptr_is_prev {
+            (t.caches.iter().copied().max().unwrap_or(0) as u64 + 1).min(MAX_WINDOW)
+        } else {
+            1
+        };
+        // (start address, length) of each read; None: nothing to read. A
+        // 3.11/3.12 frame's read starts at its code's first instruction
+        // (instruction boundaries are then exact) while the walk's
+        // allowance lasts, else it is the window before `prev_instr`.
+        let mut walked = 0u64;
+        let spans: Vec<Option<(u64, u64)>> = at
+            .iter()
+            .map(|a| {
+                // Garbage (a torn frame) reads nothing: the bytecode lies
+                // in user space, the pointer at an even offset within it.
+                let off = a.instr_ptr.checked_sub(a.base)?;
+                let end = a.instr_ptr.checked_add(2)?;
+                if off % 2 != 0 || off >= 1 << 28 || a.base < USER_START || end > USER_END {
+                    return None;
+                }
+                if a.walk && off + 2 <= MAX_CODE_WALK && walked + off + 2 <= CODE_WALK_BYTES {
+                    walked += off + 2;
+                    return Some((a.base, off + 2));
+                }
+                let units = if a.in_caches {
+                    (off / 2 + 1).min(window)
+                } else {
+                    1
+                };
+                Some((end - 2 * units, 2 * units))
+            })
+            .collect();
+        let total: u64 = spans.iter().flatten().map(|s| s.1).sum();
+        let mut buf = vec![0u8; total as usize];
+        let calls = spans.iter().flatten().count().div_ceil(RANGES_PER_CALL);
+        (self.grant)(calls as u32, total);
+        let mut reqs = Vec::with_capacity(spans.len());
+        let mut rest = &mut buf[..];
+        for s in spans.iter().flatten() {
+            let (piece, tail) = rest.split_at_mut(s.1 as usize);
+            reqs.push(ReadReq {
+                addr: s.0,
+                buf: piece,
+            });
+            rest = tail;
+        }
+        let batch_ok = self.mem.read_many(&mut reqs).is_ok();
+        drop(reqs);
+        let mut pos = 0usize;
+        let mut retries = 0usize;
+        for (a, span) in at.iter().zip(&spans) {
+            let Some((addr, len)) = *span else { continue };
+            let bytes = &mut buf[pos..pos + len as usize];
+            pos += len as usize;
+            if !batch_ok {
+                if retries >= OPCODE_RETRIES {
+                    continue;
+                }
+                retries += 1;
+                (self.grant)(1, len);
+                if self.mem.read(addr, bytes).is_err() {
+                    continue;
+                }
+            }
+            if a.walk && addr == a.base {
+                // Read from the code's start: walk its instructions.
+                if let Some(op) = t.instruction_ending(bytes) {
+                    self.set_opcode(out, a.index, op);
+                }
+                continue;
+            }
+            // The low byte of each code unit is its opcode.
+            let mut ops = [0u8; MAX_WINDOW as usize];
+            let n = bytes.len() / 2;
+            for (o, unit) in ops.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = unit[0];
+            }
+            let Some(&last) = ops[..n].last() else {
+                continue;
+            };
+            let op = if a.in_caches {
+                t.behind_caches(&ops[..n])
+            } else {
+                Some(last)
+            };
+            if let Some(op) = op {
+                self.set_opcode(out, a.index, op);
+            }
+        }
+    }
+
+    /// Replace frame `out[index]` by the same frame at `op`.
+    fn set_opcode(&mut self, out: &mut [FrameId], index: usize, op: u8) {
+        if let Some(slot) = out.get_mut(index) {
+            let f = *self.table.frame(*slot);
+            *slot = self.table.intern(Frame {
+                opcode: Some(op),
+                ..f
+            });
+        }
+    }
+}
+
 /// Interned ids of the synthetic frames a walk may emit.
 #[derive(Clone, Copy)]
 pub struct Markers {
@@ -415,6 +526,48 @@ pub struct Walk<'a> {
     /// Stop after the first frame running this code object (0: walk to
     /// the root): an asyncio task's stack ends at its coroutine's frame.
     pub stop_at: u64,
+    /// `--opcodes`: the target's instruction table; each Python frame then
+    /// carries the opcode at its instruction pointer.
+    pub opcodes: Option<&'static OpTable>,
+}
+
+/// Frames of one walk whose opcodes are read (`--opcodes`); the rest get
+/// none. Their reads go in one batch.
+pub const MAX_OPCODE_FRAMES: usize = MAX_DEPTH;
+/// When the batch fails (one unreadable instruction pointer), the leafmost
+/// frames whose opcodes are read again one by one; the others get none.
+pub const OPCODE_RETRIES: usize = 8;
+/// Reads granted to one walk for opcodes: its batch and its retries.
+pub const OPCODE_READS_PER_WALK: u32 =
+    (MAX_OPCODE_FRAMES.div_ceil(RANGES_PER_CALL) + OPCODE_RETRIES) as u32;
+
+/// Most code units read for one 3.11/3.12 caller frame's opcode.
+const MAX_WINDOW: u64 = 32;
+
+/// 3.11/3.12: the most bytecode read to find one caller's instruction
+/// from its code's start, and per walk for all callers.
+const MAX_CODE_WALK: u64 = 64 * 1024;
+const CODE_WALK_BYTES: u64 = 1024 * 1024;
+
+/// Bytes granted to one walk for opcodes: its batch and its retries.
+pub const OPCODE_BYTES_PER_WALK: u64 =
+    2 * MAX_WINDOW * (MAX_OPCODE_FRAMES + OPCODE_RETRIES) as u64 + 2 * CODE_WALK_BYTES;
+
+/// A Python frame of a walk whose opcode is to be read.
+struct OpcodeAt {
+    /// Its place in the walk's output.
+    index: usize,
+    /// Its instruction pointer and the start of its bytecode.
+    instr_ptr: u64,
+    base: u64,
+    /// 3.11/3.12: its callee was pushed by the eval loop itself, so
+    /// `prev_instr` points at the last cache unit of the calling
+    /// instruction, not at the instruction.
+    in_caches: bool,
+    /// 3.11/3.12: any frame's `prev_instr` may point into caches (a leaf
+    /// for an instant around a call or a return): its instruction is found
+    /// by walking its code from the start.
+    walk: bool,
 }
 
 impl Walk<'_> {
@@ -441,7 +594,26 @@ impl Walk<'_> {
         base_frame: Option<u64>,
         out: &mut Vec<FrameId>,
     ) -> Result<()> {
+        let mut at = Vec::new();
+        self.chain(current, base_frame, out, &mut at)?;
+        if let Some(t) = self.opcodes {
+            self.read_opcodes(t, out, &at);
+        }
+        Ok(())
+    }
+
+    /// The walk itself (see [`Walk::run`]); with `--opcodes`, notes in `at`
+    /// where each Python frame's instruction is.
+    fn chain(
+        &mut self,
+        current: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+        at: &mut Vec<OpcodeAt>,
+    ) -> Result<()> {
         let o = self.offs;
+        // The last frame shown was pushed by the eval loop, not from C.
+        let mut callee_inline = false;
         let fsize = o.frame_size;
         let mut local = [0u8; 512];
         let mut addr = current;
@@ -556,6 +728,15 @@ impl Walk<'_> {
                     .frame(self.mem, o, self.table, executable, instr_ptr)
                 {
                     Ok(id) => {
+                        if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
+                            at.push(OpcodeAt {
+                                index: out.len(),
+                                instr_ptr,
+                                base: executable.wrapping_add(o.code_adaptive),
+                                in_caches: o.instr_ptr_is_prev && callee_inline,
+                                walk: o.instr_ptr_is_prev,
+                            });
+                        }
                         out.push(id);
                         self.used_codes.push(executable);
                         if self.stop_at != 0 && executable == self.stop_at {
@@ -578,6 +759,9 @@ impl Walk<'_> {
             }
             if native {
                 out.push(self.markers.native);
+            }
+            if shown || entry {
+                callee_inline = !entry;
             }
         }
         if truncated {

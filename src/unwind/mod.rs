@@ -43,6 +43,9 @@ pub struct UnwindOptions {
     pub gc: bool,
     /// Read each thread's scheduler state (costs a file read per thread).
     pub cpu_status: bool,
+    /// Give each Python frame the opcode at its instruction pointer
+    /// (`--opcodes`; one batched read per thread and sample).
+    pub opcodes: bool,
 }
 
 impl Default for UnwindOptions {
@@ -52,6 +55,7 @@ impl Default for UnwindOptions {
             native: false,
             gc: true,
             cpu_status: false,
+            opcodes: false,
         }
     }
 }
@@ -91,7 +95,9 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
 /// The most reads any sample may make, whatever the memory holds, given
 /// the code objects it loaded (each load is bounded by itself).
 pub fn max_reads(code_loads: u64) -> u64 {
-    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS) + NAME_READS as u64
+    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+        + NAME_READS as u64
+        + frames::OPCODE_READS_PER_WALK as u64 * MAX_THREADS as u64
 }
 
 /// The most bytes any sample may read, given the code objects it loaded.
@@ -101,6 +107,7 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
         + BYTES_PER_CODE_LOAD * code_loads
         + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
         + NAME_BYTES
+        + frames::OPCODE_BYTES_PER_WALK * MAX_THREADS as u64
 }
 
 pub struct Unwinder<M: ProcessMemory> {
@@ -1013,6 +1020,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
             stop_at: 0,
+            opcodes: self
+                .opts
+                .opcodes
+                .then(|| crate::opcodes::table(o.version.major as u32, o.version.minor as u32))
+                .flatten(),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         self.prefetch.replace(tstate, &mut self.outside);
