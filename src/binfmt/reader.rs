@@ -870,6 +870,52 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_thread_comes_back_intact_after_its_memory_is_released() {
+        use crate::binfmt::writer::IDLE_THREAD_US;
+        let (t, f) = table();
+        let mut samples = vec![sample(1000, vec![f[0], f[1]])];
+        // Another thread alone for longer than the idle time.
+        let mut ts = 2000;
+        while ts < 3000 + IDLE_THREAD_US {
+            let mut s = sample(ts, vec![f[2]]);
+            s.threads[0].tid = 43;
+            samples.push(s);
+            ts += 100_000;
+        }
+        // The idle thread again: an empty stack (the writer's `prev` is
+        // empty now, the reader's is not), then its old stack.
+        for frames in [vec![], vec![f[0], f[1]], vec![f[0], f[1]], vec![]] {
+            ts += 1000;
+            samples.push(sample(ts, frames));
+        }
+        let (bytes, _) = write(&samples, &t, Compression::None);
+        let mut r = BinaryReader::new(
+            io::Cursor::new(&bytes[..]),
+            "t".into(),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        let got = r.read_samples().unwrap();
+        let tab = r.frames().clone();
+        let view = |ss: &[Sample], tab: &FrameTable| {
+            let mut v: Vec<(u64, u64, Vec<String>)> = ss
+                .iter()
+                .flat_map(|s| s.threads.iter().map(move |th| (th, s.timestamp_us)))
+                .map(|(th, ts)| {
+                    let names = th
+                        .frames
+                        .iter()
+                        .map(|&i| tab.str(tab.frame(i).func).to_string());
+                    (th.tid, ts, names.collect())
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(view(&got, &tab), view(&samples, &t));
+    }
+
+    #[test]
     fn thread_names_round_trip_as_unreferenced_strings() {
         let (mut t, f) = table();
         let main = t.intern_str("MainThread");

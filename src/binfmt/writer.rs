@@ -23,6 +23,13 @@ use crate::model::{FrameId, FrameKind, FrameTable, Sample, StrId};
 pub const REPEAT_BUFFER: usize = 16 * 1024;
 /// Encoded records are handed to the output (and compressor) at this size.
 pub const FLUSH_SIZE: usize = 512 * 1024;
+/// A thread not sampled for this long (in the samples' own time) gives
+/// back its previous stack and repeat buffer: a program that starts
+/// threads all the time must not grow the writer for ever. Should the
+/// thread come back, its next stack is written whole.
+pub const IDLE_THREAD_US: u64 = 10_000_000;
+/// Threads looked at for [`IDLE_THREAD_US`] per sample written.
+const IDLE_CHECKS: usize = 4;
 
 /// What goes into the header besides the counts.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +81,9 @@ struct ThreadState {
     /// Encoded `(delta, status)` entries of a REPEAT not yet written.
     repeat: Vec<u8>,
     repeat_n: u64,
+    /// Its memory was given back (idle): the next stack is written whole,
+    /// whatever it is, since `prev` no longer holds what the reader holds.
+    released: bool,
     /// The thread's latest name (and its id in the caller's table).
     name_id: Option<StrId>,
     name: Option<Box<str>>,
@@ -106,6 +116,8 @@ pub struct BinaryWriter<W: Write + Seek> {
     stats: Option<StoredStats>,
     enc: EncodingStats,
     stack: Vec<u32>,
+    /// The next thread to look at for idleness.
+    idle_cursor: usize,
     /// The first write error; later calls do nothing and `finish` reports it.
     failed: Option<std::io::Error>,
 }
@@ -139,6 +151,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             stats: None,
             enc: EncodingStats::default(),
             stack: Vec::new(),
+            idle_cursor: 0,
             failed: None,
         })
     }
@@ -198,8 +211,29 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 }
             }
         }
+        self.release_idle(sample.timestamp_us);
         if self.staging.len() >= FLUSH_SIZE {
             self.flush_staging();
+        }
+    }
+
+    /// Give back the memory of a few threads not sampled for
+    /// [`IDLE_THREAD_US`] (their pending repeats are written first). Only
+    /// the thread's time and name stay: the reader goes on from that time.
+    fn release_idle(&mut self, now: u64) {
+        let n = self.threads.len();
+        for _ in 0..IDLE_CHECKS.min(n) {
+            self.idle_cursor = (self.idle_cursor + 1) % n;
+            let th = &mut self.threads[self.idle_cursor];
+            if now.saturating_sub(th.prev_ts) < IDLE_THREAD_US
+                || (th.prev.capacity() == 0 && th.repeat.capacity() == 0)
+            {
+                continue;
+            }
+            flush_repeat(th, &mut self.staging, &mut self.enc);
+            th.prev = Vec::new();
+            th.repeat = Vec::new();
+            th.released = true;
         }
     }
 
@@ -214,6 +248,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 prev_ts: start,
                 repeat: Vec::new(),
                 repeat_n: 0,
+                released: false,
                 name_id: None,
                 name: None,
             });
@@ -223,7 +258,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let th = &mut self.threads[i];
         let delta = ts.wrapping_sub(th.prev_ts);
         th.prev_ts = ts;
-        if th.prev == stack {
+        if !th.released && th.prev == stack {
             put_varint(&mut th.repeat, delta);
             th.repeat.push(status);
             th.repeat_n += 1;
@@ -234,6 +269,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             return;
         }
         flush_repeat(th, &mut self.staging, &mut self.enc);
+        th.released = false;
         let prev = &th.prev;
         let shared = prev
             .iter()
