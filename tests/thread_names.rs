@@ -409,3 +409,59 @@ time.sleep(1000)
         }
     }
 }
+
+/// A program that put something else in `sys.modules["threading"]`:
+/// names fall back to the kernel's, and tachyon says why, once.
+const NO_THREADING: &str = r#"
+import sys, threading, time
+t = threading.Thread(target=time.sleep, args=(600,), name="long-worker-name-xyz", daemon=True)
+t.start()
+sys.modules["threading"] = 42
+print("NAME", t.native_id, flush=True)
+print("READY", flush=True)
+time.sleep(600)
+"#;
+
+#[test]
+fn unreadable_threading_falls_back_to_comm_and_says_why() {
+    let mut problems = Vec::new();
+    for it in sid_interpreters() {
+        let t = spawn(&it, NO_THREADING, &[], &[]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut tid = 0u64;
+        loop {
+            let line = t
+                .next_line(deadline.saturating_duration_since(std::time::Instant::now()))
+                .unwrap_or_else(|| panic!("{}: the target stopped talking", it.name));
+            if let Some(rest) = line.strip_prefix("NAME ") {
+                tid = rest.parse().unwrap();
+            }
+            if line == "READY" {
+                break;
+            }
+        }
+        let out = Command::new(tachyon_bin())
+            .args(["dump", "-a", &t.pid().to_string()])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        // The kernel's name: 3.14+ set it from threading's (cut to 15
+        // bytes), 3.13 leaves the program's.
+        let comm = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", t.pid()))
+            .unwrap_or_else(|e| panic!("{}: comm of {tid}: {e}", it.name));
+        let header = format!(", thread {tid} {:?} (", comm.trim_end());
+        if !out.status.success() || !stdout.contains(&header) {
+            problems.push(format!("{}: no comm name in {stdout}{stderr}", it.name));
+        }
+        let notes = stderr
+            .matches("the target's threading module could not be read")
+            .count();
+        if notes != 1 {
+            problems.push(format!("{}: {notes} notes of why in {stderr:?}", it.name));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -182,6 +182,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src, ops),
     };
     tachyon::out!("{text}");
+    say_why_no_names(unwinder.names_unavailable());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -269,4 +270,15 @@ pub(crate) fn unknown_option(sub: &str, token: &std::ffi::OsStr) -> ! {
         sub,
         &format!("unexpected argument '{}'", token.to_string_lossy()),
     )
+}
+
+/// Thread names fell back to the kernel's `comm` because the target's
+/// `threading` could not be read: say so, once, with the reason, since the
+/// names shown are then cut to 15 characters.
+fn say_why_no_names(why: Option<&str>) {
+    if let Some(why) = why {
+        tachyon::errln!(
+            "tachyon: note: thread names are the kernel's (at most 15 characters): the target's threading module could not be read ({why})"
+        );
+    }
 }

@@ -483,6 +483,7 @@ fn profile(
         tachyon::outln!("Interrupted by user.");
     }
     sample::print_summary(&total);
+    super::say_why_no_names(unwinder.names_unavailable());
     report_children(&children);
     // A failed write leaves no partial file: outputs are written under a
     // temporary name and renamed only when complete.
