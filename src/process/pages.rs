@@ -31,9 +31,9 @@ pub struct PageCache<'a> {
 impl ProcessMemory for PageCache<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let page = addr & !(PAGE - 1);
-        let fits = addr
-            .checked_add(buf.len() as u64)
-            .is_some_and(|end| end <= page + PAGE);
+        // Within its page, also the last page of the address space (whose
+        // end is 2^64): no sum here can overflow.
+        let fits = (addr - page) as usize + buf.len() <= PAGE as usize;
         if buf.is_empty() || !fits {
             return self.inner.read(addr, buf);
         }
@@ -86,7 +86,7 @@ mod tests {
     impl ProcessMemory for Fake {
         fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
             self.reads.set(self.reads.get() + 1);
-            if addr + buf.len() as u64 > self.end {
+            if addr.saturating_add(buf.len() as u64) > self.end {
                 return Err(Error::corrupt("unmapped"));
             }
             for (i, b) in buf.iter_mut().enumerate() {
@@ -119,5 +119,10 @@ mod tests {
         assert_eq!(fake.reads.get(), 2);
         // An unreadable page fails as the reader does.
         assert!(c.read(5 * PAGE, &mut a).is_err());
+        // A hostile address in the last page of the address space, or
+        // running past it, is an error, never an overflow.
+        assert!(c.read(u64::MAX - 7, &mut a).is_err());
+        assert!(c.read(u64::MAX - 3, &mut a).is_err());
+        assert!(c.read(!(PAGE - 1), &mut b).is_err());
     }
 }
