@@ -146,15 +146,7 @@ pub fn format_dump(
         if i > 0 {
             out.push('\n');
         }
-        let mut subject = String::from("Stack dump");
-        if i == 0 {
-            let _ = write!(subject, " for PID {pid}");
-        }
-        let _ = write!(subject, ", thread {}", t.tid);
-        if let Some(name) = t.name {
-            // Quoted and escaped: a name may hold anything.
-            let _ = write!(subject, " {:?}", table.str(name));
-        }
+        let subject = subject(pid, i, t, table);
         let mut details: Vec<String> = Vec::new();
         if multi_interp {
             details.push(format!("interpreter {}", t.interpreter_id));
@@ -172,6 +164,21 @@ pub fn format_dump(
         write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
     }
     out
+}
+
+/// The start of section `i`'s heading: `Stack dump[ for PID N], thread
+/// TID ["name"]`.
+fn subject(pid: i32, i: usize, t: &ThreadSample, table: &FrameTable) -> String {
+    let mut subject = String::from("Stack dump");
+    if i == 0 {
+        let _ = write!(subject, " for PID {pid}");
+    }
+    let _ = write!(subject, ", thread {}", t.tid);
+    if let Some(name) = t.name {
+        // Quoted and escaped: a name may hold anything.
+        let _ = write!(subject, " {:?}", table.str(name));
+    }
+    subject
 }
 
 /// A stack's frames, root first, with their source lines.
@@ -233,14 +240,7 @@ pub fn format_task_dump(
         if i > 0 {
             out.push('\n');
         }
-        let mut subject = String::from("Stack dump");
-        if i == 0 {
-            let _ = write!(subject, " for PID {pid}");
-        }
-        let _ = write!(subject, ", thread {}", t.tid);
-        if let Some(name) = t.name {
-            let _ = write!(subject, " {:?}", table.str(name));
-        }
+        let subject = subject(pid, i, t, table);
         let _ = writeln!(out, "{subject} (task {leaf}; most recent call last):");
         write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
     }
