@@ -6,7 +6,7 @@
 //! [`Error::InvalidProfile`] with a one-line reason; nothing panics, and
 //! every loop is bounded by bytes actually present.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;

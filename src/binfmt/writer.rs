@@ -6,7 +6,7 @@
 //! pending REPEAT entries; encoded records pass through a [`FLUSH_SIZE`]
 //! staging buffer into the (compressing) output.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
 
 use super::{
