@@ -182,7 +182,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src, ops),
     };
     tachyon::out!("{text}");
-    say_why_no_names(unwinder.names_unavailable());
+    say_why_no_names(unwinder.names_unavailable(1));
     Ok(ExitCode::SUCCESS)
 }
 

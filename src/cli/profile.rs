@@ -483,7 +483,9 @@ fn profile(
         tachyon::outln!("Interrupted by user.");
     }
     sample::print_summary(&total);
-    super::say_why_no_names(unwinder.names_unavailable());
+    // A profile reads names every second: a few failures, none read,
+    // is a program whose threading cannot be read, not a passing moment.
+    super::say_why_no_names(unwinder.names_unavailable(3));
     report_children(&children);
     // A failed write leaves no partial file: outputs are written under a
     // temporary name and renamed only when complete.

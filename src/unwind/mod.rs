@@ -437,10 +437,15 @@ impl<M: ProcessMemory> Unwinder<M> {
         r
     }
 
-    /// Why thread names could not be read from `threading` at the last
-    /// resolution (they came from `comm` then), or `None`.
-    pub fn names_unavailable(&self) -> Option<&str> {
-        self.names.why.as_deref()
+    /// Why thread names could not be read from `threading` (they came from
+    /// `comm` then), or `None`: only when no resolution ever could, and at
+    /// least `min_failures` tried, so a program's own start or end (its
+    /// modules half built or torn down) says nothing.
+    pub fn names_unavailable(&self, min_failures: u64) -> Option<&str> {
+        let n = &self.names;
+        n.why
+            .as_deref()
+            .filter(|_| !n.ever_read && n.failures >= min_failures)
     }
 
     /// How many times thread names were read from the target so far.

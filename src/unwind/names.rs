@@ -50,6 +50,11 @@ pub fn threading_names(
     interp: u64,
 ) -> Result<HashMap<u64, String>> {
     let modules = mem.read_u64(interp.wrapping_add(oo.interp_modules))?;
+    if modules == 0 {
+        // No `sys.modules` yet (starting) or any more (finalizing): no
+        // names to read, nothing wrong.
+        return Ok(HashMap::new());
+    }
     let items = dict::read_dict(mem, oo, modules)?;
     let Some(threading) = dict::find_key(mem, o, &items, "threading")? else {
         return Ok(HashMap::new());
@@ -278,6 +283,11 @@ pub struct ThreadNames {
     last: Option<Instant>,
     /// Why the last resolution could not read `threading` (None: it could).
     pub why: Option<String>,
+    /// Some resolution could read it: a later failure is a passing one (a
+    /// program finalizing), not worth a word.
+    pub ever_read: bool,
+    /// Resolutions that could not read it.
+    pub failures: u64,
     /// Resolutions so far.
     pub resolutions: u64,
 }
@@ -343,8 +353,14 @@ impl ThreadNames {
         self.why = None;
         for &i in &interps {
             match threading_names(mem, o, &o.objects, i) {
-                Ok(m) => found.extend(m.into_iter().map(|(id, n)| ((i, id), n))),
-                Err(e) => self.why = Some(e.to_string()),
+                Ok(m) => {
+                    self.ever_read = true;
+                    found.extend(m.into_iter().map(|(id, n)| ((i, id), n)));
+                }
+                Err(e) => {
+                    self.failures += 1;
+                    self.why = Some(e.to_string());
+                }
             }
         }
         let live: HashSet<ThreadKey> = keys.iter().copied().collect();
