@@ -221,6 +221,14 @@ fn check_running_mode(who: &str, stacks: &BTreeSet<String>) {
         stacks.iter().any(|s| s.contains(&crunch)),
         "{who}: the running task never showed its busy loop ({crunch}):\n{stacks:#?}"
     );
+    // The task's coroutine is on the stack then: its stack ends at it,
+    // without the event loop's frames that called into it.
+    for s in stacks.iter().filter(|s| s.contains("target.py:crunch:")) {
+        assert!(
+            !s.contains("run_forever"),
+            "{who}: the running task's stack goes on past its coroutine: {s:?}"
+        );
+    }
 }
 
 #[test]

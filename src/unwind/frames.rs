@@ -716,45 +716,48 @@ impl Walk<'_> {
                 // slot is NULL is being pushed or popped at this very
                 // instant: its caller below is intact, so skip it rather
                 // than lose the sample.
-            } else if let Some(id) = self.code.frame_fast(executable, instr_ptr) {
+            } else {
+                let id = match self.code.frame_fast(executable, instr_ptr) {
+                    Some(id) => id,
+                    None => {
+                        if !self.code.contains(executable) {
+                            (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
+                        }
+                        match self
+                            .code
+                            .frame(self.mem, o, self.table, executable, instr_ptr)
+                        {
+                            Ok(id) => id,
+                            Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
+                                return Err(e);
+                            }
+                            Err(e) => {
+                                return Err(Torn::UnreadableCode {
+                                    addr: last_addr,
+                                    code: executable,
+                                    cause: e.to_string(),
+                                }
+                                .into());
+                            }
+                        }
+                    }
+                };
+                // Whichever way the frame was found (the frame table or the
+                // code cache), it gets its opcode and may end the walk.
+                if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
+                    at.push(OpcodeAt {
+                        index: out.len(),
+                        instr_ptr,
+                        base: executable.wrapping_add(o.code_adaptive),
+                        in_caches: o.instr_ptr_is_prev && callee_inline,
+                        walk: o.instr_ptr_is_prev,
+                    });
+                }
                 out.push(id);
                 self.used_codes.push(executable);
-            } else {
-                if !self.code.contains(executable) {
-                    (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
-                }
-                match self
-                    .code
-                    .frame(self.mem, o, self.table, executable, instr_ptr)
-                {
-                    Ok(id) => {
-                        if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
-                            at.push(OpcodeAt {
-                                index: out.len(),
-                                instr_ptr,
-                                base: executable.wrapping_add(o.code_adaptive),
-                                in_caches: o.instr_ptr_is_prev && callee_inline,
-                                walk: o.instr_ptr_is_prev,
-                            });
-                        }
-                        out.push(id);
-                        self.used_codes.push(executable);
-                        if self.stop_at != 0 && executable == self.stop_at {
-                            // A part of the stack, not checked to its root.
-                            return Ok(());
-                        }
-                    }
-                    Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
-                        return Err(e);
-                    }
-                    Err(e) => {
-                        return Err(Torn::UnreadableCode {
-                            addr: last_addr,
-                            code: executable,
-                            cause: e.to_string(),
-                        }
-                        .into());
-                    }
+                if self.stop_at != 0 && executable == self.stop_at {
+                    // A part of the stack, not checked to its root.
+                    return Ok(());
                 }
             }
             if native {
