@@ -724,11 +724,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &st.tstate_buf),
             outside: &mut outside,
             stop_at: code,
-            opcodes: self
-                .opts
-                .opcodes
-                .then(|| crate::opcodes::table(o.version.major as u32, o.version.minor as u32))
-                .flatten(),
+            opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut frames)?;
         Ok(frames)

@@ -48,6 +48,16 @@ pub struct UnwindOptions {
     pub opcodes: bool,
 }
 
+impl UnwindOptions {
+    /// The table naming the target's opcodes, when `--opcodes` asks for
+    /// them: every walk (thread stacks, task stacks) takes it from here.
+    pub fn opcode_table(&self, o: &Offsets) -> Option<&'static crate::opcodes::OpTable> {
+        self.opcodes
+            .then(|| crate::opcodes::table(o.version.major as u32, o.version.minor as u32))
+            .flatten()
+    }
+}
+
 impl Default for UnwindOptions {
     fn default() -> Self {
         UnwindOptions {
@@ -1025,11 +1035,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
             stop_at: 0,
-            opcodes: self
-                .opts
-                .opcodes
-                .then(|| crate::opcodes::table(o.version.major as u32, o.version.minor as u32))
-                .flatten(),
+            opcodes: self.opts.opcode_table(o),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         self.prefetch.replace(tstate, &mut self.outside);
