@@ -10,9 +10,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use nix::errno::Errno;
+use nix::libc;
 use nix::sys::uio::{RemoteIoVec, process_vm_readv};
 use nix::unistd::Pid;
 
+use super::gather::{MAX_GAP, Piece, Plan};
 use super::maps::{MapEntry, parse_maps};
 use super::{ProcessMemory, ReadReq};
 use crate::error::{Error, Result};
@@ -30,6 +32,18 @@ pub struct LinuxProcess {
     /// as it sees them (what CPython records) mapped to ours. `None` until
     /// first needed; empty when the namespaces are the same.
     ns_tids: RefCell<Option<Vec<(u64, u64)>>>,
+    /// The merged read's plan and iovecs, kept from call to call.
+    gather: RefCell<Gather>,
+}
+
+/// What a merged read needs besides the requests: the plan, the iovecs
+/// (raw, since every gap points into the one scratch sink) and the sink.
+#[derive(Default)]
+struct Gather {
+    plan: Plan,
+    local: Vec<libc::iovec>,
+    remote: Vec<libc::iovec>,
+    sink: Vec<u8>,
 }
 
 impl LinuxProcess {
@@ -43,6 +57,7 @@ impl LinuxProcess {
                 pid,
                 mem_fallback: OnceLock::new(),
                 ns_tids: RefCell::new(None),
+                gather: RefCell::new(Gather::default()),
             }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoSuchProcess { pid }),
             Err(e) => Err(Error::io(format!("cannot look at /proc/{pid}"), e)),
@@ -281,6 +296,64 @@ impl LinuxProcess {
         Ok(())
     }
 
+    /// Every request in one `process_vm_readv`, ranges that share pages
+    /// merged (see [`super::gather`]). True when all were filled; false
+    /// when the plan does not fit one call or any byte could not be read,
+    /// and the caller reads request by request to find out which.
+    fn read_merged(&self, reqs: &mut [ReadReq<'_>]) -> bool {
+        let Ok(mut g) = self.gather.try_borrow_mut() else {
+            return false;
+        };
+        let g = &mut *g;
+        g.plan.build(reqs.iter().map(|r| (r.addr, r.buf.len())));
+        if g.plan.remote.len() > IOV_MAX || g.plan.local.len() > IOV_MAX {
+            return false;
+        }
+        if g.sink.len() < MAX_GAP as usize {
+            g.sink.resize(MAX_GAP as usize, 0);
+        }
+        g.remote.clear();
+        g.remote
+            .extend(g.plan.remote.iter().map(|&(addr, len)| libc::iovec {
+                iov_base: addr as usize as *mut libc::c_void,
+                iov_len: len,
+            }));
+        g.local.clear();
+        let sink = g.sink.as_mut_ptr();
+        for piece in &g.plan.local {
+            g.local.push(match *piece {
+                Piece::Req(i) => {
+                    let buf = &mut *reqs[i as usize].buf;
+                    libc::iovec {
+                        iov_base: buf.as_mut_ptr().cast(),
+                        iov_len: buf.len(),
+                    }
+                }
+                Piece::Gap(n) => libc::iovec {
+                    iov_base: sink.cast(),
+                    iov_len: n as usize,
+                },
+            });
+        }
+        // SAFETY: every local iovec points into a live buffer of at least
+        // its length: a request's own buffer (borrowed mutably through
+        // `reqs` for this call) or the sink (at least MAX_GAP bytes, and a
+        // gap is at most MAX_GAP). Several gaps share the sink; what lands
+        // there is never read. The remote iovecs name the target's memory,
+        // which the kernel checks.
+        let n = unsafe {
+            libc::process_vm_readv(
+                self.pid,
+                g.local.as_ptr(),
+                g.local.len() as libc::c_ulong,
+                g.remote.as_ptr(),
+                g.remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        n >= 0 && n as usize == g.plan.total
+    }
+
     /// One `process_vm_readv` over up to IOV_MAX ranges. Returns the number
     /// of requests (from the front) that were filled completely.
     fn readv_batch(&self, reqs: &mut [ReadReq<'_>]) -> std::result::Result<usize, Errno> {
@@ -351,6 +424,9 @@ impl ProcessMemory for LinuxProcess {
             for r in reqs.iter_mut() {
                 self.read(r.addr, r.buf)?;
             }
+            return Ok(());
+        }
+        if reqs.len() > 1 && self.read_merged(reqs) {
             return Ok(());
         }
         let mut start = 0;

@@ -102,6 +102,24 @@ impl Chunks {
     /// then [`Chunks::requests`], batched by the caller with other
     /// threads' if it likes, and [`Chunks::complete`].
     pub fn prepare(&mut self, first: u64, current: u64, frame_size: u64, prefetch: &[u64]) {
+        let live_end = current
+            .checked_sub(first)
+            .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
+            .map(|off| (off + frame_size) as usize);
+        self.prepare_len(first, live_end, frame_size, prefetch);
+    }
+
+    /// [`Chunks::prepare`] with the first chunk's length to read given:
+    /// its live part when known, else `None` for a [`CHUNK_GUESS`]. The
+    /// buffer is sized once, never through a larger size first (zeroing
+    /// 16 KiB a thread a sample cost more than reading the live part).
+    fn prepare_len(
+        &mut self,
+        first: u64,
+        live_end: Option<usize>,
+        frame_size: u64,
+        prefetch: &[u64],
+    ) {
         self.used = 0;
         self.extra.clear();
         self.pending = first;
@@ -112,10 +130,6 @@ impl Chunks {
         if self.bufs.is_empty() {
             self.bufs.push((0, Vec::new()));
         }
-        let live_end = current
-            .checked_sub(first)
-            .filter(|off| (CHUNK_HEADER..MAX_CHUNK).contains(off))
-            .map(|off| (off + frame_size) as usize);
         self.pending_live = live_end.is_some();
         let (slot_addr, buf) = &mut self.bufs[0];
         *slot_addr = first;
@@ -144,13 +158,8 @@ impl Chunks {
     /// `len` bytes. [`Chunks::accept_guess`] then checks the guess against
     /// the fresh thread state.
     pub fn prepare_guess(&mut self, first: u64, len: usize, frame_size: u64, prefetch: &[u64]) {
-        self.prepare(first, 0, frame_size, prefetch);
-        if first != 0 {
-            self.bufs[0]
-                .1
-                .resize(len.clamp(CHUNK_HEADER as usize, MAX_CHUNK as usize), 0);
-            self.pending_live = true;
-        }
+        let len = len.clamp(CHUNK_HEADER as usize, MAX_CHUNK as usize);
+        self.prepare_len(first, Some(len), frame_size, prefetch);
     }
 
     /// After a guessed load was read: is the guess right for a thread whose
