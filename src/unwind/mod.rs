@@ -185,6 +185,50 @@ struct FirstRead {
     runtime_gil_holder: u64,
     /// The guesses were read in the same call (each still to be checked).
     speculated: bool,
+    /// All-threads mode: the guessed thread states and their chunks were
+    /// read in the same call (see [`push_guessed_states`]).
+    threads: bool,
+}
+
+/// All-threads mode: requests for the thread states `guess` (the last
+/// sample's list) into the first slots and, with `with_chunks`, each one's
+/// first chunk as far as its stack reached lately, its frames outside the
+/// data stack and (3.11/3.12) its current-frame slot, so that a thread's
+/// frames are read in the same instant as its state.
+fn push_guessed_states<'a>(
+    slots: &'a mut [ThreadSlot],
+    guesses: &ThreadGuesses,
+    prefetch: &Prefetch,
+    o: &Offsets,
+    guess: &[u64],
+    with_chunks: bool,
+    reqs: &mut Vec<ReadReq<'a>>,
+) {
+    let tsize = o.tstate_size as usize;
+    for (slot, &t) in slots.iter_mut().zip(guess) {
+        slot.tstate = t;
+        slot.buf.resize(tsize, 0);
+        reqs.push(ReadReq {
+            addr: t,
+            buf: &mut slot.buf[..],
+        });
+        slot.cframe_spec = 0;
+        match guesses.chunk(t) {
+            Some(g) if with_chunks => {
+                if let (Some(off), Some(cf)) = (o.cframe_current_frame, guesses.cframe(t)) {
+                    slot.cframe_spec = cf.wrapping_add(off);
+                    reqs.push(ReadReq {
+                        addr: slot.cframe_spec,
+                        buf: &mut slot.cframe_buf,
+                    });
+                }
+                slot.chunks
+                    .prepare_guess(g.chunk, g.read_len(), o.frame_size, prefetch.get(t));
+                slot.chunks.requests(reqs);
+            }
+            _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
+        }
+    }
 }
 
 /// The interpreter-list head and, 3.11, the GIL state in `_PyRuntime`.
@@ -490,11 +534,23 @@ impl<M: ProcessMemory> Unwinder<M> {
         } else {
             self.main.tstate
         };
+        // All threads: the first interpreter's thread states of the last
+        // sample, read with the head.
+        let mut pre = if self.opts.all_threads && guess_interp != 0 {
+            self.guesses.take_list(guess_interp)
+        } else {
+            Vec::new()
+        };
+        while self.slots.len() < pre.len() {
+            self.slots.push(ThreadSlot::default());
+        }
         let FirstRead {
             head,
             runtime_gil_holder,
             speculated,
-        } = self.first_read(&o, guess_interp, guess_tstate)?;
+            threads,
+        } = self.first_read(&o, guess_interp, guess_tstate, &pre)?;
+        let mut pre = (!pre.is_empty()).then(|| (std::mem::take(&mut pre), false));
         let mut interp_addr = head;
         let mut first = true;
         let mut n_interps = 0;
@@ -503,7 +559,14 @@ impl<M: ProcessMemory> Unwinder<M> {
             let already_read = first && speculated && interp_addr == guess_interp;
             let interp = self.read_interp(&o, interp_addr, already_read, runtime_gil_holder)?;
             if self.opts.all_threads {
-                self.walk_interp_threads(&o, &interp, interp_addr, out, &mut n_threads)?;
+                // The states read with the head are used only when they
+                // were read with this interpreter's fields, in one instant.
+                let states = if interp_addr == guess_interp {
+                    pre.take().map(|(list, _)| (list, already_read && threads))
+                } else {
+                    None
+                };
+                self.walk_interp_threads(&o, &interp, interp_addr, states, out, &mut n_threads)?;
             } else if interp.id == 0 {
                 // The main interpreter (id 0) is the oldest, so it is last
                 // in the list when subinterpreters exist.
@@ -548,6 +611,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         o: &Offsets,
         guess_interp: u64,
         guess_tstate: u64,
+        guess_threads: &[u64],
     ) -> Result<FirstRead> {
         let head_addr = self.runtime.address + o.runtime_interpreters_head;
         let rt = self.runtime.address;
@@ -587,6 +651,16 @@ impl<M: ProcessMemory> Unwinder<M> {
                     self.prefetch.get(guess_tstate),
                 );
                 slot.chunks.requests(&mut reqs);
+            } else if !guess_threads.is_empty() {
+                push_guessed_states(
+                    &mut self.slots,
+                    &self.guesses,
+                    &self.prefetch,
+                    o,
+                    guess_threads,
+                    true,
+                    &mut reqs,
+                );
             }
             let check_fp =
                 self.fingerprints
@@ -610,6 +684,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             head: u64::from_le_bytes(head.head),
             runtime_gil_holder: head.gil_holder(),
             speculated,
+            threads: speculated && !guess_threads.is_empty(),
         })
     }
 
@@ -691,14 +766,19 @@ impl<M: ProcessMemory> Unwinder<M> {
         o: &Offsets,
         interp: &InterpFacts,
         interp_addr: u64,
+        states: Option<(Vec<u64>, bool)>,
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
-        let guess = self.guesses.take_list(interp_addr);
+        let (guess, read) = states.unwrap_or_else(|| (self.guesses.take_list(interp_addr), false));
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
         }
-        let (guessed_ok, chunks_ok) = self.read_guessed_states(o, &guess)?;
+        let (guessed_ok, chunks_ok) = if read {
+            (true, true)
+        } else {
+            self.read_guessed_states(o, &guess)?
+        };
         self.follow_thread_list(o, interp, &guess, guessed_ok)?;
         let new_guess: Vec<u64> = self.order.iter().map(|&i| self.slots[i].tstate).collect();
         self.guesses.set_list(interp_addr, new_guess);
@@ -794,7 +874,6 @@ impl<M: ProcessMemory> Unwinder<M> {
         // leaves the least time for them to change in between. If a
         // guessed chunk is gone (its thread ended), the states are read
         // again alone.
-        let tsize = o.tstate_size as usize;
         let mut chunks_ok = false;
         let mut guessed_ok = false;
         for with_chunks in [true, false] {
@@ -802,36 +881,15 @@ impl<M: ProcessMemory> Unwinder<M> {
                 break;
             }
             let mut reqs = Vec::with_capacity(guess.len() * 2);
-            for (slot, &t) in self.slots.iter_mut().zip(guess) {
-                slot.tstate = t;
-                slot.buf.resize(tsize, 0);
-                reqs.push(ReadReq {
-                    addr: t,
-                    buf: &mut slot.buf[..],
-                });
-                slot.cframe_spec = 0;
-                match self.guesses.chunk(t) {
-                    Some(g) if with_chunks => {
-                        if let (Some(off), Some(cf)) =
-                            (o.cframe_current_frame, self.guesses.cframe(t))
-                        {
-                            slot.cframe_spec = cf.wrapping_add(off);
-                            reqs.push(ReadReq {
-                                addr: slot.cframe_spec,
-                                buf: &mut slot.cframe_buf,
-                            });
-                        }
-                        slot.chunks.prepare_guess(
-                            g.chunk,
-                            g.read_len(),
-                            o.frame_size,
-                            self.prefetch.get(t),
-                        );
-                        slot.chunks.requests(&mut reqs);
-                    }
-                    _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
-                }
-            }
+            push_guessed_states(
+                &mut self.slots,
+                &self.guesses,
+                &self.prefetch,
+                o,
+                guess,
+                with_chunks,
+                &mut reqs,
+            );
             match self.mem.read_many(&mut reqs) {
                 Ok(()) => {
                     guessed_ok = true;

@@ -1,0 +1,72 @@
+//! A steady sample is one system call, whatever the mode: with every
+//! thread parked, the guesses of the last sample (thread states, their
+//! chunks, their frames outside the data stack, 3.11/3.12 current-frame
+//! slots) hold, and are read with the interpreter list in the first call.
+//! This is what makes a sample at 1 kHz cost one wake-up and one read.
+//!
+//! Real interpreters: the sid root's 3.13/3.14/3.15 (release and debug) and
+//! the machine's 3.11/3.12, whose current frame goes through `_PyCFrame`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Interp, machine_old_interpreters, sid_interpreters, spawn};
+use tachyon::model::Sample;
+use tachyon::unwind::UnwindOptions;
+
+const TARGET: &str = r#"
+import threading, time
+def park(n):
+    if n:
+        return park(n - 1)
+    while True:
+        time.sleep(0.2)
+for i in range(6):
+    threading.Thread(target=park, args=(12,), daemon=True).start()
+time.sleep(0.3)
+print("ready", flush=True)
+park(8)
+"#;
+
+fn check(it: &Interp) {
+    let mut t = spawn(it, TARGET, &[], &[]);
+    t.wait_for("ready", Duration::from_secs(60));
+    for all_threads in [true, false] {
+        let opts = UnwindOptions {
+            all_threads,
+            ..UnwindOptions::default()
+        };
+        let mut u = tachyon::attach(t.pid(), opts)
+            .unwrap_or_else(|e| panic!("{}: cannot attach: {e}", it.name));
+        let mut s = Sample::default();
+        let want = if all_threads { 7 } else { 1 };
+        let mut calls = Vec::new();
+        for i in 0..40 {
+            u.sample(&mut s)
+                .unwrap_or_else(|e| panic!("{} sample {i}: {e}", it.name));
+            assert_eq!(s.threads.len(), want, "{}: threads", it.name);
+            calls.push(u.reads_used().0);
+        }
+        // The first samples load code objects and learn the guesses; once
+        // warm, a parked thread's sleep wakes it only every 200 ms, so most
+        // samples find every guess still right: one call. A thread waking
+        // in between may cost a sample a second call, never more.
+        let warm = &calls[5..];
+        let one = warm.iter().filter(|&&c| c == 1).count();
+        assert!(
+            one * 2 > warm.len() && warm.iter().all(|&c| c <= 3),
+            "{} (all threads: {all_threads}): calls per sample {calls:?}",
+            it.name
+        );
+    }
+}
+
+#[test]
+fn a_steady_sample_is_one_system_call() {
+    let mut its = sid_interpreters();
+    its.extend(machine_old_interpreters());
+    for it in &its {
+        check(it);
+    }
+}
