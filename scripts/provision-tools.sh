@@ -8,6 +8,8 @@
 #   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
 #   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
 #   man-db, groff-base (Debian) - `man -l` and groff, which render `tachyon man`
+#   chromium   (Debian) - headless, loads (and screenshots) every HTML page
+#   tmux       (Debian) - the terminal `--live` is driven and read in
 # Fails loudly when an install fails: a test must not skip quietly.
 set -euo pipefail
 TOOLS=${TACHYON_TOOLS:-/var/cache/tachyon/tools}
@@ -64,5 +66,16 @@ if ! command -v man >/dev/null || ! command -v groff >/dev/null; then
     apt_install man-db groff-base
     command -v man >/dev/null && command -v groff >/dev/null ||
         { echo "provision-tools: ERROR: man or groff did not install" >&2; exit 1; }
+fi
+# Headless Chromium, from Debian: the HTML outputs are loaded in it.
+if [ ! -x /usr/bin/chromium ]; then
+    apt_install chromium
+    /usr/bin/chromium --headless --no-sandbox --version >/dev/null 2>&1 ||
+        { echo "provision-tools: ERROR: chromium does not run" >&2; exit 1; }
+fi
+# tmux, from Debian: --live is tested in a real terminal.
+if ! command -v tmux >/dev/null; then
+    apt_install tmux
+    command -v tmux >/dev/null || { echo "provision-tools: ERROR: tmux did not install" >&2; exit 1; }
 fi
 echo "$TOOLS"
