@@ -90,7 +90,8 @@ pub struct AsyncState {
     /// flags (kept across samples).
     pages: Pages,
     tasks_seen: usize,
-    type_flags: HashMap<u64, u64>,
+    /// Per type address, its flags and whether two reads agreed on them.
+    type_flags: HashMap<u64, (u64, bool)>,
 }
 
 /// One task as read: where it was found and what it is.
@@ -154,7 +155,7 @@ struct Reader<'a, M: ProcessMemory> {
     used_codes: &'a mut Vec<u64>,
     /// `tp_flags` of the name objects' types (builtin `int` and `str`,
     /// in practice).
-    type_flags: &'a mut HashMap<u64, u64>,
+    type_flags: &'a mut HashMap<u64, (u64, bool)>,
     tasks_seen: &'a mut usize,
 }
 
@@ -210,18 +211,20 @@ impl<M: ProcessMemory> Reader<'_, M> {
         let ty = head
             .u64_at(self.o.ob_type)
             .ok_or_else(|| Error::corrupt("short task name"))?;
-        let flags = match self.type_flags.get(&ty) {
-            Some(&f) => f,
-            None => {
+        let cached = self.type_flags.get(&ty).copied();
+        let flags = match cached {
+            Some((f, true)) => f,
+            _ => {
                 if !frames::plausible(ty) {
                     return Err(Error::corrupt("task name of impossible type"));
                 }
                 let f = self.mem.read_u64(ty.wrapping_add(oo.type_flags))?;
                 let kinds = f & (TPFLAGS_LONG_SUBCLASS | TPFLAGS_UNICODE_SUBCLASS);
                 if kinds == TPFLAGS_LONG_SUBCLASS || kinds == TPFLAGS_UNICODE_SUBCLASS {
-                    // Kept only when it names one kind: a torn read must
-                    // not stay cached.
-                    self.type_flags.insert(ty, f);
+                    // Kept only when it names one kind, and believed once
+                    // two reads agree: a torn read must not stay cached.
+                    let confirmed = cached.is_some_and(|(old, _)| old == f);
+                    self.type_flags.insert(ty, (f, confirmed));
                 }
                 f
             }
@@ -249,7 +252,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
     /// The frame of code `exe` at `instr_ptr`, loading the code object
     /// (with its reads granted) if needed.
     fn frame(&mut self, exe: u64, instr_ptr: u64) -> Result<FrameId> {
-        if !self.code.contains(exe) {
+        if !self.code.is_ready(exe) {
             self.meter
                 .grant(READS_PER_CODE_LOAD, super::BYTES_PER_CODE_LOAD);
         }

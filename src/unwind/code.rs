@@ -10,10 +10,18 @@
 //! and its first line) that the unwinder re-reads in one batched read per
 //! sample, dropping entries whose fingerprint changed.
 //!
+//! A code object is trusted only once two loads, in different samples,
+//! agree byte for byte (names, first line, location table): one read torn
+//! by a code object freed under us, or a corrupted one, must not stay
+//! cached for the rest of the run. Until then each sample that meets it
+//! loads it again; a load that disagrees replaces the entry and starts its
+//! probation anew. A steady program pays one extra load per code object.
+//!
 //! In front of the maps sits a direct-mapped table keyed by (code address,
 //! instruction pointer): a frame seen before costs one indexed compare, not
-//! two hash lookups. Every change to the maps (clear, evict) bumps an epoch
-//! that the table's entries carry, so none outlives the entry it copies.
+//! two hash lookups. It holds frames of trusted code objects only. Every
+//! change to the maps (clear, evict, replace) bumps an epoch that the
+//! table's entries carry, so none outlives the entry it copies.
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -35,8 +43,23 @@ struct CodeInfo {
     /// `None` when the table was too large to read: frames get no location.
     linetable: Option<Box<[u8]>>,
     fingerprint: Fingerprint,
+    /// Two loads in different samples agreed (see the module's doc).
+    trusted: bool,
+    /// The sample that last loaded it: used as loaded within that sample.
+    loaded_in: u64,
     /// Instruction offset (code units) to frame.
     locs: HashMap<u32, FrameId>,
+}
+
+impl CodeInfo {
+    /// Did two loads read the same contents?
+    fn same_as(&self, other: &CodeInfo) -> bool {
+        self.file == other.file
+            && self.func == other.func
+            && self.firstlineno == other.firstlineno
+            && self.linetable == other.linetable
+            && self.fingerprint == other.fingerprint
+    }
 }
 
 /// Slots of the direct-mapped frame table (a power of two).
@@ -78,6 +101,8 @@ pub struct CodeCache {
     /// Code objects read from the target during this sample: fresh, so
     /// they need no re-validation.
     pub loaded: Vec<u64>,
+    /// Counts samples ([`CodeCache::new_sample`]), for `CodeInfo::loaded_in`.
+    sample: u64,
 }
 
 /// Most code objects loaded in one sample. A real first sample of a big
@@ -126,6 +151,7 @@ impl Default for CodeCache {
             misses: 0,
             budget: 0,
             loaded: Vec::new(),
+            sample: 0,
         }
     }
 }
@@ -175,9 +201,12 @@ impl CodeCache {
         self.codes.is_empty()
     }
 
-    /// Is the code object at `code` cached (no reads to make a frame of it)?
-    pub fn contains(&self, code: u64) -> bool {
-        self.codes.contains_key(&code)
+    /// Can a frame of the code object at `code` be made without reads? It
+    /// can if the object is trusted or was loaded in this sample.
+    pub fn is_ready(&self, code: u64) -> bool {
+        self.codes
+            .get(&code)
+            .is_some_and(|c| c.trusted || c.loaded_in == self.sample)
     }
 
     pub fn clear(&mut self) {
@@ -189,6 +218,7 @@ impl CodeCache {
     pub fn new_sample(&mut self) {
         self.budget = LOADS_PER_SAMPLE;
         self.loaded.clear();
+        self.sample += 1;
     }
 
     /// Drop everything if the interpreter's code-object generation moved.
@@ -227,10 +257,13 @@ impl CodeCache {
             .checked_sub(base)
             .filter(|d| d % 2 == 0 && *d < (1 << 28))
             .map(|d| (d / 2) as u32);
-        if let Some(info) = self.codes.get(&code) {
+        if self.is_ready(code) {
+            let info = &self.codes[&code];
             if let Some(&id) = addrq.and_then(|a| info.locs.get(&a)) {
                 self.hits += 1;
-                self.remember_fast(code, instr_ptr, id);
+                if info.trusted {
+                    self.remember_fast(code, instr_ptr, id);
+                }
                 return Ok(id);
             }
         } else {
@@ -239,13 +272,46 @@ impl CodeCache {
             }
             self.budget -= 1;
             self.misses += 1;
-            let info = self.load(mem, offs, table, code)?;
-            if self.codes.len() >= MAX_CACHED_CODES {
-                // Dead code objects are never told to us on 3.13: start
-                // afresh now and then rather than grow without bound.
-                self.clear();
+            let fresh = match self.load(mem, offs, table, code) {
+                Ok(fresh) => fresh,
+                Err(e) => {
+                    // An entry on probation that cannot be read again is
+                    // not to be believed either.
+                    self.evict(code);
+                    return Err(e);
+                }
+            };
+            let sample = self.sample;
+            match self.codes.get_mut(&code) {
+                Some(old) if old.same_as(&fresh) => {
+                    old.trusted = true;
+                    old.loaded_in = sample;
+                }
+                Some(old) => {
+                    // The two loads disagree: one was torn. Believe the
+                    // newer for this sample, trust neither yet.
+                    *old = CodeInfo {
+                        loaded_in: sample,
+                        ..fresh
+                    };
+                    self.invalidate_fast();
+                }
+                None => {
+                    if self.codes.len() >= MAX_CACHED_CODES {
+                        // Dead code objects are never told to us on 3.13:
+                        // start afresh now and then rather than grow
+                        // without bound.
+                        self.clear();
+                    }
+                    self.codes.insert(
+                        code,
+                        CodeInfo {
+                            loaded_in: sample,
+                            ..fresh
+                        },
+                    );
+                }
             }
-            self.codes.insert(code, info);
             self.loaded.push(code);
         }
         let info = self.codes.get_mut(&code).expect("inserted above");
@@ -271,7 +337,9 @@ impl CodeCache {
         });
         if let Some(a) = addrq {
             info.locs.insert(a, id);
-            self.remember_fast(code, instr_ptr, id);
+            if info.trusted {
+                self.remember_fast(code, instr_ptr, id);
+            }
         }
         Ok(id)
     }
@@ -327,6 +395,8 @@ impl CodeCache {
             firstlineno,
             linetable,
             fingerprint,
+            trusted: false,
+            loaded_in: 0,
             locs: HashMap::new(),
         })
     }
@@ -343,6 +413,8 @@ mod tests {
             firstlineno: 1,
             linetable: None,
             fingerprint: [0; 4],
+            trusted: true,
+            loaded_in: 0,
             locs: HashMap::new(),
         }
     }

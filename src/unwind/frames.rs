@@ -729,7 +729,7 @@ impl Walk<'_> {
                 let id = match self.code.frame_fast(executable, instr_ptr) {
                     Some(id) => id,
                     None => {
-                        if !self.code.contains(executable) {
+                        if !self.code.is_ready(executable) {
                             (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
                         }
                         match self
