@@ -72,6 +72,31 @@ impl Plan {
         }
         self.total = self.remote.iter().map(|r| r.1).sum();
     }
+
+    /// After a read that returned `got` bytes: the request it stopped in,
+    /// or `None` if it was complete. A read stops at the first page it
+    /// cannot read; a gap's bytes lie in the pages of the requests around
+    /// it, so a read stopped in a gap is one that the next request's first
+    /// page stopped.
+    pub fn stopped_in(&self, got: usize) -> Option<u32> {
+        let mut at = 0usize;
+        let mut stopped = false;
+        for piece in &self.local {
+            match *piece {
+                Piece::Req(i) => {
+                    at += self.lens[i as usize];
+                    if stopped || at > got {
+                        return Some(i);
+                    }
+                }
+                Piece::Gap(n) => {
+                    at += n as usize;
+                    stopped |= at > got;
+                }
+            }
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +147,20 @@ mod tests {
         assert_eq!(p.remote, vec![(0x1000, 16), (0x1008, 16), (far, 8)]);
         assert_eq!(p.local, vec![Piece::Req(0), Piece::Req(2), Piece::Req(1)]);
         assert_eq!(p.total, 40);
+    }
+
+    #[test]
+    fn a_short_read_names_the_request_it_stopped_in() {
+        // In address order: 0 (16 bytes), a gap of 48, 2 (8 bytes); 1 far.
+        let p = plan(&[(0x1000, 16), (0x9000, 8), (0x1040, 8)]);
+        assert_eq!(p.total, 16 + 48 + 8 + 8);
+        assert_eq!(p.stopped_in(p.total), None);
+        assert_eq!(p.stopped_in(0), Some(0));
+        assert_eq!(p.stopped_in(15), Some(0));
+        // Stopped in the gap or at its end: the next request's page.
+        assert_eq!(p.stopped_in(16), Some(2));
+        assert_eq!(p.stopped_in(64), Some(2));
+        assert_eq!(p.stopped_in(72), Some(1));
     }
 
     #[test]

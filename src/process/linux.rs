@@ -36,6 +36,16 @@ pub struct LinuxProcess {
     gather: RefCell<Gather>,
 }
 
+/// How a merged read went.
+enum Merged {
+    Done,
+    /// It stopped in request number `.0` (the first unreadable byte is in
+    /// its range).
+    StoppedIn(usize),
+    /// Too many ranges for one call, or the scratch space was in use.
+    NotTried,
+}
+
 /// What a merged read needs besides the requests: the plan, the iovecs
 /// (raw, since every gap points into the one scratch sink) and the sink.
 #[derive(Default)]
@@ -297,17 +307,17 @@ impl LinuxProcess {
     }
 
     /// Every request in one `process_vm_readv`, ranges that share pages
-    /// merged (see [`super::gather`]). True when all were filled; false
-    /// when the plan does not fit one call or any byte could not be read,
-    /// and the caller reads request by request to find out which.
-    fn read_merged(&self, reqs: &mut [ReadReq<'_>]) -> bool {
+    /// merged (see [`super::gather`]): done, stopped in a request (the
+    /// caller reads that one alone for the precise error), or not tried
+    /// when the plan does not fit one call.
+    fn read_merged(&self, reqs: &mut [ReadReq<'_>]) -> Merged {
         let Ok(mut g) = self.gather.try_borrow_mut() else {
-            return false;
+            return Merged::NotTried;
         };
         let g = &mut *g;
         g.plan.build(reqs.iter().map(|r| (r.addr, r.buf.len())));
         if g.plan.remote.len() > IOV_MAX || g.plan.local.len() > IOV_MAX {
-            return false;
+            return Merged::NotTried;
         }
         if g.sink.len() < MAX_GAP as usize {
             g.sink.resize(MAX_GAP as usize, 0);
@@ -351,7 +361,10 @@ impl LinuxProcess {
                 0,
             )
         };
-        n >= 0 && n as usize == g.plan.total
+        match g.plan.stopped_in(n.max(0) as usize) {
+            None => Merged::Done,
+            Some(i) => Merged::StoppedIn(i as usize),
+        }
     }
 
     /// One `process_vm_readv` over up to IOV_MAX ranges. Returns the number
@@ -426,8 +439,18 @@ impl ProcessMemory for LinuxProcess {
             }
             return Ok(());
         }
-        if reqs.len() > 1 && self.read_merged(reqs) {
-            return Ok(());
+        if reqs.len() > 1 {
+            match self.read_merged(reqs) {
+                Merged::Done => return Ok(()),
+                // Most often a range that is gone (a thread ended): its own
+                // read gives the precise error in one more call. If it
+                // reads now, its memory changed meanwhile: read all again.
+                Merged::StoppedIn(i) => {
+                    let r = &mut reqs[i];
+                    self.read(r.addr, r.buf)?;
+                }
+                Merged::NotTried => {}
+            }
         }
         let mut start = 0;
         while start < reqs.len() {

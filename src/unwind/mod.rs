@@ -550,7 +550,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             speculated,
             threads,
         } = self.first_read(&o, guess_interp, guess_tstate, &pre)?;
-        let mut pre = (!pre.is_empty()).then(|| (std::mem::take(&mut pre), false));
+        let mut pre = (!pre.is_empty()).then(|| std::mem::take(&mut pre));
         let mut interp_addr = head;
         let mut first = true;
         let mut n_interps = 0;
@@ -562,7 +562,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 // The states read with the head are used only when they
                 // were read with this interpreter's fields, in one instant.
                 let states = if interp_addr == guess_interp {
-                    pre.take().map(|(list, _)| (list, already_read && threads))
+                    pre.take().map(|list| (list, already_read && threads))
                 } else {
                     None
                 };
