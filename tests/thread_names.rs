@@ -296,7 +296,9 @@ fn names_are_read_rarely_and_within_their_grant() {
             let (calls, _) = u.reads_used();
             if u.name_resolutions() > before {
                 first.get_or_insert((calls, t0.elapsed()));
-            } else {
+            } else if i >= 2 {
+                // The first two samples load every code object, then load
+                // it again to trust it (see unwind/code.rs): not steady.
                 steady_max = steady_max.max(calls);
             }
             if i == 0 {
