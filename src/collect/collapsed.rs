@@ -141,6 +141,7 @@ mod tests {
         let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
         let gc = t.synthetic(crate::model::FrameKind::Gc, "<GC>");
         let sample = |frames: Vec<crate::model::FrameId>| Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![crate::model::ThreadSample {
                 tid: 9,

@@ -852,6 +852,7 @@ mod tests {
     /// A sample of one thread; `frames` root first.
     fn sample(tid: u64, root_first: &[u32]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample {
                 tid,
@@ -1195,6 +1196,7 @@ mod tests {
         let mut c = FlamegraphCollector::new(Output::File(path.clone()));
         c.collect(
             &Sample {
+                pid: None,
                 timestamp_us: 0,
                 threads: vec![ThreadSample::default()],
             },

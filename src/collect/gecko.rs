@@ -1106,6 +1106,7 @@ mod tests {
                 .unwrap()
                 .iter()
                 .map(|s| Sample {
+                    pid: None,
                     timestamp_us: s["t"].as_u64().unwrap(),
                     threads: s["threads"]
                         .as_array()
@@ -1514,6 +1515,7 @@ mod tests {
         let mut c = GeckoCollector::new(Output::Stdout).with_pid(77);
         for (ts, st, frames) in steps {
             let s = Sample {
+                pid: None,
                 timestamp_us: ts,
                 threads: vec![ThreadSample {
                     tid: 5,
@@ -1588,6 +1590,7 @@ mod tests {
                 _ => vec![root],
             };
             let s = Sample {
+                pid: None,
                 timestamp_us: i * 1000,
                 threads: vec![ThreadSample {
                     tid: 1,

@@ -632,6 +632,7 @@ mod tests {
         let c = t.intern(mk(FrameKind::Python, 3, -1));
         let mut col = JsonlCollector::new(Output::Stdout);
         let sample = Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample {
                 tid: 1,

@@ -311,6 +311,7 @@ mod tests {
 
     fn sample(ts: u64, threads: &[(u64, &[u32])]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: ts,
             threads: threads
                 .iter()
