@@ -274,10 +274,13 @@ mod tests {
     use super::*;
     use crate::model::{FrameKind, ThreadSample};
 
-    /// Records samples as (pid, tid, frame names root first).
+    /// A thread's sample as seen: pid, tid, frame names root first,
+    /// thread name.
+    type Seen = (Option<u32>, u64, Vec<String>, Option<String>);
+
     #[derive(Default)]
     struct Log {
-        seen: Vec<(Option<u32>, u64, Vec<String>, Option<String>)>,
+        seen: Vec<Seen>,
         named: Vec<(u32, String)>,
         failed: u64,
     }
