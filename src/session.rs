@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use crate::binfmt::reader::BinaryReader;
 use crate::collect::Collector;
+use crate::collect::merge::{self, Feed};
 use crate::collect::tee::Tee;
 use crate::error::{Error, Result};
-use crate::model::{RunStats, Sample};
+use crate::model::{FrameTable, RunStats, Sample};
 use crate::process::linux::LinuxProcess;
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
@@ -132,6 +133,9 @@ struct Shared {
     /// same address, and is profiled at once, without looking for it.
     runtimes: Mutex<HashMap<i32, (String, Runtime)>>,
     started: Instant,
+    /// `--merge`: every child's samples go through a front of this feed
+    /// into the main profile, not into a collector of its own.
+    merge: Option<Feed>,
 }
 
 impl Shared {
@@ -195,6 +199,48 @@ impl<'a> Profiler<'a> {
         first: Unwinder<LinuxProcess>,
         sinks: Vec<&mut dyn Collector>,
     ) -> Result<Outcome> {
+        self.profile_with(first, sinks, None)
+    }
+
+    /// [`Profiler::profile`] into one profile of every process
+    /// (`--subprocesses --merge`): the main process's samples and every
+    /// child's reach `sink` on a thread of its own, each sample with its
+    /// process's pid, their frames in one table (returned, to finish `sink`
+    /// with). The outcome's statistics are every process's together.
+    pub fn profile_merged(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sink: &mut dyn Collector,
+    ) -> Result<(Outcome, FrameTable)> {
+        let (feed, merger) = merge::channel_with(command_line);
+        let Some(mut front) = feed.front(first.pid() as u32, Duration::ZERO) else {
+            unreachable!("a feed is open until closed");
+        };
+        std::thread::scope(|scope| {
+            let merged = scope.spawn(move || merger.run(sink));
+            let outcome = self.profile_with(first, vec![&mut front], Some(feed.clone()));
+            // Every child's profile is over: no more fronts, and the
+            // merger ends once the main one is finished and gone.
+            feed.close();
+            if let Ok(o) = &outcome {
+                let _ = front.finish(o.unwinder.frames(), &o.stats);
+            }
+            drop(front);
+            let table = merged
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let mut outcome = outcome?;
+            outcome.stats = merged_stats(&outcome.stats, &outcome.children);
+            Ok((outcome, table))
+        })
+    }
+
+    fn profile_with(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sinks: Vec<&mut dyn Collector>,
+        merge: Option<Feed>,
+    ) -> Result<Outcome> {
         let shared = Shared {
             main: AtomicI32::new(first.pid()),
             done: AtomicBool::new(false),
@@ -205,6 +251,7 @@ impl<'a> Profiler<'a> {
             reports: Mutex::new(Vec::new()),
             runtimes: Mutex::new(HashMap::new()),
             started: Instant::now(),
+            merge,
         };
         if self.children.is_some() {
             shared.remember_runtime(first.pid(), first.runtime());
@@ -357,6 +404,47 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.duration_s += part.duration_s;
     total.interrupted = part.interrupted;
 }
+
+/// The statistics of a merged profile: every process's samples and
+/// failures; the processes ran at once, so its duration is the longest.
+fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
+    let mut total = main.clone();
+    for c in children.iter().filter(|c| c.error.is_none()) {
+        total.attempts += c.stats.attempts;
+        total.failures += c.stats.failures;
+        total.duration_s = total.duration_s.max(c.stats.duration_s);
+    }
+    total
+}
+
+/// What a process runs, for a merged profile's sections: its command line
+/// (the program's base name, then its arguments), else its executable's
+/// name; at most [`COMMAND_CHARS`] characters.
+fn command_line(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut words = raw
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned());
+    let mut line = match words.next() {
+        Some(exe) => exe.rsplit('/').next().unwrap_or_default().to_string(),
+        None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_else(|_| "process".into()),
+    };
+    for w in words {
+        line.push(' ');
+        line.push_str(&w);
+    }
+    let line: String = line.chars().filter(|c| !c.is_control()).collect();
+    match line.char_indices().nth(COMMAND_CHARS) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
+/// The longest command line a merged profile shows for a process.
+const COMMAND_CHARS: usize = 80;
 
 /// The children's watcher: scan the main process's descendants every
 /// [`SCAN_EVERY`] until the main profile is over. Each process not seen
@@ -575,7 +663,17 @@ fn profile_child(
         error: None,
         not_python: false,
     };
-    let mut collector = match (children.sink)(pid, &rt) {
+    // Merged, the child's samples are held until they span the time a
+    // fork that execs another program at once would: such a child's
+    // samples are its parent's stack, and stay out of the profile.
+    let made = match &shared.merge {
+        Some(feed) => feed
+            .front(pid as u32, Duration::from_secs_f64(SHORT_FORK_S))
+            .map(|f| Box::new(f) as Box<dyn Collector>)
+            .ok_or_else(|| "the profile is over".to_string()),
+        None => (children.sink)(pid, &rt),
+    };
+    let mut collector = match made {
         Ok(c) => c,
         Err(e) => {
             report.error = Some(e);

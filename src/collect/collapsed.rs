@@ -9,10 +9,15 @@
 //! func)` with full paths, as the reference does, so frames differing only
 //! in column merge, and two stacks differing only in a file's directory stay
 //! two lines even when their text is the same (the reference prints both).
+//!
+//! In a merged profile of several processes (`--subprocesses --merge`)
+//! each line starts with its process, `process <pid> (<command>);tid:...`,
+//! so flame graph tools draw a root per process.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::merge::Processes;
 use super::pstats::basename;
 use super::stacks::StackCounts;
 use super::{Collector, Output, RunStats};
@@ -23,6 +28,7 @@ use crate::model::{FrameTable, Sample, StrId};
 pub struct CollapsedCollector {
     output: Output,
     counts: StackCounts,
+    processes: Processes,
 }
 
 impl CollapsedCollector {
@@ -30,6 +36,7 @@ impl CollapsedCollector {
         CollapsedCollector {
             output,
             counts: StackCounts::new(),
+            processes: Processes::default(),
         }
     }
 
@@ -53,7 +60,13 @@ impl CollapsedCollector {
         let mut lines: Vec<(String, u64)> = merged
             .into_iter()
             .map(|((tid, locs), n)| {
-                let mut s = format!("tid:{tid}");
+                let mut s = match self.processes.of_thread(tid) {
+                    Some(pid) => format!(
+                        "process {pid} ({});tid:{tid}",
+                        self.processes.command(pid).replace(';', ",")
+                    ),
+                    None => format!("tid:{tid}"),
+                };
                 for &(file, line, func) in locs.iter().rev() {
                     let (file, func) = (frames.str(file), frames.str(func));
                     if file == "~" && line == 0 {
@@ -76,7 +89,12 @@ impl CollapsedCollector {
 
 impl Collector for CollapsedCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.processes.note(sample);
         self.counts.add(sample);
+    }
+
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
     }
 
     fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {

@@ -208,6 +208,51 @@ impl Collector for Front {
     }
 }
 
+/// What a collector knows of the processes of a merged profile: each
+/// one's command, and which process each thread is of (thread ids are
+/// unique among the processes living at once).
+#[derive(Debug, Default, Clone)]
+pub struct Processes {
+    commands: HashMap<u32, String>,
+    threads: HashMap<u64, u32>,
+}
+
+impl Processes {
+    /// Remember which process `sample`'s threads are of, if it says.
+    pub fn note(&mut self, sample: &Sample) {
+        if let Some(pid) = sample.pid {
+            for t in &sample.threads {
+                self.threads.insert(t.tid, pid);
+            }
+        }
+    }
+
+    pub fn name(&mut self, pid: u32, command: &str) {
+        self.commands.insert(pid, command.to_string());
+    }
+
+    /// The process thread `tid` was last seen in; `None` in a profile of
+    /// one process.
+    pub fn of_thread(&self, tid: u64) -> Option<u32> {
+        self.threads.get(&tid).copied()
+    }
+
+    /// What process `pid` runs (`python3 app.py`), else `python`.
+    pub fn command(&self, pid: u32) -> &str {
+        self.commands.get(&pid).map_or("python", String::as_str)
+    }
+
+    /// `python3 app.py (pid 42)`: a process's section's name.
+    pub fn label(&self, pid: u32) -> String {
+        format!("{} (pid {pid})", self.command(pid))
+    }
+
+    /// Several processes' samples (a merged profile).
+    pub fn merged(&self) -> bool {
+        !self.threads.is_empty()
+    }
+}
+
 /// How one front's ids map to the shared table's.
 #[derive(Default)]
 struct Source {
