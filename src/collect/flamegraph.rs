@@ -23,6 +23,9 @@
 //!   first. Colours follow [`super::tree::classify`]: your code in reds,
 //!   the standard library in yellows, installed packages in aquas, `<GC>`
 //!   green, `<native>` blue, unreadable frames grey.
+//! * A merged profile of several processes (`--subprocesses --merge`)
+//!   has a root per process, `python3 app.py (pid 42)`, its stacks above
+//!   it (the inverted tree, the functions at its roots, has none).
 //! * Samples are counted per distinct stack and thread
 //!   ([`super::stacks::StackCounts`]) with the status bits per stack; the
 //!   trees are the shared [`super::tree::CallTree`], one series per thread.
@@ -38,6 +41,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::merge::Processes;
 use super::stacks::{StackCounts, StackId};
 use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
@@ -84,6 +88,8 @@ pub struct FlamegraphCollector {
     saw_exception: bool,
     /// Name the frames' opcodes with this table (`--opcodes`).
     opcodes: Option<&'static OpTable>,
+    /// The processes of a merged profile.
+    processes: Processes,
 }
 
 impl FlamegraphCollector {
@@ -104,6 +110,7 @@ impl FlamegraphCollector {
             saw_cpu: false,
             saw_exception: false,
             opcodes: None,
+            processes: Processes::default(),
         }
     }
 
@@ -150,6 +157,13 @@ impl FlamegraphCollector {
         }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"flame\"");
+        if self.processes.merged() {
+            let _ = write!(
+                json,
+                ",\"processes\":{}",
+                trees[0].0.nodes[0].children.len()
+            );
+        }
         data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
         let _ = write!(
             json,
@@ -194,12 +208,16 @@ impl FlamegraphCollector {
         inverted: bool,
     ) -> Tree {
         let mut tree = CallTree::new();
-        let ends = tree.add_stacks(
-            &self.counts,
-            keys.mapper(frames, true),
-            |t| series[&t],
-            inverted,
-        );
+        let ends = if self.processes.merged() && !inverted {
+            self.tree_per_process(&mut tree, frames, keys, series)
+        } else {
+            tree.add_stacks(
+                &self.counts,
+                keys.mapper(frames, true),
+                |t| series[&t],
+                inverted,
+            )
+        };
         let all = tree.totals(&tree.ends(|_| true));
         sort_widest_first(&mut tree, &all, &[], &keys.list);
         let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
@@ -233,6 +251,48 @@ impl FlamegraphCollector {
             }
         }
         (tree, all, status, ops)
+    }
+
+    /// The call tree of a merged profile: each stack above its process's
+    /// root. Returns, per cell of the counts, the node its stack ended at.
+    fn tree_per_process(
+        &self,
+        tree: &mut CallTree,
+        frames: &FrameTable,
+        keys: &mut Keys,
+        series: &HashMap<u64, u32>,
+    ) -> Vec<u32> {
+        let mut roots: HashMap<Option<u32>, u32> = HashMap::new();
+        let mut root_of = |keys: &mut Keys, tid: u64| {
+            let pid = self.processes.of_thread(tid);
+            *roots.entry(pid).or_insert_with(|| {
+                keys.intern(FrameKey {
+                    func: match pid {
+                        Some(pid) => self.processes.label(pid),
+                        None => format!("thread {tid}"),
+                    }
+                    .into(),
+                    file: None,
+                    line: 0,
+                    kind: Kind::Process,
+                })
+            })
+        };
+        let mut path = Vec::new();
+        let mut cache: HashMap<u32, u32> = HashMap::new();
+        self.counts
+            .cells()
+            .iter()
+            .map(|cell| {
+                path.clear();
+                path.push(root_of(keys, cell.tid));
+                for &f in self.counts.stack(cell.stack).iter().rev() {
+                    let k = *cache.entry(f).or_insert_with(|| keys.of(frames, f, true));
+                    path.push(k);
+                }
+                tree.add(path.iter().copied(), series[&cell.tid], cell.count)
+            })
+            .collect()
     }
 
     /// Per thread, the samples in garbage collection (a `<GC>` frame on
@@ -604,7 +664,12 @@ struct Summary {
 }
 
 impl Collector for FlamegraphCollector {
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
+    }
+
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.processes.note(sample);
         for t in &sample.threads {
             if t.status & status::MAIN_THREAD != 0 && !self.main_threads.contains(&t.tid) {
                 self.main_threads.push(t.tid);
