@@ -5,7 +5,10 @@
 //! next Python process of a command when the main one exits (`run --
 //! COMMAND`), and with `--subprocesses` every Python process that appears
 //! below it, each sampled on its own thread into its own collector (the
-//! reference's one profile per child). It sums the statistics of a profile
+//! reference's one profile per child), or with `--merge` each through a
+//! [`merge::Front`] into the main profile ([`Profiler::profile_merged`]:
+//! the main process's samples too, and the collector on a thread of its
+//! own). It sums the statistics of a profile
 //! that went through several processes, and it ends every child's profile
 //! cleanly when the session ends. [`replay`] feeds a recording through the
 //! same collectors, without the reference's launcher frames, and
@@ -878,6 +881,44 @@ mod tests {
         assert!((total.duration_s - 3.0).abs() < 1e-9);
         assert!(total.interrupted);
         assert_eq!(total.interval_us, 1000);
+    }
+
+    #[test]
+    fn a_process_is_named_by_its_command_line() {
+        let me = command_line(std::process::id());
+        let exe = std::env::args().next().unwrap();
+        assert!(me.starts_with(exe.rsplit('/').next().unwrap()), "{me}");
+        assert!(me.chars().count() <= COMMAND_CHARS + 3);
+        // A process that is gone still gets a name.
+        assert_eq!(command_line(u32::MAX), "process");
+    }
+
+    #[test]
+    fn merged_stats_add_samples_and_keep_the_longest_duration() {
+        let part = |attempts, duration_s| RunStats {
+            interval_us: 1000,
+            attempts,
+            failures: 1,
+            duration_s,
+            ..RunStats::default()
+        };
+        let child = |stats, error: Option<&str>| ChildReport {
+            pid: 1,
+            stats,
+            reason: StopReason::TargetExited,
+            samples: 0,
+            error: error.map(Into::into),
+            not_python: false,
+        };
+        let total = merged_stats(
+            &part(10, 1.0),
+            &[
+                child(part(20, 2.0), None),
+                child(part(5, 9.0), Some("no samples taken")),
+            ],
+        );
+        assert_eq!((total.attempts, total.failures), (30, 2));
+        assert!((total.duration_s - 2.0).abs() < 1e-9);
     }
 
     #[test]

@@ -88,6 +88,7 @@ pub struct SampleArgs {
     /// Also profile every Python process the target starts (multiprocessing
     /// workers, subprocess, forked servers), each into its own file:
     /// <output>_<pid><ext>, else profile_<pid>.pstats or <format>_<pid>.<ext>
+    /// (with --merge, all into the one output)
     #[arg(long, conflicts_with = "live")]
     subprocesses: bool,
     /// With --subprocesses: one output for every process instead of a file

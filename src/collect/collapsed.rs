@@ -173,4 +173,35 @@ mod tests {
         c.collect(&sample(vec![gc, b]), &t);
         assert_eq!(c.render(&t), "tid:9;x.py:f:3 2\ntid:9;x.py:f:3;<GC> 1\n");
     }
+
+    #[test]
+    fn merged_lines_start_with_their_process() {
+        let mut t = FrameTable::new();
+        let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
+        let f = t.intern(crate::model::Frame {
+            opcode: None,
+            kind: crate::model::FrameKind::Python,
+            file,
+            func,
+            location: None,
+        });
+        let sample = |pid, tid| Sample {
+            timestamp_us: 0,
+            threads: vec![crate::model::ThreadSample {
+                tid,
+                frames: vec![f],
+                ..Default::default()
+            }],
+            pid: Some(pid),
+        };
+        let mut c = CollapsedCollector::new(Output::Stdout);
+        c.process_named(5, "python3 a;b.py");
+        c.collect(&sample(5, 5), &t);
+        c.collect(&sample(5, 5), &t);
+        c.collect(&sample(6, 6), &t);
+        assert_eq!(
+            c.render(&t),
+            "process 5 (python3 a,b.py);tid:5;x.py:f:0 2\nprocess 6 (python);tid:6;x.py:f:0 1\n"
+        );
+    }
 }

@@ -943,6 +943,55 @@ mod tests {
     }
 
     #[test]
+    fn a_merged_profile_has_a_root_per_process_and_none_inverted() {
+        let mut t = FrameTable::new();
+        let main = py(&mut t, "/app/main.py", "<module>", 10);
+        let work = py(&mut t, "/app/main.py", "work", 3);
+        let mut c = FlamegraphCollector::new(Output::Stdout);
+        c.process_named(7, "python3 main.py");
+        c.process_named(8, "python3 main.py");
+        for (pid, tid, n) in [(7, 7, 3), (8, 8, 5), (8, 9, 1)] {
+            for _ in 0..n {
+                let mut s = sample(tid, &[main, work]);
+                s.pid = Some(pid);
+                c.collect(&s, &t);
+            }
+        }
+        let page = html(&c, &t, &stats(9));
+        let d = Drawn::of(&page);
+        assert_eq!(
+            d.labels,
+            [
+                "all",
+                "python3 main.py (pid 8)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+                "python3 main.py (pid 7)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+            ]
+        );
+        assert_eq!(d.parent, [-1, 0, 1, 2, 0, 4, 5]);
+        assert_eq!((d.kinds[1], d.kinds[4]), (6, 6));
+        let all = d.totals(|_| true);
+        assert_eq!((all[1].0, all[4].0), (6, 3));
+        assert_eq!(d.v["processes"], 2);
+        // The inverted tree: the functions at the roots, no process.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(inv.labels[1], "work (/app/main.py:3)");
+        assert!(!inv.kinds.contains(&6));
+        // A profile of one process has no process data.
+        let mut one = FlamegraphCollector::new(Output::Stdout);
+        one.collect(&sample(1, &[main]), &t);
+        assert!(
+            Drawn::of(&html(&one, &t, &stats(1)))
+                .v
+                .get("processes")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn embeds_the_tree_threads_stats_and_hot_spots() {
         let mut t = FrameTable::new();
         let main = py(&mut t, "/app/main.py", "<module>", 10);
