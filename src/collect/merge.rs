@@ -431,6 +431,26 @@ mod tests {
     }
 
     #[test]
+    fn sampling_never_waits_for_the_merger() {
+        // Nobody drains the channel while the front collects: it must
+        // not block (a bounded channel would hang here).
+        let (feed, merger) = channel_with(namer);
+        let mut t = FrameTable::new();
+        let f = func(&mut t, "busy");
+        let mut front = feed.front(3, Duration::ZERO).unwrap();
+        let n = 20 * BATCH_SAMPLES as u64 + 7;
+        for i in 0..n {
+            front.collect(&sample(i, 3, vec![f], None), &t);
+        }
+        front.finish(&t, &RunStats::default()).unwrap();
+        drop(front);
+        feed.close();
+        let mut log = Log::default();
+        merger.run(&mut log);
+        assert_eq!(log.seen.len() as u64, n);
+    }
+
+    #[test]
     fn a_front_dropped_within_its_hold_leaves_nothing() {
         let (feed, merger) = channel_with(namer);
         let mut t = FrameTable::new();
