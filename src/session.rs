@@ -422,8 +422,8 @@ fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
 
 /// What a process runs, for a merged profile's sections: its command line
 /// (the program's base name, then its arguments), else its executable's
-/// name; at most [`COMMAND_CHARS`] characters.
-fn command_line(pid: u32) -> String {
+/// name; at most [`COMMAND_CHARS`] characters. `None` when it is gone.
+fn command_line(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let mut words = raw
         .split(|&b| b == 0)
@@ -432,18 +432,19 @@ fn command_line(pid: u32) -> String {
     let mut line = match words.next() {
         Some(exe) => exe.rsplit('/').next().unwrap_or_default().to_string(),
         None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().to_string())
-            .unwrap_or_else(|_| "process".into()),
+            .ok()?
+            .trim_end()
+            .to_string(),
     };
     for w in words {
         line.push(' ');
         line.push_str(&w);
     }
     let line: String = line.chars().filter(|c| !c.is_control()).collect();
-    match line.char_indices().nth(COMMAND_CHARS) {
+    Some(match line.char_indices().nth(COMMAND_CHARS) {
         Some((cut, _)) => format!("{}...", &line[..cut]),
         None => line,
-    }
+    })
 }
 
 /// The longest command line a merged profile shows for a process.
@@ -885,12 +886,11 @@ mod tests {
 
     #[test]
     fn a_process_is_named_by_its_command_line() {
-        let me = command_line(std::process::id());
+        let me = command_line(std::process::id()).unwrap();
         let exe = std::env::args().next().unwrap();
         assert!(me.starts_with(exe.rsplit('/').next().unwrap()), "{me}");
         assert!(me.chars().count() <= COMMAND_CHARS + 3);
-        // A process that is gone still gets a name.
-        assert_eq!(command_line(u32::MAX), "process");
+        assert_eq!(command_line(u32::MAX), None);
     }
 
     #[test]

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
 use serde_json::Value;
 
-/// A fork pool of four doing known CPU work in `burn_in_worker`; the
-/// parent prints its pid and the workers' that took a task.
+/// A pool of four (fork, else the start method given) doing known CPU
+/// work in `burn_in_worker`; the parent prints its pid and the workers'
+/// that took a task.
 const POOL: &str = r#"
 import multiprocessing as mp, os, sys, time
 
@@ -31,7 +32,7 @@ def burn_in_worker(n):
     return os.getpid()
 
 if __name__ == "__main__":
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(sys.argv[1] if len(sys.argv) > 1 else "fork")
     with ctx.Pool(4) as p:
         pids = set(p.map(burn_in_worker, range(12), chunksize=1))
     # One write: tachyon's own lines share the pipe.
@@ -111,6 +112,17 @@ impl Tree {
 /// python POOL`, to its end; the processes it printed, and tachyon's
 /// standard error.
 fn run_pool(it: &Interp, dir: &RootDir, format: &str, name: &str) -> (Tree, String) {
+    run_pool_with(it, dir, format, name, "fork")
+}
+
+/// [`run_pool`] with the pool's start `method`.
+fn run_pool_with(
+    it: &Interp,
+    dir: &RootDir,
+    format: &str,
+    name: &str,
+    method: &str,
+) -> (Tree, String) {
     let mut cmd = Command::new(tachyon_bin());
     cmd.args(["run", "--subprocesses", "--merge", format, "-o"])
         .arg(dir.outside(name))
@@ -118,7 +130,8 @@ fn run_pool(it: &Interp, dir: &RootDir, format: &str, name: &str) -> (Tree, Stri
         .arg("chroot")
         .arg(sid_root())
         .arg(&it.exe)
-        .arg(dir.inside("pool.py"));
+        .arg(dir.inside("pool.py"))
+        .arg(method);
     let out = Running::start(cmd).finish(Duration::from_secs(180));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
@@ -193,16 +206,28 @@ fn samples_with(lines: &[(String, u64)], function: &str) -> u64 {
 #[test]
 fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
     let _serial = one_at_a_time();
-    for it in release(sid_interpreters()) {
+    let runs = release(sid_interpreters())
+        .into_iter()
+        .map(|it| (it, "fork"))
+        // Spawned workers exec a new interpreter: followed into it, still
+        // one section each.
+        .chain([(py315(), "spawn")]);
+    for (it, method) in runs {
         let dir = RootDir::new(&[("pool.py", POOL)]);
-        let (tree, stderr) = run_pool(&it, &dir, "--collapsed", "out.txt");
+        let (tree, stderr) = run_pool_with(&it, &dir, "--collapsed", "out.txt", method);
         let body = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
         let sections = collapsed_sections(&body);
         for w in &tree.workers {
             let (command, lines) = sections
                 .get(w)
                 .unwrap_or_else(|| panic!("{}: no section for worker {w}:\n{stderr}", it.name));
-            assert!(command.contains("pool.py"), "{}: {command}", it.name);
+            // A fork runs its parent's command; a spawned worker its own.
+            let runs = if method == "fork" {
+                "pool.py"
+            } else {
+                "multiprocessing"
+            };
+            assert!(command.contains(runs), "{} {method}: {command}", it.name);
             assert!(
                 samples_with(lines, "burn_in_worker") > 0,
                 "{}: worker {w}'s section has no burn_in_worker",

@@ -52,8 +52,9 @@ struct Batch {
     failed: u64,
 }
 
-/// Names a process for the outputs: its command line (`python3 app.py`).
-pub type Namer = fn(u32) -> String;
+/// Names a process for the outputs: its command line (`python3 app.py`);
+/// `None` once it is gone.
+pub type Namer = fn(u32) -> Option<String>;
 
 /// Makes the [`Front`]s of one merged profile; cloned freely. Once
 /// [`Feed::close`]d, it makes no more: the merger then ends when the last
@@ -119,8 +120,9 @@ pub struct Front {
     source: u64,
     pid: u32,
     namer: Namer,
-    /// Processes followed whose names the merger does not have yet.
-    names: Vec<(u32, String)>,
+    /// Processes followed whose names the merger does not have yet, with
+    /// what each ran when first seen.
+    names: Vec<(u32, Option<String>)>,
     hold: Duration,
     /// The samples may go on: held long enough, or finished.
     committed: bool,
@@ -140,7 +142,15 @@ impl Front {
         if !self.committed || (self.batch.is_empty() && self.failed == 0) {
             return;
         }
-        let named = std::mem::take(&mut self.names);
+        // Named as late as possible: a child found just before it
+        // exec'd runs its own command by now (if it still runs).
+        let named = std::mem::take(&mut self.names)
+            .into_iter()
+            .map(|(pid, then)| {
+                let name = (self.namer)(pid).or(then);
+                (pid, name.unwrap_or_else(|| "python".into()))
+            })
+            .collect();
         let strings = frames
             .strings()
             .get(self.sent_strings..)
@@ -354,8 +364,8 @@ mod tests {
         }
     }
 
-    fn namer(pid: u32) -> String {
-        format!("cmd{pid}")
+    fn namer(pid: u32) -> Option<String> {
+        Some(format!("cmd{pid}"))
     }
 
     fn func(t: &mut FrameTable, name: &str) -> FrameId {
