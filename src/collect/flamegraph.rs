@@ -324,9 +324,16 @@ impl FlamegraphCollector {
             if i > 0 {
                 json.push(',');
             }
-            let name = match self.names.get(&tid) {
-                Some(&s) if (s as usize) < frames.strings().len() => json_str(frames.str(s)),
-                _ => "null".into(),
+            let known = match self.names.get(&tid) {
+                Some(&s) if (s as usize) < frames.strings().len() => Some(frames.str(s)),
+                _ => None,
+            };
+            // Merged, every process has its MainThread: say whose.
+            let name = match (known, self.processes.of_thread(tid)) {
+                (Some(n), Some(pid)) => json_str(&format!("{n}, pid {pid}")),
+                (None, Some(pid)) => json_str(&format!("pid {pid}")),
+                (Some(n), None) => json_str(n),
+                (None, None) => "null".into(),
             };
             let main = u8::from(self.main_threads.contains(&tid));
             let _ = write!(json, "[{tid},{name},{main},{n}]");
@@ -976,6 +983,11 @@ mod tests {
         let all = d.totals(|_| true);
         assert_eq!((all[1].0, all[4].0), (6, 3));
         assert_eq!(d.v["processes"], 2);
+        // Threads say whose they are.
+        assert_eq!(
+            d.v["threads"],
+            serde_json::json!([[8, "pid 8", 0, 5], [7, "pid 7", 0, 3], [9, "pid 8", 0, 1]])
+        );
         // The inverted tree: the functions at the roots, no process.
         let inv = Drawn::tree(&page, "inverted");
         assert_eq!(inv.labels[1], "work (/app/main.py:3)");
