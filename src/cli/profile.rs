@@ -94,8 +94,9 @@ pub struct SampleArgs {
     /// With --subprocesses: one output for every process instead of a file
     /// per child, each process a section of its own: a root per process in
     /// the flame graph and collapsed stacks, the pid on gecko threads and
-    /// JSON-lines records, a profile per process and thread in speedscope;
-    /// pstats, heatmap and pprof merge all processes into one table
+    /// JSON-lines records, a profile per process and thread in speedscope, a
+    /// pid label in pprof; pstats, heatmap and pprof merge all processes
+    /// into one table
     #[arg(long)]
     merge: bool,
     /// Enable async-aware profiling (uses task-based stack reconstruction):
