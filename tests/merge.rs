@@ -3,7 +3,8 @@
 //! 3.15): a root per process in the collapsed stacks and the flame graph
 //! (which loads in headless Chromium without console errors), process
 //! tracks in gecko, a profile per process in speedscope (checked against
-//! speedscope's own schema), process records in JSON lines, one merged
+//! speedscope's own schema), process records in JSON lines, a pid label
+//! on pprof samples (read by `go tool pprof`), one merged
 //! pstats table that Python's `pstats` reads; under `run` and `attach`.
 //! `--merge` without `--subprocesses`, and with `--binary`, are refused.
 
@@ -386,7 +387,7 @@ fn json_file(path: &Path) -> Value {
 }
 
 #[test]
-fn gecko_speedscope_and_jsonl_have_each_process() {
+fn gecko_speedscope_jsonl_and_pprof_have_each_process() {
     let _serial = one_at_a_time();
     let it = release(sid_interpreters())
         .into_iter()
@@ -487,6 +488,44 @@ fn gecko_speedscope_and_jsonl_have_each_process() {
     assert!(of("agg").all(|r| r["pid"].is_u64()));
     let end = of("end").next().unwrap()["samples_total"].as_u64().unwrap();
     assert_eq!(end, processes.values().sum::<u64>());
+
+    // pprof: one table, each sample with its process's pid label.
+    let (tree, _) = run_pool(&it, &dir, "--pprof", "p.pb.gz");
+    let tags = go_pprof(&["-tags"], &dir.outside("p.pb.gz"));
+    let pids: BTreeSet<u32> = tags
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("pid:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.rsplit(": ").next()?.trim().parse().ok())
+        .collect();
+    for pid in tree.all() {
+        assert!(pids.contains(&pid), "pprof: no pid label {pid}:\n{tags}");
+    }
+    for w in &tree.workers {
+        let top = go_pprof(
+            &["-top", "-tagfocus", &format!("pid={w}")],
+            &dir.outside("p.pb.gz"),
+        );
+        assert!(top.contains("burn_in_worker"), "pprof: worker {w}:\n{top}");
+    }
+}
+
+/// `go tool pprof ARGS FILE`: its standard output.
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
+            )
+        });
+    ok(out, &format!("go tool pprof {}", args.join(" ")))
 }
 
 #[test]
