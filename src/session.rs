@@ -315,6 +315,11 @@ impl<'a> Profiler<'a> {
                     if let Ok(profiled) = shared.runtimes.lock() {
                         not.extend(profiled.keys());
                     }
+                    // Nor those the watcher is looking at (about to be
+                    // children): a process is in one profile only.
+                    if let Ok(known) = shared.known.lock() {
+                        not.extend(known.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| p));
+                    }
                     next(&not)
                 }
                 _ => None,
@@ -322,6 +327,11 @@ impl<'a> Profiler<'a> {
             let Some((pid, rt)) = following else {
                 break reason;
             };
+            // The watcher may have found it meanwhile: then it is a child's
+            // profile, and this one is over.
+            if self.children.is_some() && !claim(shared, pid) {
+                break reason;
+            }
             crate::errln!(
                 "tachyon: process {} exited; following Python process {pid}",
                 seen[seen.len() - 1]
@@ -329,7 +339,6 @@ impl<'a> Profiler<'a> {
             seen.push(pid);
             if self.children.is_some() {
                 shared.remember_runtime(pid, &rt);
-                mark(shared, pid, None);
             }
             shared.main.store(pid, Ordering::SeqCst);
             sink.target_changed(pid);
@@ -513,7 +522,11 @@ fn watch<'scope>(
                 continue;
             }
             let inherited = shared.inherited_runtime(procs.parent(pid), &image);
-            mark(shared, pid, None);
+            // The main profile may have taken it since (a command's next
+            // Python process).
+            if !claim(shared, pid) {
+                continue;
+            }
             shared.probing.fetch_add(1, Ordering::SeqCst);
             scope.spawn(move || {
                 let report = look_at_child(pid, inherited, children, shared, config, blocking);
@@ -596,6 +609,19 @@ fn look_at_child(
     let report = profile_child(pid, rt, children, shared, config, blocking);
     shared.active.fetch_sub(1, Ordering::SeqCst);
     Some(report)
+}
+
+/// Take `pid` into the main profile unless a child's profile has it (or
+/// is looking at it): one check, under the lock the watcher marks under.
+fn claim(shared: &Shared, pid: i32) -> bool {
+    let Ok(mut known) = shared.known.lock() else {
+        return false;
+    };
+    if matches!(known.get(&pid), Some(None)) {
+        return false;
+    }
+    known.insert(pid, None);
+    true
 }
 
 fn mark(shared: &Shared, pid: i32, state: Option<String>) {

@@ -609,6 +609,60 @@ fn attach_merges_the_workers_of_a_running_process() {
     drop(target);
 }
 
+/// `run --subprocesses --merge -- COMMAND` running two programs one after
+/// the other: each in the output once, under its own pid, whether the main
+/// profile followed the second or it was profiled as a child.
+#[test]
+fn a_commands_programs_are_each_merged_once() {
+    let _serial = one_at_a_time();
+    const WORK: &str = r#"
+import os, sys, time
+def work_of_NAME():
+    t = time.time()
+    while time.time() - t < 0.6:
+        pass
+work_of_NAME()
+sys.stdout.write("NAME " + str(os.getpid()) + "\n")
+sys.stdout.flush()
+"#;
+    let it = py315();
+    let (a, b) = (WORK.replace("NAME", "a"), WORK.replace("NAME", "b"));
+    let dir = RootDir::new(&[("a.py", &a), ("b.py", &b)]);
+    let exe = it.exe.display().to_string();
+    let script = format!("{exe} {}; {exe} {}", dir.inside("a.py"), dir.inside("b.py"));
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "--subprocesses", "--merge", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .args(["sh", "-c", &script]);
+    let out = Running::start(cmd).finish(Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let pid_of = |tag: &str| -> u32 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag)?.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {tag:?} in {stdout}"))
+    };
+    let sections = collapsed_sections(&std::fs::read_to_string(dir.outside("out.txt")).unwrap());
+    for (name, pid) in [("a", pid_of("a ")), ("b", pid_of("b "))] {
+        let function = format!("work_of_{name}");
+        for (p, (_, lines)) in &sections {
+            let n = samples_with(lines, &function);
+            assert_eq!(n > 0, *p == pid, "{function} in process {p}:\n{stderr}");
+        }
+        // Sampled by one profile: followed, or a child, never both.
+        let followed = stderr.contains(&format!("following Python process {pid}\n"));
+        let child = stderr.contains(&format!("profiling child process {pid}\n"));
+        assert!(
+            !(followed && child),
+            "{name} ({pid}) sampled twice:\n{stderr}"
+        );
+    }
+}
+
 /// `tachyon ARGS` on a process that does not exist: refused before it
 /// looks for one.
 fn refused(args: &[&str]) -> String {
