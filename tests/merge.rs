@@ -663,6 +663,44 @@ sys.stdout.flush()
     }
 }
 
+/// `subprocess.run(["sleep", ...])` forks (vforks, on 3.13+) and execs a
+/// program that is not Python: caught before its exec, such a child shows
+/// only its parent's stack, so it has no section in the merged output.
+#[test]
+fn children_that_exec_another_program_leave_no_section() {
+    let _serial = one_at_a_time();
+    const RUNS_SLEEP: &str = r#"
+import subprocess
+for i in range(20):
+    subprocess.run(["sleep", "0.02"])
+print("DONE", flush=True)
+"#;
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("sleeps.py", RUNS_SLEEP)]);
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.args(["run", "--subprocesses", "--merge", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("sleeps.py"));
+        let out = Running::start(cmd).finish(Duration::from_secs(120));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        assert!(stdout.contains("DONE"), "{stdout}");
+        let body = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
+        let sections = collapsed_sections(&body);
+        assert_eq!(
+            sections.len(),
+            1,
+            "{}: {:?}\n{stderr}",
+            it.name,
+            sections.keys()
+        );
+    }
+}
+
 /// `tachyon ARGS` on a process that does not exist: refused before it
 /// looks for one.
 fn refused(args: &[&str]) -> String {
