@@ -3,12 +3,12 @@
 //!
 //! Each process is sampled on its own thread with its own unwinder and
 //! [`FrameTable`]. Its collector is a [`Front`]: it keeps the samples in a
-//! batch and sends the batch, with the strings and frames its table gained
-//! since the last one, through a channel that never blocks. The thread
-//! that owns the real collector runs the [`Merger`]: it re-interns each
-//! process's strings and frames into the one shared table (a map from the
-//! process's ids to the shared ones, grown as batches come), rewrites the
-//! samples' ids, stamps them with their process's pid and hands them on. A
+//! batch, each stamped with its process's pid, and sends the batch, with
+//! the strings and frames its table gained since the last one, through a
+//! channel that never blocks. The thread that owns the real collector runs
+//! the [`Merger`]: it re-interns each process's strings and frames into
+//! the one shared table (a map from the process's ids to the shared ones,
+//! grown as batches come), rewrites the samples' ids and hands them on. A
 //! slow collector thus delays no sampling thread: batches wait in the
 //! channel.
 //!
@@ -293,12 +293,13 @@ impl Merger {
         for s in &batch.strings {
             src.strings.push(self.table.intern_str(s));
         }
-        // An id the front's table did not hold (never, from the session's
-        // own tables) becomes the first string or frame, not a panic.
+        // A string id the front's table did not hold (never, from the
+        // session's own tables) becomes `?`, not a panic; a frame id, a
+        // frame left out of its stack.
         let string = |strings: &[StrId], id: StrId| strings.get(id as usize).copied();
         for f in &batch.frames {
-            let file = string(&src.strings, f.file).unwrap_or(0);
-            let func = string(&src.strings, f.func).unwrap_or(0);
+            let file = string(&src.strings, f.file).unwrap_or_else(|| self.table.intern_str("?"));
+            let func = string(&src.strings, f.func).unwrap_or_else(|| self.table.intern_str("?"));
             let id = self.table.intern(Frame { file, func, ..*f });
             src.frames.push(id);
         }
@@ -438,6 +439,35 @@ mod tests {
         log.named.sort();
         assert_eq!(log.named, [(10, "cmd10".into()), (11, "cmd11".into())]);
         assert_eq!(log.failed, 1);
+    }
+
+    #[test]
+    fn ids_a_front_never_sent_cost_a_frame_not_a_panic() {
+        let (feed, merger) = channel_with(namer);
+        let tx = feed.tx.lock().unwrap().clone().unwrap();
+        feed.close();
+        let frame = Frame {
+            kind: FrameKind::Python,
+            file: 7,
+            func: 0,
+            location: None,
+            opcode: None,
+        };
+        tx.send(Batch {
+            source: 0,
+            named: vec![],
+            strings: vec!["f".into()],
+            frames: vec![frame],
+            samples: vec![sample(1, 1, vec![0, 99], Some(42))],
+            failed: 0,
+        })
+        .unwrap();
+        drop(tx);
+        let mut log = Log::default();
+        let table = merger.run(&mut log);
+        let f = table.frame(0);
+        assert_eq!((table.str(f.file), table.str(f.func)), ("?", "f"));
+        assert_eq!(log.seen, [(None, 1, vec!["f".to_string()], None)]);
     }
 
     #[test]
