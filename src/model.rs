@@ -170,6 +170,9 @@ pub struct Sample {
     /// the times it was taken at.
     pub timestamp_us: u64,
     pub threads: Vec<ThreadSample>,
+    /// The process the threads belong to, in a profile of several processes
+    /// (`--subprocesses --merge`); `None` when a profile has one process.
+    pub pid: Option<u32>,
 }
 
 /// The most frames a sample's stack holds (a deeper one keeps its innermost

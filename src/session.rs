@@ -5,7 +5,10 @@
 //! next Python process of a command when the main one exits (`run --
 //! COMMAND`), and with `--subprocesses` every Python process that appears
 //! below it, each sampled on its own thread into its own collector (the
-//! reference's one profile per child). It sums the statistics of a profile
+//! reference's one profile per child), or with `--merge` each through a
+//! [`merge::Front`] into the main profile ([`Profiler::profile_merged`]:
+//! the main process's samples too, and the collector on a thread of its
+//! own). It sums the statistics of a profile
 //! that went through several processes, and it ends every child's profile
 //! cleanly when the session ends. [`replay`] feeds a recording through the
 //! same collectors, without the reference's launcher frames, and
@@ -18,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use crate::binfmt::reader::BinaryReader;
 use crate::collect::Collector;
+use crate::collect::merge::{self, Feed};
 use crate::collect::tee::Tee;
 use crate::error::{Error, Result};
-use crate::model::{RunStats, Sample};
+use crate::model::{FrameTable, RunStats, Sample};
 use crate::process::linux::LinuxProcess;
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
@@ -132,6 +136,9 @@ struct Shared {
     /// same address, and is profiled at once, without looking for it.
     runtimes: Mutex<HashMap<i32, (String, Runtime)>>,
     started: Instant,
+    /// `--merge`: every child's samples go through a front of this feed
+    /// into the main profile, not into a collector of its own.
+    merge: Option<Feed>,
 }
 
 impl Shared {
@@ -195,6 +202,48 @@ impl<'a> Profiler<'a> {
         first: Unwinder<LinuxProcess>,
         sinks: Vec<&mut dyn Collector>,
     ) -> Result<Outcome> {
+        self.profile_with(first, sinks, None)
+    }
+
+    /// [`Profiler::profile`] into one profile of every process
+    /// (`--subprocesses --merge`): the main process's samples and every
+    /// child's reach `sink` on a thread of its own, each sample with its
+    /// process's pid, their frames in one table (returned, to finish `sink`
+    /// with). The outcome's statistics are every process's together.
+    pub fn profile_merged(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sink: &mut dyn Collector,
+    ) -> Result<(Outcome, FrameTable)> {
+        let (feed, merger) = merge::channel_with(command_line);
+        let Some(mut front) = feed.front(first.pid() as u32, Duration::ZERO) else {
+            unreachable!("a feed is open until closed");
+        };
+        std::thread::scope(|scope| {
+            let merged = scope.spawn(move || merger.run(sink));
+            let outcome = self.profile_with(first, vec![&mut front], Some(feed.clone()));
+            // Every child's profile is over: no more fronts, and the
+            // merger ends once the main one is finished and gone.
+            feed.close();
+            if let Ok(o) = &outcome {
+                let _ = front.finish(o.unwinder.frames(), &o.stats);
+            }
+            drop(front);
+            let table = merged
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let mut outcome = outcome?;
+            outcome.stats = merged_stats(&outcome.stats, &outcome.children);
+            Ok((outcome, table))
+        })
+    }
+
+    fn profile_with(
+        &self,
+        first: Unwinder<LinuxProcess>,
+        sinks: Vec<&mut dyn Collector>,
+        merge: Option<Feed>,
+    ) -> Result<Outcome> {
         let shared = Shared {
             main: AtomicI32::new(first.pid()),
             done: AtomicBool::new(false),
@@ -205,6 +254,7 @@ impl<'a> Profiler<'a> {
             reports: Mutex::new(Vec::new()),
             runtimes: Mutex::new(HashMap::new()),
             started: Instant::now(),
+            merge,
         };
         if self.children.is_some() {
             shared.remember_runtime(first.pid(), first.runtime());
@@ -265,6 +315,11 @@ impl<'a> Profiler<'a> {
                     if let Ok(profiled) = shared.runtimes.lock() {
                         not.extend(profiled.keys());
                     }
+                    // Nor those the watcher is looking at (about to be
+                    // children): a process is in one profile only.
+                    if let Ok(known) = shared.known.lock() {
+                        not.extend(known.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| p));
+                    }
                     next(&not)
                 }
                 _ => None,
@@ -272,6 +327,11 @@ impl<'a> Profiler<'a> {
             let Some((pid, rt)) = following else {
                 break reason;
             };
+            // The watcher may have found it meanwhile: then it is a child's
+            // profile, and this one is over.
+            if self.children.is_some() && !claim(shared, pid) {
+                break reason;
+            }
             crate::errln!(
                 "tachyon: process {} exited; following Python process {pid}",
                 seen[seen.len() - 1]
@@ -279,7 +339,6 @@ impl<'a> Profiler<'a> {
             seen.push(pid);
             if self.children.is_some() {
                 shared.remember_runtime(pid, &rt);
-                mark(shared, pid, None);
             }
             shared.main.store(pid, Ordering::SeqCst);
             sink.target_changed(pid);
@@ -358,6 +417,48 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.interrupted = part.interrupted;
 }
 
+/// The statistics of a merged profile: every process's samples and
+/// failures; the processes ran at once, so its duration is the longest.
+fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
+    let mut total = main.clone();
+    for c in children.iter().filter(|c| c.error.is_none()) {
+        total.attempts += c.stats.attempts;
+        total.failures += c.stats.failures;
+        total.duration_s = total.duration_s.max(c.stats.duration_s);
+    }
+    total
+}
+
+/// What a process runs, for a merged profile's sections: its command line
+/// (the program's base name, then its arguments), else its executable's
+/// name; at most [`COMMAND_CHARS`] characters. `None` when it is gone.
+fn command_line(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut words = raw
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned());
+    let mut line = match words.next() {
+        Some(exe) => exe.rsplit('/').next().unwrap_or_default().to_string(),
+        None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()?
+            .trim_end()
+            .to_string(),
+    };
+    for w in words {
+        line.push(' ');
+        line.push_str(&w);
+    }
+    let line: String = line.chars().filter(|c| !c.is_control()).collect();
+    Some(match line.char_indices().nth(COMMAND_CHARS) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    })
+}
+
+/// The longest command line a merged profile shows for a process.
+const COMMAND_CHARS: usize = 80;
+
 /// The children's watcher: scan the main process's descendants every
 /// [`SCAN_EVERY`] until the main profile is over. Each process not seen
 /// before (or that exec'd since it was last looked at) is looked at on a
@@ -421,7 +522,11 @@ fn watch<'scope>(
                 continue;
             }
             let inherited = shared.inherited_runtime(procs.parent(pid), &image);
-            mark(shared, pid, None);
+            // The main profile may have taken it since (a command's next
+            // Python process).
+            if !claim(shared, pid) {
+                continue;
+            }
             shared.probing.fetch_add(1, Ordering::SeqCst);
             scope.spawn(move || {
                 let report = look_at_child(pid, inherited, children, shared, config, blocking);
@@ -506,6 +611,19 @@ fn look_at_child(
     Some(report)
 }
 
+/// Take `pid` into the main profile unless a child's profile has it (or
+/// is looking at it): one check, under the lock the watcher marks under.
+fn claim(shared: &Shared, pid: i32) -> bool {
+    let Ok(mut known) = shared.known.lock() else {
+        return false;
+    };
+    if matches!(known.get(&pid), Some(None)) {
+        return false;
+    }
+    known.insert(pid, None);
+    true
+}
+
 fn mark(shared: &Shared, pid: i32, state: Option<String>) {
     if let Ok(mut known) = shared.known.lock() {
         known.insert(pid, state);
@@ -575,7 +693,17 @@ fn profile_child(
         error: None,
         not_python: false,
     };
-    let mut collector = match (children.sink)(pid, &rt) {
+    // Merged, the child's samples are held until they span the time a
+    // fork that execs another program at once would: such a child's
+    // samples are its parent's stack, and stay out of the profile.
+    let made = match &shared.merge {
+        Some(feed) => feed
+            .front(pid as u32, Duration::from_secs_f64(SHORT_FORK_S))
+            .map(|f| Box::new(f) as Box<dyn Collector>)
+            .ok_or_else(|| "the profile is over".to_string()),
+        None => (children.sink)(pid, &rt),
+    };
+    let mut collector = match made {
         Ok(c) => c,
         Err(e) => {
             report.error = Some(e);
@@ -780,6 +908,43 @@ mod tests {
         assert!((total.duration_s - 3.0).abs() < 1e-9);
         assert!(total.interrupted);
         assert_eq!(total.interval_us, 1000);
+    }
+
+    #[test]
+    fn a_process_is_named_by_its_command_line() {
+        let me = command_line(std::process::id()).unwrap();
+        let exe = std::env::args().next().unwrap();
+        assert!(me.starts_with(exe.rsplit('/').next().unwrap()), "{me}");
+        assert!(me.chars().count() <= COMMAND_CHARS + 3);
+        assert_eq!(command_line(u32::MAX), None);
+    }
+
+    #[test]
+    fn merged_stats_add_samples_and_keep_the_longest_duration() {
+        let part = |attempts, duration_s| RunStats {
+            interval_us: 1000,
+            attempts,
+            failures: 1,
+            duration_s,
+            ..RunStats::default()
+        };
+        let child = |stats, error: Option<&str>| ChildReport {
+            pid: 1,
+            stats,
+            reason: StopReason::TargetExited,
+            samples: 0,
+            error: error.map(Into::into),
+            not_python: false,
+        };
+        let total = merged_stats(
+            &part(10, 1.0),
+            &[
+                child(part(20, 2.0), None),
+                child(part(5, 9.0), Some("no samples taken")),
+            ],
+        );
+        assert_eq!((total.attempts, total.failures), (30, 2));
+        assert!((total.duration_s - 2.0).abs() < 1e-9);
     }
 
     #[test]

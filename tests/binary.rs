@@ -459,6 +459,7 @@ fn binary_collector_file_replays_in_the_reference() {
         for (i, st) in stacks.iter().enumerate() {
             ts += 1000;
             let sample = Sample {
+                pid: None,
                 timestamp_us: ts,
                 threads: vec![
                     ThreadSample {

@@ -450,6 +450,7 @@ fn feed(
             };
             c.collect(
                 &Sample {
+                    pid: None,
                     timestamp_us: total,
                     threads: vec![ThreadSample {
                         tid: *tid,

@@ -337,6 +337,7 @@ impl<R: Read + Seek> BinaryReader<R> {
                 out.last_mut().unwrap().threads.push(t);
             } else {
                 out.push(Sample {
+                    pid: None,
                     timestamp_us: ts,
                     threads: vec![t],
                 });
@@ -529,6 +530,7 @@ impl Decoder<'_> {
         let mut threads: Vec<ThreadState> = Vec::new();
         let mut index: HashMap<(u64, u32), usize> = HashMap::new();
         let mut sample = Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample::default()],
         };
@@ -836,6 +838,7 @@ mod tests {
 
     fn sample(ts: u64, frames: Vec<FrameId>) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: ts,
             threads: vec![ThreadSample {
                 tid: 42,

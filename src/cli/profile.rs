@@ -88,8 +88,17 @@ pub struct SampleArgs {
     /// Also profile every Python process the target starts (multiprocessing
     /// workers, subprocess, forked servers), each into its own file:
     /// <output>_<pid><ext>, else profile_<pid>.pstats or <format>_<pid>.<ext>
+    /// (with --merge, all into the one output)
     #[arg(long, conflicts_with = "live")]
     subprocesses: bool,
+    /// With --subprocesses: one output for every process instead of a file
+    /// per child, each process a section of its own: a root per process in
+    /// the flame graph and collapsed stacks, the pid on gecko threads and
+    /// JSON-lines records, a profile per process and thread in speedscope, a
+    /// pid label in pprof; pstats, heatmap and pprof merge all processes
+    /// into one table
+    #[arg(long)]
+    merge: bool,
     /// Enable async-aware profiling (uses task-based stack reconstruction):
     /// one stack per asyncio task, through the tasks awaiting it, with
     /// <task> frames named after the tasks (Python 3.14+)
@@ -186,6 +195,18 @@ fn command_form(target: &[OsString]) -> bool {
 impl SampleArgs {
     /// Combinations clap cannot express; reported as usage errors.
     fn check(&self, sub: &str) {
+        if self.merge && !self.subprocesses {
+            super::usage_error(
+                sub,
+                "--merge puts the processes of --subprocesses in one output: use it with --subprocesses",
+            );
+        }
+        if self.merge && self.binary {
+            super::usage_error(
+                sub,
+                "--merge cannot be combined with --binary: a recording holds one process (its format has no pid, and replay, also the reference's, would mix the processes' threads); record each process with --subprocesses --binary instead",
+            );
+        }
         if self.out.gecko && self.mode != ModeArg::Wall {
             super::usage_error(
                 sub,
@@ -447,19 +468,31 @@ fn profile(
                 .then_some(&prepare as &session::Prepare<'_>),
         });
     }
-    let mut sinks: Vec<&mut dyn Collector> = Vec::new();
-    if let Some((_, view)) = &mut live {
-        sinks.push(view);
-    }
-    if let Some(c) = &mut output {
-        sinks.push(c.as_mut());
-    }
+    // Merged (never with --live), every process's samples reach the
+    // output on a thread of its own, their frames in one table.
+    let (outcome, merged) = match (&mut output, args.merge) {
+        (Some(c), true) => {
+            let (o, table) = profiler.profile_merged(first, c.as_mut())?;
+            (o, Some(table))
+        }
+        _ => {
+            let mut sinks: Vec<&mut dyn Collector> = Vec::new();
+            if let Some((_, view)) = &mut live {
+                sinks.push(view);
+            }
+            if let Some(c) = &mut output {
+                sinks.push(c.as_mut());
+            }
+            (profiler.profile(first, sinks)?, None)
+        }
+    };
     let Outcome {
         stats: total,
         reason,
         unwinder,
         children,
-    } = profiler.profile(first, sinks)?;
+    } = outcome;
+    let frames = merged.as_ref().unwrap_or_else(|| unwinder.frames());
     if let Some((mut session, mut view)) = live.take() {
         // The view's final numbers, then (after the target's exit or the
         // duration) the final view until the user quits; the summary and
@@ -486,11 +519,11 @@ fn profile(
     // A profile reads names every second: a few failures, none read,
     // is a program whose threading cannot be read, not a passing moment.
     super::say_why_no_names(unwinder.names_unavailable(3));
-    report_children(&children);
+    report_children(&children, args.merge);
     // A failed write leaves no partial file: outputs are written under a
     // temporary name and renamed only when complete.
     if let Some(c) = &mut output {
-        c.finish(unwinder.frames(), &total)
+        c.finish(frames, &total)
             .context("cannot write the profile (no partial file was left)")?;
     }
     args.out.open_browser(first_pid as u32);
@@ -499,11 +532,12 @@ fn profile(
 
 /// One line per child profile on standard error: its samples, or why it
 /// has none.
-fn report_children(children: &[ChildReport]) {
+fn report_children(children: &[ChildReport], merged: bool) {
+    let into = if merged { " (merged)" } else { "" };
     for c in children.iter().filter(|c| !c.not_python) {
         match &c.error {
             None => tachyon::errln!(
-                "tachyon: child process {}: {} samples in {:.2} seconds, error rate {:.2}%",
+                "tachyon: child process {}{into}: {} samples in {:.2} seconds, error rate {:.2}%",
                 c.pid,
                 c.samples,
                 c.stats.duration_s,

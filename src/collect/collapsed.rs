@@ -9,10 +9,15 @@
 //! func)` with full paths, as the reference does, so frames differing only
 //! in column merge, and two stacks differing only in a file's directory stay
 //! two lines even when their text is the same (the reference prints both).
+//!
+//! In a merged profile of several processes (`--subprocesses --merge`)
+//! each line starts with its process, `process <pid> (<command>);tid:...`,
+//! so flame graph tools draw a root per process.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::merge::Processes;
 use super::pstats::basename;
 use super::stacks::StackCounts;
 use super::{Collector, Output, RunStats};
@@ -23,6 +28,7 @@ use crate::model::{FrameTable, Sample, StrId};
 pub struct CollapsedCollector {
     output: Output,
     counts: StackCounts,
+    processes: Processes,
 }
 
 impl CollapsedCollector {
@@ -30,6 +36,7 @@ impl CollapsedCollector {
         CollapsedCollector {
             output,
             counts: StackCounts::new(),
+            processes: Processes::default(),
         }
     }
 
@@ -53,7 +60,13 @@ impl CollapsedCollector {
         let mut lines: Vec<(String, u64)> = merged
             .into_iter()
             .map(|((tid, locs), n)| {
-                let mut s = format!("tid:{tid}");
+                let mut s = match self.processes.of_thread(tid) {
+                    Some(pid) => format!(
+                        "process {pid} ({});tid:{tid}",
+                        self.processes.command(pid).replace(';', ",")
+                    ),
+                    None => format!("tid:{tid}"),
+                };
                 for &(file, line, func) in locs.iter().rev() {
                     let (file, func) = (frames.str(file), frames.str(func));
                     if file == "~" && line == 0 {
@@ -76,7 +89,12 @@ impl CollapsedCollector {
 
 impl Collector for CollapsedCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.processes.note(sample);
         self.counts.add(sample);
+    }
+
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
     }
 
     fn finish(&mut self, frames: &FrameTable, _stats: &RunStats) -> Result<()> {
@@ -141,6 +159,7 @@ mod tests {
         let (a, b) = (t.intern(mk(1)), t.intern(mk(9)));
         let gc = t.synthetic(crate::model::FrameKind::Gc, "<GC>");
         let sample = |frames: Vec<crate::model::FrameId>| Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![crate::model::ThreadSample {
                 tid: 9,
@@ -153,5 +172,36 @@ mod tests {
         c.collect(&sample(vec![b]), &t);
         c.collect(&sample(vec![gc, b]), &t);
         assert_eq!(c.render(&t), "tid:9;x.py:f:3 2\ntid:9;x.py:f:3;<GC> 1\n");
+    }
+
+    #[test]
+    fn merged_lines_start_with_their_process() {
+        let mut t = FrameTable::new();
+        let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
+        let f = t.intern(crate::model::Frame {
+            opcode: None,
+            kind: crate::model::FrameKind::Python,
+            file,
+            func,
+            location: None,
+        });
+        let sample = |pid, tid| Sample {
+            timestamp_us: 0,
+            threads: vec![crate::model::ThreadSample {
+                tid,
+                frames: vec![f],
+                ..Default::default()
+            }],
+            pid: Some(pid),
+        };
+        let mut c = CollapsedCollector::new(Output::Stdout);
+        c.process_named(5, "python3 a;b.py");
+        c.collect(&sample(5, 5), &t);
+        c.collect(&sample(5, 5), &t);
+        c.collect(&sample(6, 6), &t);
+        assert_eq!(
+            c.render(&t),
+            "process 5 (python3 a,b.py);tid:5;x.py:f:0 2\nprocess 6 (python);tid:6;x.py:f:0 1\n"
+        );
     }
 }

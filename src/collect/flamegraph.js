@@ -122,7 +122,8 @@
     ["installed packages", function (v, w) { return [60 + 50 * w, 175 + 50 * v, 185 + 50 * v]; }],
     ["<GC> garbage collection", function () { return [60, 170, 90]; }],
     ["<native> C calling Python", function () { return [120, 140, 215]; }],
-    ["unreadable", function () { return [175, 175, 175]; }]
+    ["unreadable", function () { return [175, 175, 175]; }],
+    ["process", function () { return [150, 160, 200]; }]
   ];
   function rgb(c) { return "rgb(" + (c[0] | 0) + "," + (c[1] | 0) + "," + (c[2] | 0) + ")"; }
   var colorCache = {};
@@ -382,7 +383,7 @@
         h += '<span><i style="background:' + k[0] + '"></i>' + esc(k[1]) + "</span>";
       });
     } else {
-      KINDS.forEach(function (k) { h += '<span><i style="background:' + rgb(k[1](0.5, 0.5)) + '"></i>' + esc(k[0]) + "</span>"; });
+      KINDS.forEach(function (k, i) { if (i === 6 && !D.processes) return; h += '<span><i style="background:' + rgb(k[1](0.5, 0.5)) + '"></i>' + esc(k[0]) + "</span>"; });
     }
     h += "</div><p class=\"note\">Width is samples" + (diff ? " in this run; colour is the change in a box's " + (st.inverted ? "samples" : "self samples") : "") +
       (st.inverted ? "; inverted: the functions that ran at the roots, their callers stacked on them" : "") +

@@ -23,6 +23,9 @@
 //!   first. Colours follow [`super::tree::classify`]: your code in reds,
 //!   the standard library in yellows, installed packages in aquas, `<GC>`
 //!   green, `<native>` blue, unreadable frames grey.
+//! * A merged profile of several processes (`--subprocesses --merge`)
+//!   has a root per process, `python3 app.py (pid 42)`, its stacks above
+//!   it (the inverted tree, the functions at its roots, has none).
 //! * Samples are counted per distinct stack and thread
 //!   ([`super::stacks::StackCounts`]) with the status bits per stack; the
 //!   trees are the shared [`super::tree::CallTree`], one series per thread.
@@ -38,6 +41,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::merge::Processes;
 use super::stacks::{StackCounts, StackId};
 use super::tree::{CallTree, FrameKey, IdMap, Keys, key_totals, module_name};
 use super::{Collector, Output, RunStats};
@@ -84,6 +88,8 @@ pub struct FlamegraphCollector {
     saw_exception: bool,
     /// Name the frames' opcodes with this table (`--opcodes`).
     opcodes: Option<&'static OpTable>,
+    /// The processes of a merged profile.
+    processes: Processes,
 }
 
 impl FlamegraphCollector {
@@ -104,6 +110,7 @@ impl FlamegraphCollector {
             saw_cpu: false,
             saw_exception: false,
             opcodes: None,
+            processes: Processes::default(),
         }
     }
 
@@ -150,6 +157,13 @@ impl FlamegraphCollector {
         }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"flame\"");
+        if self.processes.merged() {
+            let _ = write!(
+                json,
+                ",\"processes\":{}",
+                trees[0].0.nodes[0].children.len()
+            );
+        }
         data.stats(&mut json, TITLE, stats, self.counts.total(), threads.len());
         let _ = write!(
             json,
@@ -194,12 +208,16 @@ impl FlamegraphCollector {
         inverted: bool,
     ) -> Tree {
         let mut tree = CallTree::new();
-        let ends = tree.add_stacks(
-            &self.counts,
-            keys.mapper(frames, true),
-            |t| series[&t],
-            inverted,
-        );
+        let ends = if self.processes.merged() && !inverted {
+            self.tree_per_process(&mut tree, frames, keys, series)
+        } else {
+            tree.add_stacks(
+                &self.counts,
+                keys.mapper(frames, true),
+                |t| series[&t],
+                inverted,
+            )
+        };
         let all = tree.totals(&tree.ends(|_| true));
         sort_widest_first(&mut tree, &all, &[], &keys.list);
         let mut status: IdMap<(u32, u32), StatusCounts> = IdMap::default();
@@ -235,6 +253,48 @@ impl FlamegraphCollector {
         (tree, all, status, ops)
     }
 
+    /// The call tree of a merged profile: each stack above its process's
+    /// root. Returns, per cell of the counts, the node its stack ended at.
+    fn tree_per_process(
+        &self,
+        tree: &mut CallTree,
+        frames: &FrameTable,
+        keys: &mut Keys,
+        series: &HashMap<u64, u32>,
+    ) -> Vec<u32> {
+        let mut roots: HashMap<Option<u32>, u32> = HashMap::new();
+        let mut root_of = |keys: &mut Keys, tid: u64| {
+            let pid = self.processes.of_thread(tid);
+            *roots.entry(pid).or_insert_with(|| {
+                keys.intern(FrameKey {
+                    func: match pid {
+                        Some(pid) => self.processes.label(pid),
+                        None => format!("thread {tid}"),
+                    }
+                    .into(),
+                    file: None,
+                    line: 0,
+                    kind: Kind::Process,
+                })
+            })
+        };
+        let mut path = Vec::new();
+        let mut cache: HashMap<u32, u32> = HashMap::new();
+        self.counts
+            .cells()
+            .iter()
+            .map(|cell| {
+                path.clear();
+                path.push(root_of(keys, cell.tid));
+                for &f in self.counts.stack(cell.stack).iter().rev() {
+                    let k = *cache.entry(f).or_insert_with(|| keys.of(frames, f, true));
+                    path.push(k);
+                }
+                tree.add(path.iter().copied(), series[&cell.tid], cell.count)
+            })
+            .collect()
+    }
+
     /// Per thread, the samples in garbage collection (a `<GC>` frame on
     /// the stack).
     fn gc_per_thread(
@@ -264,9 +324,16 @@ impl FlamegraphCollector {
             if i > 0 {
                 json.push(',');
             }
-            let name = match self.names.get(&tid) {
-                Some(&s) if (s as usize) < frames.strings().len() => json_str(frames.str(s)),
-                _ => "null".into(),
+            let known = match self.names.get(&tid) {
+                Some(&s) if (s as usize) < frames.strings().len() => Some(frames.str(s)),
+                _ => None,
+            };
+            // Merged, every process has its MainThread: say whose.
+            let name = match (known, self.processes.of_thread(tid)) {
+                (Some(n), Some(pid)) => json_str(&format!("{n}, pid {pid}")),
+                (None, Some(pid)) => json_str(&format!("pid {pid}")),
+                (Some(n), None) => json_str(n),
+                (None, None) => "null".into(),
             };
             let main = u8::from(self.main_threads.contains(&tid));
             let _ = write!(json, "[{tid},{name},{main},{n}]");
@@ -604,7 +671,12 @@ struct Summary {
 }
 
 impl Collector for FlamegraphCollector {
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
+    }
+
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.processes.note(sample);
         for t in &sample.threads {
             if t.status & status::MAIN_THREAD != 0 && !self.main_threads.contains(&t.tid) {
                 self.main_threads.push(t.tid);
@@ -852,6 +924,7 @@ mod tests {
     /// A sample of one thread; `frames` root first.
     fn sample(tid: u64, root_first: &[u32]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample {
                 tid,
@@ -874,6 +947,60 @@ mod tests {
 
     fn html(c: &FlamegraphCollector, t: &FrameTable, st: &RunStats) -> String {
         c.render(t, st).unwrap().expect("a profile").0
+    }
+
+    #[test]
+    fn a_merged_profile_has_a_root_per_process_and_none_inverted() {
+        let mut t = FrameTable::new();
+        let main = py(&mut t, "/app/main.py", "<module>", 10);
+        let work = py(&mut t, "/app/main.py", "work", 3);
+        let mut c = FlamegraphCollector::new(Output::Stdout);
+        c.process_named(7, "python3 main.py");
+        c.process_named(8, "python3 main.py");
+        for (pid, tid, n) in [(7, 7, 3), (8, 8, 5), (8, 9, 1)] {
+            for _ in 0..n {
+                let mut s = sample(tid, &[main, work]);
+                s.pid = Some(pid);
+                c.collect(&s, &t);
+            }
+        }
+        let page = html(&c, &t, &stats(9));
+        let d = Drawn::of(&page);
+        assert_eq!(
+            d.labels,
+            [
+                "all",
+                "python3 main.py (pid 8)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+                "python3 main.py (pid 7)",
+                "<module> (/app/main.py:10)",
+                "work (/app/main.py:3)",
+            ]
+        );
+        assert_eq!(d.parent, [-1, 0, 1, 2, 0, 4, 5]);
+        assert_eq!((d.kinds[1], d.kinds[4]), (6, 6));
+        let all = d.totals(|_| true);
+        assert_eq!((all[1].0, all[4].0), (6, 3));
+        assert_eq!(d.v["processes"], 2);
+        // Threads say whose they are.
+        assert_eq!(
+            d.v["threads"],
+            serde_json::json!([[8, "pid 8", 0, 5], [7, "pid 7", 0, 3], [9, "pid 8", 0, 1]])
+        );
+        // The inverted tree: the functions at the roots, no process.
+        let inv = Drawn::tree(&page, "inverted");
+        assert_eq!(inv.labels[1], "work (/app/main.py:3)");
+        assert!(!inv.kinds.contains(&6));
+        // A profile of one process has no process data.
+        let mut one = FlamegraphCollector::new(Output::Stdout);
+        one.collect(&sample(1, &[main]), &t);
+        assert!(
+            Drawn::of(&html(&one, &t, &stats(1)))
+                .v
+                .get("processes")
+                .is_none()
+        );
     }
 
     #[test]
@@ -1195,6 +1322,7 @@ mod tests {
         let mut c = FlamegraphCollector::new(Output::File(path.clone()));
         c.collect(
             &Sample {
+                pid: None,
                 timestamp_us: 0,
                 threads: vec![ThreadSample::default()],
             },

@@ -15,7 +15,10 @@
 //! reference's is the profiler's own unless [`GeckoCollector::with_pid`]
 //! says otherwise; and a track's `name`, which is the thread's name
 //! (`MainThread`, `worker-3`) when the samples carry one, where the
-//! reference always writes `Thread-<tid>`. Times are milliseconds from the first sample, as in the
+//! reference always writes `Thread-<tid>`. In a merged profile of several
+//! processes (`--subprocesses --merge`) each thread has its own process's
+//! `pid` and `processName` (`python3 app.py (pid 42)`): a process track
+//! each in the Firefox Profiler. Times are milliseconds from the first sample, as in the
 //! reference's replay; markers start and end at sample times, and those still
 //! open at the end are closed at the last sample (so one opened at the last
 //! sample has length 0, as in the reference). The status bits must all be
@@ -136,6 +139,9 @@ struct OpSpan {
 #[derive(Default)]
 struct Thread {
     tid: u64,
+    /// Its process, in a merged profile (`--subprocesses --merge`): the
+    /// Firefox Profiler groups threads into a track per process.
+    pid: Option<u32>,
     is_main: bool,
     /// The thread's latest name (`threading`'s, else the kernel's): the
     /// track's name; without one the reference's `Thread-<tid>`.
@@ -212,6 +218,8 @@ pub struct GeckoCollector {
     instants: std::collections::HashSet<u64>,
     /// Opcode markers, named with this table.
     opcodes: Option<&'static OpTable>,
+    /// The processes of a merged profile, for their tracks' names.
+    processes: super::merge::Processes,
 }
 
 impl GeckoCollector {
@@ -230,6 +238,7 @@ impl GeckoCollector {
             sample_count: 0,
             instants: std::collections::HashSet::new(),
             opcodes: None,
+            processes: Default::default(),
         };
         c.intern("(root)");
         c
@@ -517,11 +526,11 @@ impl GeckoCollector {
                 length: 0,
             },
         };
-        let pid = &self.pid;
+        let (pid, processes) = (&self.pid, &self.processes);
         let profile = ProfileOut {
             meta,
             libs: empty,
-            threads: Seq(self.threads.iter().map(|t| ThreadOut { t, pid })),
+            threads: Seq(self.threads.iter().map(|t| ThreadOut { t, pid, processes })),
             pages: empty,
             shared: SharedOut {
                 string_array: &self.strings,
@@ -589,6 +598,10 @@ fn platform() -> &'static str {
 }
 
 impl Collector for GeckoCollector {
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
+    }
+
     fn collect(&mut self, sample: &Sample, frames: &FrameTable) {
         let base = *self.base_us.get_or_insert_with(|| {
             self.start_time_ms = sample.timestamp_us as f64 / 1000.0;
@@ -600,6 +613,9 @@ impl Collector for GeckoCollector {
         self.last_us = self.last_us.max(now);
         for ts in &sample.threads {
             let th = self.thread(ts.tid, ts.status);
+            if sample.pid.is_some() {
+                self.threads[th].pid = sample.pid;
+            }
             if let Some(n) = ts.name
                 && self.threads[th].name_id != Some(n)
             {
@@ -798,7 +814,9 @@ struct NativeSymbolsOut {
 
 struct ThreadOut<'a> {
     t: &'a Thread,
+    /// The pid of a thread whose process is not known (a profile of one).
     pid: &'a str,
+    processes: &'a super::merge::Processes,
 }
 
 impl Serialize for ThreadOut<'_> {
@@ -815,10 +833,16 @@ impl Serialize for ThreadOut<'_> {
         m.serialize_entry("registerTime", &0)?;
         m.serialize_entry("unregisterTime", &())?;
         m.serialize_entry("pausedRanges", &[(); 0])?;
-        m.serialize_entry("pid", self.pid)?;
+        match t.pid {
+            Some(pid) => m.serialize_entry("pid", &pid.to_string())?,
+            None => m.serialize_entry("pid", self.pid)?,
+        }
         m.serialize_entry("tid", &t.tid)?;
         m.serialize_entry("processType", "default")?;
-        m.serialize_entry("processName", "Python Process")?;
+        match t.pid {
+            Some(pid) => m.serialize_entry("processName", &self.processes.label(pid))?,
+            None => m.serialize_entry("processName", "Python Process")?,
+        }
 
         let n = t.sample_stack.len();
         m.serialize_entry(
@@ -1106,6 +1130,7 @@ mod tests {
                 .unwrap()
                 .iter()
                 .map(|s| Sample {
+                    pid: None,
                     timestamp_us: s["t"].as_u64().unwrap(),
                     threads: s["threads"]
                         .as_array()
@@ -1514,6 +1539,7 @@ mod tests {
         let mut c = GeckoCollector::new(Output::Stdout).with_pid(77);
         for (ts, st, frames) in steps {
             let s = Sample {
+                pid: None,
                 timestamp_us: ts,
                 threads: vec![ThreadSample {
                     tid: 5,
@@ -1588,6 +1614,7 @@ mod tests {
                 _ => vec![root],
             };
             let s = Sample {
+                pid: None,
                 timestamp_us: i * 1000,
                 threads: vec![ThreadSample {
                     tid: 1,

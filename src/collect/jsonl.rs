@@ -12,6 +12,12 @@
 //!    with the run's `samples_total` repeated on each chunk;
 //! 5. `end`: `samples_total` again, the sign that the file is complete.
 //!
+//! A merged profile of several processes (`--subprocesses --merge`) adds,
+//! after `meta`, a `process` record per process (`pid`, `command`,
+//! `samples_total`), and its `agg` chunks come per process, each with its
+//! `pid` and that process's `samples_total` (the tables stay shared; `end`
+//! has every process's samples).
+//!
 //! Every record carries `"v":0` and the run's `run_id` (a random UUID4 in
 //! hex). Chunks hold at most 256 entries. A sample is one thread's stack, so
 //! `samples_total` counts non-empty stacks; `self` counts the samples a
@@ -65,6 +71,9 @@ pub struct JsonlCollector {
     output: Output,
     run_id: String,
     counts: StackCounts,
+    /// A merged profile's counts per process.
+    per_process: std::collections::BTreeMap<u32, StackCounts>,
+    processes: super::merge::Processes,
 }
 
 /// What the records carry, in the reference's first-seen order.
@@ -76,6 +85,9 @@ struct Export {
     self_counts: Vec<u64>,
     cumulative: Vec<u64>,
     samples_total: u64,
+    /// Per process of a merged profile: its pid, samples, and per exported
+    /// frame its self and cumulative samples.
+    processes: Vec<(u32, u64, Vec<u64>, Vec<u64>)>,
 }
 
 impl JsonlCollector {
@@ -84,6 +96,8 @@ impl JsonlCollector {
             output,
             run_id: uuid4_hex(),
             counts: StackCounts::new(),
+            per_process: Default::default(),
+            processes: Default::default(),
         }
     }
 
@@ -117,12 +131,45 @@ impl JsonlCollector {
                 end_col: f.location.map(|l| l.end_col).filter(|&c| c >= 0),
             }
         });
+        let index: HashMap<JFrame, usize> =
+            k.keys.iter().enumerate().map(|(i, &f)| (f, i)).collect();
+        let processes = self
+            .per_process
+            .iter()
+            .map(|(&pid, counts)| {
+                let (mut own, mut cum) = (vec![0; k.keys.len()], vec![0; k.keys.len()]);
+                // Keyed by frame id; the process's frames are among the
+                // whole profile's, exported above.
+                let p = counts.self_and_cumulative(|id| id);
+                for (j, &id) in p.keys.iter().enumerate() {
+                    let f = table.frame(id);
+                    let (Some(&path), Some(&func)) = (str_ids.get(&f.file), str_ids.get(&f.func))
+                    else {
+                        continue;
+                    };
+                    let jf = JFrame {
+                        path,
+                        func,
+                        line: f.line(),
+                        end_line: f.location.map(|l| l.end_line).filter(|&l| l > 0),
+                        col: f.location.map(|l| l.col).filter(|&c| c >= 0),
+                        end_col: f.location.map(|l| l.end_col).filter(|&c| c >= 0),
+                    };
+                    if let Some(&i) = index.get(&jf) {
+                        own[i] += p.direct[j];
+                        cum[i] += p.cumulative[j];
+                    }
+                }
+                (pid, counts.total(), own, cum)
+            })
+            .collect();
         Export {
             strings,
             frames: k.keys,
             self_counts: k.direct,
             cumulative: k.cumulative,
             samples_total: self.counts.total(),
+            processes,
         }
     }
 
@@ -148,6 +195,17 @@ impl JsonlCollector {
                 mode: stats.mode.as_str(),
             },
         )?;
+        for (pid, total, _, _) in &x.processes {
+            write_record(
+                w,
+                &Process {
+                    head: head("process"),
+                    pid: *pid,
+                    command: self.processes.command(*pid),
+                    samples_total: *total,
+                },
+            )?;
+        }
         for (n, chunk) in x.strings.chunks(CHUNK_SIZE).enumerate() {
             let strings: Vec<StrEntry> = chunk
                 .iter()
@@ -182,25 +240,41 @@ impl JsonlCollector {
                 },
             )?;
         }
-        for start in (0..x.frames.len()).step_by(CHUNK_SIZE) {
-            let end = (start + CHUNK_SIZE).min(x.frames.len());
-            let entries: Vec<AggEntry> = (start..end)
-                .map(|j| AggEntry {
-                    frame_id: j as u32,
-                    self_: x.self_counts[j],
-                    cumulative: x.cumulative[j],
-                })
-                .collect();
-            write_record(
-                w,
-                &Agg {
-                    head: head("agg"),
-                    kind: "frame",
-                    scope: "final",
-                    samples_total: x.samples_total,
-                    entries,
-                },
-            )?;
+        let whole = (None, x.samples_total, &x.self_counts, &x.cumulative);
+        let parts: Vec<_> = match x.processes.is_empty() {
+            true => vec![whole],
+            false => x
+                .processes
+                .iter()
+                .map(|(pid, n, own, cum)| (Some(*pid), *n, own, cum))
+                .collect(),
+        };
+        for (pid, samples_total, own, cum) in parts {
+            for start in (0..x.frames.len()).step_by(CHUNK_SIZE) {
+                let end = (start + CHUNK_SIZE).min(x.frames.len());
+                let entries: Vec<AggEntry> = (start..end)
+                    .filter(|&j| pid.is_none() || cum[j] > 0)
+                    .map(|j| AggEntry {
+                        frame_id: j as u32,
+                        self_: own[j],
+                        cumulative: cum[j],
+                    })
+                    .collect();
+                if entries.is_empty() {
+                    continue;
+                }
+                write_record(
+                    w,
+                    &Agg {
+                        head: head("agg"),
+                        pid,
+                        kind: "frame",
+                        scope: "final",
+                        samples_total,
+                        entries,
+                    },
+                )?;
+            }
         }
         write_record(
             w,
@@ -223,6 +297,13 @@ impl JsonlCollector {
 impl Collector for JsonlCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
         self.counts.add(sample);
+        if let Some(pid) = sample.pid {
+            self.per_process.entry(pid).or_default().add(sample);
+        }
+    }
+
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
     }
 
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
@@ -292,9 +373,21 @@ struct AggEntry {
 }
 
 #[derive(Serialize)]
+struct Process<'a> {
+    #[serde(flatten)]
+    head: Head<'a>,
+    pid: u32,
+    command: &'a str,
+    samples_total: u64,
+}
+
+#[derive(Serialize)]
 struct Agg<'a> {
     #[serde(flatten)]
     head: Head<'a>,
+    /// The process counted, in a merged profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
     kind: &'static str,
     scope: &'static str,
     samples_total: u64,
@@ -632,6 +725,7 @@ mod tests {
         let c = t.intern(mk(FrameKind::Python, 3, -1));
         let mut col = JsonlCollector::new(Output::Stdout);
         let sample = Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample {
                 tid: 1,

@@ -13,6 +13,7 @@ pub mod flamegraph;
 pub mod gecko;
 pub mod heatmap;
 pub mod jsonl;
+pub mod merge;
 pub mod pprof;
 pub mod pstats;
 #[cfg(test)]
@@ -59,7 +60,7 @@ pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
         .map_err(|e| crate::error::Error::io("cannot write to standard output", e))
 }
 
-pub trait Collector {
+pub trait Collector: Send {
     /// One sample; `frames` resolves its frame ids.
     fn collect(&mut self, sample: &Sample, frames: &FrameTable);
 
@@ -76,6 +77,12 @@ pub trait Collector {
     /// The samples that follow come from process `pid` (a command's next
     /// Python process, once the first has exited).
     fn target_changed(&mut self, _pid: i32) {}
+
+    /// In a merged profile (`--subprocesses --merge`), the samples with
+    /// `pid` come from the process that runs `command` (its command line,
+    /// e.g. `python3 script.py`). Told once per process, before its first
+    /// sample; formats with a section per process name it so.
+    fn process_named(&mut self, _pid: u32, _command: &str) {}
 
     /// Write the result. Called once, also after Ctrl-C or the target's exit.
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()>;

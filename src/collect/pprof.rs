@@ -12,7 +12,9 @@
 //!   two values: `samples/count`, and that count times the interval in
 //!   nanoseconds, typed by what was measured (`wall/nanoseconds`, or
 //!   `cpu`/`gil` with `--mode`), which is also the period type. Each
-//!   carries a `thread` label: the thread id.
+//!   carries a `thread` label: the thread id; in a merged profile of
+//!   several processes (`--subprocesses --merge`) also a numeric `pid`
+//!   label, its process (`go tool pprof -tagfocus pid=42`).
 //! - `time_nanos` is the run's first sample, `duration_nanos` the run's
 //!   duration.
 //! - Samples come in thread-id order, each thread's stacks in the order
@@ -123,6 +125,7 @@ pub struct PprofCollector {
     output: Output,
     counts: StackCounts,
     first_us: Option<u64>,
+    processes: super::merge::Processes,
 }
 
 /// The string table: index 0 is "", as the format requires.
@@ -158,6 +161,7 @@ impl PprofCollector {
             output,
             counts: StackCounts::new(),
             first_us: None,
+            processes: Default::default(),
         }
     }
 
@@ -242,14 +246,22 @@ impl PprofCollector {
                 }
                 None => {
                     sample_index.insert((cell.tid, location_id.clone()), samples.len());
+                    let mut label = vec![Label {
+                        key: thread_key,
+                        str: strings.get(&cell.tid.to_string()),
+                        num: 0,
+                    }];
+                    if let Some(pid) = self.processes.of_thread(cell.tid) {
+                        label.push(Label {
+                            key: strings.get("pid"),
+                            str: 0,
+                            num: pid.into(),
+                        });
+                    }
                     samples.push(PprofSample {
                         location_id,
                         value: vec![count, count.saturating_mul(period)],
-                        label: vec![Label {
-                            key: thread_key,
-                            str: strings.get(&cell.tid.to_string()),
-                            num: 0,
-                        }],
+                        label,
                     });
                 }
             }
@@ -287,6 +299,7 @@ impl PprofCollector {
 
 impl Collector for PprofCollector {
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        self.processes.note(sample);
         if sample.threads.iter().any(|t| !t.frames.is_empty()) {
             let t = sample.timestamp_us;
             self.first_us = Some(self.first_us.map_or(t, |f| f.min(t)));
@@ -311,6 +324,7 @@ mod tests {
 
     fn sample(ts: u64, threads: &[(u64, &[u32])]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: ts,
             threads: threads
                 .iter()
@@ -329,6 +343,32 @@ mod tests {
             .read_to_end(&mut raw)
             .unwrap();
         Profile::decode(raw.as_slice()).unwrap()
+    }
+
+    #[test]
+    fn merged_samples_carry_their_pid() {
+        let mut t = FrameTable::new();
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let mut c = PprofCollector::new(Output::Stdout);
+        for (pid, tid) in [(40, 40), (41, 42)] {
+            let mut s = sample(1000, &[(tid, &[gc])]);
+            s.pid = Some(pid);
+            c.collect(&s, &t);
+        }
+        let p = c.profile(&t, &RunStats::default());
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        let labels: Vec<(&str, &str, &str, i64)> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let (a, b) = (&x.label[0], &x.label[1]);
+                (s(a.key), s(a.str), s(b.key), b.num)
+            })
+            .collect();
+        assert_eq!(
+            labels,
+            [("thread", "40", "pid", 40), ("thread", "42", "pid", 41)]
+        );
     }
 
     #[test]

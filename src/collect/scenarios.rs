@@ -66,6 +66,7 @@ pub fn load(path: &std::path::Path) -> Vec<Scenario> {
                 .collect();
             for _ in 0..s["repeat"].as_u64().unwrap() {
                 samples.push(Sample {
+                    pid: None,
                     timestamp_us: 0,
                     threads: threads.clone(),
                 });
@@ -139,6 +140,7 @@ pub fn py(t: &mut FrameTable, file: &str, func: &str, line: i32) -> u32 {
 /// A sample of one thread (tid 1), its frames given root first.
 pub fn sample(root_first: &[u32]) -> Sample {
     Sample {
+        pid: None,
         timestamp_us: 0,
         threads: vec![ThreadSample {
             tid: 1,

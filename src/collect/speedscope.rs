@@ -1,5 +1,7 @@
 //! speedscope's file format (`--speedscope`): one "sampled" profile per
-//! thread, named by its thread id, sharing one frame table.
+//! thread, named by its thread id, sharing one frame table. In a merged
+//! profile of several processes (`--subprocesses --merge`), one per process
+//! and thread, named `python3 app.py (pid 42) thread 43`, in pid order.
 //!
 //! - Frames are told apart by `(file, function, line)`, as the collapsed
 //!   stacks and the flame graph tell them apart (a column does not split a
@@ -38,7 +40,9 @@ const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 pub struct SpeedscopeCollector {
     output: Output,
     counts: StackCounts,
-    threads: BTreeMap<u64, Thread>,
+    /// By (pid, tid); the pid 0 in a profile of one process.
+    threads: BTreeMap<(u32, u64), Thread>,
+    processes: super::merge::Processes,
 }
 
 /// One thread's samples: runs of one stack, in time order.
@@ -96,6 +100,7 @@ impl SpeedscopeCollector {
             output,
             counts: StackCounts::new(),
             threads: BTreeMap::new(),
+            processes: Default::default(),
         }
     }
 
@@ -111,7 +116,7 @@ impl SpeedscopeCollector {
         // walk first meets it.
         let mut stacks: Vec<Option<Vec<u32>>> = Vec::new();
         let mut profiles = Vec::new();
-        for (&tid, t) in &self.threads {
+        for (&(pid, tid), t) in &self.threads {
             let mut samples: Vec<Vec<u32>> = Vec::with_capacity(t.runs.len());
             let mut weights: Vec<u64> = Vec::with_capacity(t.runs.len());
             for &(id, n) in &t.runs {
@@ -153,7 +158,10 @@ impl SpeedscopeCollector {
             let total = weights.iter().fold(0u64, |a, &w| a.saturating_add(w));
             profiles.push(Profile {
                 kind: "sampled",
-                name: format!("thread {tid}"),
+                name: match pid {
+                    0 => format!("thread {tid}"),
+                    pid => format!("{} thread {tid}", self.processes.label(pid)),
+                },
                 unit,
                 start_value: t.first_us,
                 end_value: t.first_us.saturating_add(total),
@@ -181,13 +189,18 @@ impl SpeedscopeCollector {
 }
 
 impl Collector for SpeedscopeCollector {
+    fn process_named(&mut self, pid: u32, command: &str) {
+        self.processes.name(pid, command);
+    }
+
     fn collect(&mut self, sample: &Sample, _frames: &FrameTable) {
+        let pid = sample.pid.unwrap_or(0);
         for ts in &sample.threads {
             if ts.frames.is_empty() {
                 continue;
             }
             let id = self.counts.add_stack(ts.tid, &ts.frames, 1);
-            let t = self.threads.entry(ts.tid).or_insert_with(|| Thread {
+            let t = self.threads.entry((pid, ts.tid)).or_insert_with(|| Thread {
                 first_us: sample.timestamp_us,
                 ..Thread::default()
             });
@@ -215,6 +228,7 @@ mod tests {
 
     fn sample(ts: u64, threads: &[(u64, u32, &[u32])]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: ts,
             threads: threads
                 .iter()

@@ -185,6 +185,7 @@ mod tests {
 
     fn sample(threads: &[(u64, &[FrameId])]) -> Sample {
         Sample {
+            pid: None,
             timestamp_us: 0,
             threads: threads
                 .iter()

@@ -32,6 +32,12 @@ impl Collector for Tee<'_> {
         }
     }
 
+    fn process_named(&mut self, pid: u32, command: &str) {
+        for c in &mut self.0 {
+            c.process_named(pid, command);
+        }
+    }
+
     /// Every collector finishes, even after one failed; the first error is
     /// returned.
     fn finish(&mut self, frames: &FrameTable, stats: &RunStats) -> Result<()> {
@@ -78,6 +84,7 @@ mod tests {
         let (mut la, mut lb) = (Log(a.clone(), true), Log(b.clone(), false));
         let mut t = Tee(vec![&mut la, &mut lb]);
         let s = Sample {
+            pid: None,
             timestamp_us: 3,
             threads: vec![],
         };

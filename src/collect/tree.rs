@@ -26,6 +26,8 @@ pub(crate) enum Kind {
     Gc,
     Native,
     Unreadable,
+    /// A process's root in a merged profile (`--subprocesses --merge`).
+    Process,
 }
 
 impl Kind {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::Gc => 3,
             Kind::Native => 4,
             Kind::Unreadable => 5,
+            Kind::Process => 6,
         }
     }
 }
@@ -157,12 +160,16 @@ impl Keys {
     /// or not (the differential one, which matches functions).
     pub fn of(&mut self, frames: &FrameTable, id: FrameId, lines: bool) -> u32 {
         let n = name(frames, id);
-        let key = FrameKey {
+        self.intern(FrameKey {
             func: n.func.into(),
             file: n.file.map(Into::into),
             line: if lines { n.line } else { 0 },
             kind: n.kind,
-        };
+        })
+    }
+
+    /// The number of `key`, given when first seen.
+    pub fn intern(&mut self, key: FrameKey) -> u32 {
         if let Some(&k) = self.index.get(&key) {
             return k;
         }

@@ -184,6 +184,7 @@ mod tests {
         let main = frame(&mut t, "main", 9);
         let name = t.intern_str("MainThread");
         let s = Sample {
+            pid: None,
             timestamp_us: 0,
             threads: vec![ThreadSample {
                 tid: 5,
