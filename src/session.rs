@@ -21,6 +21,7 @@ use crate::collect::Collector;
 use crate::collect::tee::Tee;
 use crate::error::{Error, Result};
 use crate::model::{RunStats, Sample};
+use crate::process::follow::{Event, Follower};
 use crate::process::linux::LinuxProcess;
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
@@ -51,6 +52,10 @@ pub const MAX_CHILDREN: usize = 100;
 /// 100 ms; a pool worker or a forked request handler can live less.
 pub const SCAN_EVERY: Duration = Duration::from_millis(5);
 
+/// How often the descendants are scanned when a tracer reports every new
+/// process as it starts: only a safety net then.
+pub const SAFETY_SCAN_EVERY: Duration = Duration::from_millis(100);
+
 /// How long child profiles may go on after the main process exited (the
 /// reference waits as long for its child profilers), before they are ended.
 pub const CHILDREN_GRACE: Duration = Duration::from_secs(30);
@@ -71,6 +76,9 @@ pub struct Children<'a> {
     pub root: Option<i32>,
     /// Readies each child's unwinder.
     pub prepare: Option<&'a Prepare<'a>>,
+    /// The tracer of the program's processes (`run`), which reports each
+    /// new one as it starts; without one, `/proc` is scanned often.
+    pub tracer: Option<&'a Follower>,
 }
 
 /// How one child's profile went.
@@ -358,12 +366,15 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.interrupted = part.interrupted;
 }
 
-/// The children's watcher: scan the main process's descendants every
-/// [`SCAN_EVERY`] until the main profile is over. Each process not seen
-/// before (or that exec'd since it was last looked at) is looked at on a
-/// thread of its own, which profiles it if it is Python: finding a runtime
-/// takes from a few to a few hundred milliseconds (3.11 and 3.12 have their
-/// layout checked), and the scan must not wait for it.
+/// The children's watcher, until the main profile is over. With a tracer
+/// (`run --subprocesses`), each new process and exec is looked at as the
+/// tracer reports it, and the descendants are scanned every
+/// [`SAFETY_SCAN_EVERY`] as a safety net; without (`attach`, `--blocking`,
+/// ptrace refused), they are scanned every [`SCAN_EVERY`]. Each process
+/// not seen before (or that exec'd since it was last looked at) is looked
+/// at on a thread of its own, which profiles it if it is Python: finding a
+/// runtime takes from a few to a few hundred milliseconds (3.11 and 3.12
+/// have their layout checked), and the watcher must not wait for it.
 fn watch<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     children: &'scope Children<'_>,
@@ -371,72 +382,147 @@ fn watch<'scope>(
     config: &'scope SampleConfig,
     blocking: bool,
 ) {
+    let w = Watcher {
+        scope,
+        children,
+        shared,
+        config,
+        blocking,
+    };
     let mut procs = ProcessTree::new();
     let mut last = None;
     let mut round: u32 = 0;
+    let every = match children.tracer {
+        Some(_) => SAFETY_SCAN_EVERY,
+        None => SCAN_EVERY,
+    };
+    let mut next_scan = Instant::now();
+    // Processes reported by the tracer and put off (too many looked at
+    // at once, or not readable yet), with their parent.
+    let mut put_off: Vec<(i32, Option<i32>)> = Vec::new();
     while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
+        if let Some(tracer) = children.tracer {
+            let until_scan = next_scan.saturating_duration_since(Instant::now());
+            let mut wait = match put_off.is_empty() {
+                true => until_scan,
+                false => until_scan.min(SCAN_EVERY),
+            };
+            while let Some(event) = tracer.next_event(wait) {
+                wait = Duration::ZERO;
+                match event {
+                    // Looked at once it execs (its exec is reported).
+                    Event::Forked {
+                        shares_memory: true,
+                        ..
+                    } => {}
+                    Event::Forked { pid, parent, .. } => put_off.push((pid, Some(parent))),
+                    Event::Exec { pid } => put_off.push((pid, None)),
+                }
+            }
+            put_off.retain(|&(pid, parent)| w.consider(pid, parent, false) == Look::PutOff);
+            if Instant::now() < next_scan {
+                continue;
+            }
+        } else {
+            std::thread::sleep(SCAN_EVERY.min(next_scan.saturating_duration_since(Instant::now())));
+        }
+        next_scan = Instant::now() + every;
         // No new process since the last scan: nothing to look at but the
         // execs of processes found not to be Python, looked for less often.
         let newest = tree::last_pid();
         round = round.wrapping_add(1);
-        if newest.is_some() && newest == last && !round.is_multiple_of(RESCAN_EVERY) {
-            std::thread::sleep(SCAN_EVERY);
+        if children.tracer.is_none()
+            && newest.is_some()
+            && newest == last
+            && !round.is_multiple_of(RESCAN_EVERY)
+        {
             continue;
         }
         last = newest;
-        // A process put off to a later scan makes that scan happen at once.
-        let mut deferred = false;
         procs.scan();
         let below = children
             .root
             .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
+        // A process put off makes the next scan happen at once.
+        let mut deferred = false;
         for pid in procs.descendants(below) {
             if shared.done.load(Ordering::SeqCst) {
                 break;
             }
-            let last = {
-                let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
-                match known.get(&pid) {
-                    // Being looked at or profiled.
-                    Some(None) => continue,
-                    Some(Some(last)) => Some(last.clone()),
-                    None => None,
-                }
-            };
-            let Some(image) = tree::image(pid) else {
-                deferred = true;
-                continue;
-            };
-            if last.as_ref() == Some(&image) {
-                continue;
-            }
-            if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
-                deferred = true;
-                continue;
-            }
+            let parent = procs.parent(pid);
             // A vfork child shares its parent's memory until it execs: it
             // is looked at once it has.
-            if procs.parent(pid).is_some_and(tree::in_vfork) {
+            let in_vfork = parent.is_some_and(tree::in_vfork);
+            if w.consider(pid, parent, in_vfork) == Look::PutOff {
                 deferred = true;
-                continue;
             }
-            let inherited = shared.inherited_runtime(procs.parent(pid), &image);
-            mark(shared, pid, None);
-            shared.probing.fetch_add(1, Ordering::SeqCst);
-            scope.spawn(move || {
-                let report = look_at_child(pid, inherited, children, shared, config, blocking);
-                mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
-                if let Some(report) = report
-                    && let Ok(mut r) = shared.reports.lock()
-                {
-                    r.push(report);
-                }
-            });
         }
         if deferred {
             last = None;
         }
-        std::thread::sleep(SCAN_EVERY);
+    }
+}
+
+/// What became of a process the watcher considered.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    /// Being looked at now, or nothing to look at.
+    Done,
+    /// To be considered again soon.
+    PutOff,
+}
+
+/// What the watcher needs to look at a process.
+struct Watcher<'scope, 'env> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    children: &'scope Children<'scope>,
+    shared: &'scope Shared,
+    config: &'scope SampleConfig,
+    blocking: bool,
+}
+
+impl<'scope, 'env> Watcher<'scope, 'env> {
+    /// Look at process `pid` (child of `parent`) on a thread of its own,
+    /// unless it is being looked at or profiled already, or runs what it
+    /// ran when it was found not to be Python.
+    fn consider(&self, pid: i32, parent: Option<i32>, in_vfork: bool) -> Look {
+        let shared = self.shared;
+        let last = {
+            let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
+            match known.get(&pid) {
+                // Being looked at or profiled.
+                Some(None) => return Look::Done,
+                Some(Some(last)) => Some(last.clone()),
+                None => None,
+            }
+        };
+        let Some(image) = tree::image(pid) else {
+            // Gone, or not readable yet.
+            return match tree::parent_pid(pid) {
+                Some(_) => Look::PutOff,
+                None => Look::Done,
+            };
+        };
+        if last.as_ref() == Some(&image) {
+            return Look::Done;
+        }
+        if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING || in_vfork {
+            return Look::PutOff;
+        }
+        let inherited = shared.inherited_runtime(parent, &image);
+        mark(shared, pid, None);
+        shared.probing.fetch_add(1, Ordering::SeqCst);
+        let (children, config, blocking) = (self.children, self.config, self.blocking);
+        self.scope.spawn(move || {
+            let report = look_at_child(pid, inherited, children, shared, config, blocking);
+            mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
+            if let Some(report) = report
+                && let Ok(mut r) = shared.reports.lock()
+            {
+                r.push(report);
+            }
+        });
+        Look::Done
     }
 }
 
