@@ -321,13 +321,10 @@ impl Tracer {
                 let _ = ptrace::cont(pid, Some(sig));
             }
             WaitStatus::Exited(pid, code) => {
-                self.gone(pid, ExitStatus::from_raw((code & 0xff) << 8));
+                self.gone(pid, exited(code));
             }
             WaitStatus::Signaled(pid, sig, core) => {
-                self.gone(
-                    pid,
-                    ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 }),
-                );
+                self.gone(pid, killed(sig, core));
             }
             _ => {}
         }
@@ -382,19 +379,45 @@ impl Tracer {
                     let _ = ptrace::detach(pid, None);
                 }
                 WaitStatus::Exited(pid, code) => {
-                    self.gone(pid, ExitStatus::from_raw((code & 0xff) << 8));
+                    self.gone(pid, exited(code));
                 }
                 WaitStatus::Signaled(pid, sig, core) => {
-                    self.gone(
-                        pid,
-                        ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 }),
-                    );
+                    self.gone(pid, killed(sig, core));
                 }
                 _ => {}
             }
             left.remove(&pid);
         }
+        // Exits not yet collected (a process that ended as we let go, the
+        // program among them): its status is kept, not left to be lost.
+        while let Ok(status) = waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            match status {
+                WaitStatus::Exited(pid, code) => {
+                    self.gone(pid, exited(code));
+                }
+                WaitStatus::Signaled(pid, sig, core) => {
+                    self.gone(pid, killed(sig, core));
+                }
+                WaitStatus::Stopped(pid, sig) => {
+                    let _ = ptrace::detach(pid, Some(sig));
+                }
+                WaitStatus::PtraceEvent(pid, _, _) | WaitStatus::PtraceSyscall(pid) => {
+                    let _ = ptrace::detach(pid, None);
+                }
+                _ => break,
+            }
+        }
     }
+}
+
+/// The wait status of a process that exited with `code`.
+fn exited(code: i32) -> ExitStatus {
+    ExitStatus::from_raw((code & 0xff) << 8)
+}
+
+/// The wait status of a process killed by `sig` (`core`: dumped core).
+fn killed(sig: Signal, core: bool) -> ExitStatus {
+    ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 })
 }
 
 /// `PTRACE_EVENT_STOP`: a seized task's group stop, interrupt, or first stop.
@@ -478,5 +501,27 @@ impl Follower {
 impl Drop for Follower {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_read_as_the_shell_would() {
+        assert_eq!(exited(3).code(), Some(3));
+        assert_eq!(exited(256 + 4).code(), Some(4));
+        assert_eq!(killed(Signal::SIGTERM, false).signal(), Some(15));
+        assert_eq!(killed(Signal::SIGSEGV, true).signal(), Some(11));
+        assert!(killed(Signal::SIGSEGV, true).core_dumped());
+    }
+
+    #[test]
+    fn only_stop_signals_make_group_stops() {
+        assert!(is_stop_signal(Signal::SIGSTOP));
+        assert!(is_stop_signal(Signal::SIGTSTP));
+        assert!(!is_stop_signal(Signal::SIGTRAP));
+        assert!(!is_stop_signal(Signal::SIGCONT));
     }
 }
