@@ -48,8 +48,9 @@ pub type Prepare<'a> =
 /// The reference's bound on child profiles at once.
 pub const MAX_CHILDREN: usize = 100;
 
-/// How often the descendants are looked for. The reference polls every
-/// 100 ms; a pool worker or a forked request handler can live less.
+/// How often the descendants are looked for when no tracer reports new
+/// processes (`attach`, `--blocking`, ptrace refused). The reference polls
+/// every 100 ms; a pool worker or a forked request handler can live less.
 pub const SCAN_EVERY: Duration = Duration::from_millis(5);
 
 /// How often the descendants are scanned when a tracer reports every new
