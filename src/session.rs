@@ -416,7 +416,19 @@ fn watch<'scope>(
                         shares_memory: true,
                         ..
                     } => {}
-                    Event::Forked { pid, parent, .. } => put_off.push((pid, Some(parent))),
+                    Event::Forked {
+                        pid, parent, held, ..
+                    } => {
+                        let look = w.consider(pid, Some(parent), false);
+                        // A held fork waits for its profile to begin; any
+                        // other outcome lets it go now.
+                        if held && !matches!(look, Look::Profiling | Look::Busy) {
+                            tracer.release(pid);
+                        }
+                        if look == Look::PutOff {
+                            put_off.push((pid, Some(parent)));
+                        }
+                    }
                     Event::Exec { pid } => put_off.push((pid, None)),
                 }
             }
@@ -462,12 +474,22 @@ fn watch<'scope>(
             last = None;
         }
     }
+    // Forks reported from now on are no children of this session: the
+    // tracer holds none for it.
+    if let Some(tracer) = children.tracer {
+        tracer.stop_holding();
+    }
 }
 
 /// What became of a process the watcher considered.
 #[derive(Debug, PartialEq, Eq)]
 enum Look {
-    /// Being looked at now, or nothing to look at.
+    /// Being profiled now, with the runtime its parent's (a fork).
+    Profiling,
+    /// Being looked at or profiled already (found by a scan first): the
+    /// thread doing it lets a held fork go.
+    Busy,
+    /// Looked at now, or nothing to look at.
     Done,
     /// To be considered again soon.
     PutOff,
@@ -492,7 +514,7 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
             let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
             match known.get(&pid) {
                 // Being looked at or profiled.
-                Some(None) => return Look::Done,
+                Some(None) => return Look::Busy,
                 Some(Some(last)) => Some(last.clone()),
                 None => None,
             }
@@ -514,8 +536,24 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
         mark(shared, pid, None);
         shared.probing.fetch_add(1, Ordering::SeqCst);
         let (children, config, blocking) = (self.children, self.config, self.blocking);
+        let look = match inherited {
+            Some(_) => Look::Profiling,
+            None => Look::Done,
+        };
         self.scope.spawn(move || {
+            // Not a fork of a profiled process: looking may take a while,
+            // a held fork does not wait for it.
+            if inherited.is_none()
+                && let Some(tracer) = children.tracer
+            {
+                tracer.release(pid);
+            }
             let report = look_at_child(pid, inherited, children, shared, config, blocking);
+            // A held fork is let go once its profile began (or if it has
+            // none): this is a no-op for the first.
+            if let Some(tracer) = children.tracer {
+                tracer.release(pid);
+            }
             mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
             if let Some(report) = report
                 && let Ok(mut r) = shared.reports.lock()
@@ -523,7 +561,7 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
                 r.push(report);
             }
         });
-        Look::Done
+        look
     }
 }
 
@@ -682,6 +720,10 @@ fn profile_child(
     {
         report.error = Some(e);
         return report;
+    }
+    // Its profile begins now: a fork held for it goes on.
+    if let Some(tracer) = children.tracer {
+        tracer.release(pid);
     }
     // What the process became when it left Python, if it did.
     let mut became: Option<String> = None;

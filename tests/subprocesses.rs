@@ -1134,3 +1134,115 @@ fn refused_ptrace_falls_back_to_scanning_for_children() {
         );
     }
 }
+
+/// The burst, started by the test: the program writes `ready` (its pid),
+/// waits for `go`, forks its 30 children, then writes `done`.
+fn burst_on_go_script() -> String {
+    let burst = burst_script();
+    format!(
+        "import os, time\n\
+         here = os.path.dirname(os.path.abspath(__file__))\n\
+         open(os.path.join(here, 'ready.tmp'), 'w').write(str(os.getpid()))\n\
+         os.rename(os.path.join(here, 'ready.tmp'), os.path.join(here, 'ready'))\n\
+         while not os.path.exists(os.path.join(here, 'go')):\n    time.sleep(0.01)\n\
+         {burst}\
+         open(os.path.join(here, 'done'), 'w').close()\n"
+    )
+}
+
+/// The scheduler state letter of `pid` (`T` stopped, `t` in a ptrace stop).
+fn state_of(pid: i32) -> Option<char> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))?
+        .trim()
+        .chars()
+        .next()
+}
+
+fn wait_until(what: &str, deadline: Instant, mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// However late tachyon runs, the tracer misses no child: with tachyon
+/// stopped (SIGSTOP) the program's first fork waits for it. A `/proc` scan
+/// (the fallback under `strace -f`) misses every child that lived and
+/// ended while tachyon was stopped: no timing is assumed either way.
+#[test]
+fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 14)
+        .expect("sid 3.14");
+    let script = burst_on_go_script();
+    for traced in [true, false] {
+        let dir = RootDir::new(&[("burst.py", &script)]);
+        let mut cmd = Command::new(if traced { "env" } else { "strace" });
+        if !traced {
+            cmd.args(["-f", "-o", "/dev/null"]);
+        }
+        cmd.arg(tachyon_bin())
+            .args(["run", "--subprocesses", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("burst.py"));
+        let running = Running::start(cmd);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        wait_until("the program is ready", deadline, || {
+            dir.outside("ready").exists()
+        });
+        let program: i32 = std::fs::read_to_string(dir.outside("ready"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        // tachyon: the program's parent (`env` and `strace` are its own).
+        let tachyon = common::ppid(program).expect("the program's parent");
+        // Sampling has begun once tachyon runs its watcher (and tracer).
+        let threads = if traced { 3 } else { 2 };
+        wait_until("tachyon sampling", deadline, || {
+            threads_of(tachyon) >= threads
+        });
+        kill(Pid::from_raw(tachyon), Signal::SIGSTOP).unwrap();
+        wait_until("tachyon stopped", deadline, || {
+            matches!(state_of(tachyon), Some('T' | 't'))
+        });
+        std::fs::write(dir.outside("go"), "").unwrap();
+        if traced {
+            // The program waits at its first fork for its stopped tracer.
+            wait_until("the program held at its fork", deadline, || {
+                state_of(program) == Some('t')
+            });
+            assert!(!dir.outside("done").exists());
+        } else {
+            // The whole burst runs, and ends, unseen.
+            wait_until("the burst done", deadline, || dir.outside("done").exists());
+        }
+        kill(Pid::from_raw(tachyon), Signal::SIGCONT).unwrap();
+        let out = running.finish(Duration::from_secs(180));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        if traced {
+            assert_burst_profiled(&it.name, &dir, &stdout, &stderr);
+        } else {
+            let children = pids_after(&stdout, "CHILDREN ");
+            let profiled: Vec<_> = children
+                .iter()
+                .filter(|p| dir.outside(&format!("out_{p}.txt")).exists())
+                .collect();
+            assert!(
+                profiled.is_empty(),
+                "a scan found children that ended while tachyon was stopped: {profiled:?}\n{stderr}"
+            );
+        }
+    }
+}

@@ -9,7 +9,13 @@
 //! second waiter would take statuses meant for the tracer, and ptrace
 //! requests must come from the thread that attached. It:
 //! - reports every new process (a thread is no new process) and every exec
-//!   to the session at once ([`Event`]), then lets parent and child go on;
+//!   to the session at once ([`Event`]), and lets the parent go on. A fork
+//!   (a copy of its parent, which may be profiled at once with its
+//!   parent's runtime) is held at its first instruction until the session
+//!   has begun its profile ([`Follower::release`]): however late tachyon's
+//!   threads run on a loaded machine, a short child is not over before its
+//!   profile starts. Other new processes (vfork, `posix_spawn`) go on at
+//!   once: they are looked at when they exec;
 //! - delivers every signal unchanged and keeps stop signals' group stops
 //!   (`PTRACE_LISTEN`), so SIGSTOP and SIGCONT behave as without tachyon;
 //! - reaps the processes that exit, keeping the program's exit status;
@@ -28,7 +34,7 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -48,11 +54,13 @@ use crate::process::launch::{self, ChildIo, Launched};
 pub enum Event {
     /// A new process `pid` (not a thread), made by process `parent`.
     /// `shares_memory`: it runs in its parent's memory until it execs
-    /// (vfork, or `posix_spawn`'s `CLONE_VM`).
+    /// (vfork, or `posix_spawn`'s `CLONE_VM`). `held`: it waits at its
+    /// first instruction for [`Follower::release`].
     Forked {
         pid: i32,
         parent: i32,
         shares_memory: bool,
+        held: bool,
     },
     /// Process `pid` exec'd a new program.
     Exec { pid: i32 },
@@ -61,10 +69,28 @@ pub enum Event {
 /// The tracer thread of one `run --subprocesses`, and what it reports.
 pub struct Follower {
     events: Mutex<Receiver<Event>>,
-    /// The tracer thread's id, to wake it from its wait.
-    tid: Arc<AtomicI32>,
-    stop: Arc<AtomicBool>,
+    control: Arc<Control>,
     thread: Mutex<Option<JoinHandle<Option<ExitStatus>>>>,
+}
+
+/// What the session asks of the tracer thread (which is woken to see it).
+#[derive(Default)]
+struct Control {
+    /// The tracer thread's id, to wake it from its wait.
+    tid: AtomicI32,
+    /// Let every process go and end.
+    stop: AtomicBool,
+    /// Hold no more forks (the session looks for no more children).
+    no_holding: AtomicBool,
+    /// Held processes to let go.
+    release: Mutex<Vec<i32>>,
+    /// Requests made (release, stop holding), and the last the tracer has
+    /// acted on: a wake signal that comes just before the tracer blocks in
+    /// its wait is lost, so the asker wakes it until it has acted.
+    asked: AtomicU64,
+    seen: AtomicU64,
+    /// The tracer thread has ended.
+    over: AtomicBool,
 }
 
 /// Every traced process is released within this long of the session's
@@ -121,16 +147,19 @@ pub fn launch(
     launch::adopt_orphans();
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<Started>>();
     let (events_tx, events_rx) = std::sync::mpsc::channel::<Event>();
-    let stop = Arc::new(AtomicBool::new(false));
-    let tid = Arc::new(AtomicI32::new(0));
+    let control = Arc::new(Control::default());
     let program = program.clone();
     let thread = {
-        let (stop, tid) = (stop.clone(), tid.clone());
+        let control = control.clone();
         std::thread::Builder::new()
             .name("tracer".into())
             .spawn(move || {
-                tid.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
-                tracer_main(cmd, &program, started_tx, events_tx, &stop)
+                control
+                    .tid
+                    .store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
+                let status = tracer_main(cmd, &program, started_tx, events_tx, &control);
+                control.over.store(true, Ordering::SeqCst);
+                status
             })
             .map_err(|e| Error::io("cannot start the tracer thread", e))?
     };
@@ -145,8 +174,7 @@ pub fn launch(
             *launched,
             Some(Follower {
                 events: Mutex::new(events_rx),
-                tid,
-                stop,
+                control,
                 thread: Mutex::new(Some(thread)),
             }),
         )),
@@ -172,7 +200,7 @@ fn tracer_main(
     program: &OsString,
     started: Sender<Result<Started>>,
     events: Sender<Event>,
-    stop: &AtomicBool,
+    control: &Control,
 ) -> Option<ExitStatus> {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -224,7 +252,7 @@ fn tracer_main(
         return t.root_status;
     }
     let mut t = Tracer::new(root, tracees);
-    t.follow(&events, stop);
+    t.follow(&events, control);
     t.release();
     t.root_status
 }
@@ -235,6 +263,14 @@ struct Tracer {
     /// Every traced task (threads too).
     tracees: HashSet<Pid>,
     root_status: Option<ExitStatus>,
+    /// New tasks at their first stop, their creation not reported yet.
+    early: HashSet<Pid>,
+    /// Forks to hold at their first stop, which has not come yet.
+    to_hold: HashSet<Pid>,
+    /// Forks held at their first stop.
+    held: HashSet<Pid>,
+    /// Hold new forks (until the session looks for no more children).
+    holding: bool,
 }
 
 impl Tracer {
@@ -243,13 +279,18 @@ impl Tracer {
             root,
             tracees: tracees.into_iter().collect(),
             root_status: None,
+            early: HashSet::new(),
+            to_hold: HashSet::new(),
+            held: HashSet::new(),
+            holding: true,
         }
     }
 
     /// Wait for every stop of the tree and handle it, until told to stop
     /// or nothing is left to trace.
-    fn follow(&mut self, events: &Sender<Event>, stop: &AtomicBool) {
-        while !stop.load(Ordering::SeqCst) {
+    fn follow(&mut self, events: &Sender<Event>, control: &Control) {
+        while !control.stop.load(Ordering::SeqCst) {
+            self.let_go(control);
             match waitpid(None, Some(WaitPidFlag::__WALL)) {
                 Ok(status) => self.handle(status, events),
                 Err(Errno::EINTR) => {}
@@ -259,6 +300,48 @@ impl Tracer {
                     return;
                 }
             }
+        }
+    }
+
+    /// Let go of the held forks the session is done with (all of them
+    /// once it holds no more).
+    fn let_go(&mut self, control: &Control) {
+        let request = control.asked.load(Ordering::SeqCst);
+        let asked: Vec<i32> =
+            std::mem::take(&mut *control.release.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in asked.into_iter().map(Pid::from_raw) {
+            if self.held.remove(&pid) {
+                let _ = ptrace::cont(pid, None);
+            }
+            // Released before its first stop: that stop lets it go on.
+            self.to_hold.remove(&pid);
+        }
+        if control.no_holding.load(Ordering::SeqCst) && self.holding {
+            self.holding = false;
+            self.to_hold.clear();
+            for pid in std::mem::take(&mut self.held) {
+                let _ = ptrace::cont(pid, None);
+            }
+        }
+        control.seen.store(request, Ordering::SeqCst);
+    }
+
+    /// A new task `new` was reported (by its creator's event): hold it, or
+    /// let it go on if it is at its first stop already.
+    fn created(&mut self, new: Pid, hold: bool) {
+        self.tracees.insert(new);
+        let stopped = self.early.remove(&new);
+        match (hold, stopped) {
+            (true, true) => {
+                self.held.insert(new);
+            }
+            (true, false) => {
+                self.to_hold.insert(new);
+            }
+            (false, true) => {
+                let _ = ptrace::cont(new, None);
+            }
+            (false, false) => {}
         }
     }
 
@@ -272,11 +355,12 @@ impl Tracer {
                 self.tracees.insert(pid);
                 if let Ok(new) = ptrace::getevent(pid) {
                     let new = new as i32;
-                    self.tracees.insert(Pid::from_raw(new));
                     // A clone event is a thread unless the new task leads
                     // a thread group of its own.
                     let is_process = ev != PtEvent::PTRACE_EVENT_CLONE as i32
                         || tgid(new).is_none_or(|g| g == new);
+                    let hold = self.holding && ev == PtEvent::PTRACE_EVENT_FORK as i32;
+                    self.created(Pid::from_raw(new), hold);
                     if is_process {
                         let _ = events.send(Event::Forked {
                             pid: new,
@@ -284,6 +368,7 @@ impl Tracer {
                             // vfork, and posix_spawn's clone(CLONE_VM |
                             // CLONE_VFORK), report as a vfork.
                             shares_memory: ev == PtEvent::PTRACE_EVENT_VFORK as i32,
+                            held: hold,
                         });
                     }
                 }
@@ -301,11 +386,18 @@ impl Tracer {
                 let _ = ptrace::cont(pid, None);
             }
             WaitStatus::PtraceEvent(pid, sig, ev) if ev == PTRACE_EVENT_STOP => {
-                self.tracees.insert(pid);
                 if is_stop_signal(sig) {
                     // A group stop: stay stopped until SIGCONT, as without
                     // a tracer.
+                    self.tracees.insert(pid);
                     listen(pid);
+                } else if !self.tracees.contains(&pid) {
+                    // A new task's first stop, before its creator's event
+                    // said whether to hold it.
+                    self.tracees.insert(pid);
+                    self.early.insert(pid);
+                } else if self.to_hold.remove(&pid) {
+                    self.held.insert(pid);
                 } else {
                     // A new task's first stop, or an interrupt.
                     let _ = ptrace::cont(pid, None);
@@ -332,6 +424,9 @@ impl Tracer {
 
     fn gone(&mut self, pid: Pid, status: ExitStatus) {
         self.tracees.remove(&pid);
+        self.held.remove(&pid);
+        self.early.remove(&pid);
+        self.to_hold.remove(&pid);
         if pid == self.root {
             self.root_status = Some(status);
         }
@@ -341,9 +436,13 @@ impl Tracer {
     /// its stop, a signal it stopped for delivered, a group stop kept.
     fn release(&mut self) {
         let mut left: HashSet<Pid> = HashSet::new();
+        // Those at a stop already seen are let go at once.
+        let stopped: HashSet<Pid> = self.held.drain().chain(self.early.drain()).collect();
         for &t in &self.tracees {
-            // ESRCH: gone (its exit is reaped below or was already).
-            if ptrace::interrupt(t).is_ok() {
+            if stopped.contains(&t) {
+                let _ = ptrace::detach(t, None);
+            } else if ptrace::interrupt(t).is_ok() {
+                // ESRCH: gone (its exit is reaped below or was already).
                 left.insert(t);
             }
         }
@@ -471,6 +570,55 @@ impl Follower {
         }
     }
 
+    /// Let go of the held fork `pid`: its profile has begun (or it will
+    /// have none). Harmless for any other pid.
+    pub fn release(&self, pid: i32) {
+        self.control
+            .release
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pid);
+        self.until_seen();
+    }
+
+    /// Hold no more forks, and let go of those held: the session looks for
+    /// no more children.
+    pub fn stop_holding(&self) {
+        self.control.no_holding.store(true, Ordering::SeqCst);
+        self.until_seen();
+    }
+
+    /// Wake the tracer until it has acted on the request just made.
+    fn until_seen(&self) {
+        let c = &self.control;
+        let request = c.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let deadline = Instant::now() + RELEASE_WITHIN;
+        while c.seen.load(Ordering::SeqCst) < request
+            && !c.over.load(Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            self.wake();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Wake the tracer thread from its wait, to see what it is asked.
+    fn wake(&self) {
+        let tid = self.control.tid.load(Ordering::SeqCst);
+        if tid != 0 {
+            // SAFETY: tgkill takes plain integers; aimed at our own
+            // tracer thread, whose handler for it does nothing.
+            unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_tgkill,
+                    nix::unistd::getpid().as_raw(),
+                    tid,
+                    wake_signal(),
+                );
+            }
+        }
+    }
+
     /// End the following: every traced process is detached (and goes on
     /// running, or exits, as without tachyon). The program's exit status
     /// if it exited while traced (then it was reaped: `Child::wait` would
@@ -481,17 +629,9 @@ impl Follower {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()?;
-        self.stop.store(true, Ordering::SeqCst);
-        let me = nix::unistd::getpid().as_raw();
-        let tid = self.tid.load(Ordering::SeqCst);
+        self.control.stop.store(true, Ordering::SeqCst);
         while !thread.is_finished() {
-            if tid != 0 {
-                // SAFETY: tgkill takes plain integers; aimed at our own
-                // thread, whose handler for it does nothing.
-                unsafe {
-                    nix::libc::syscall(nix::libc::SYS_tgkill, me, tid, wake_signal());
-                }
-            }
+            self.wake();
             std::thread::sleep(Duration::from_millis(2));
         }
         thread.join().ok().flatten()
