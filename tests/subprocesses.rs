@@ -1246,3 +1246,55 @@ fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
         }
     }
 }
+
+/// The program, stopped and continued from outside while traced, stops
+/// (makes no progress), goes on, and its SIGCONT handler runs once.
+#[test]
+fn the_program_stops_and_continues_from_outside() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    const WAITS: &str = r#"
+import os, signal, time
+here = os.path.dirname(os.path.abspath(__file__))
+got = []
+signal.signal(signal.SIGCONT, lambda *a: got.append(1))
+if os.fork() == 0:
+    os._exit(0)
+os.wait()
+open(os.path.join(here, "ready.tmp"), "w").write(str(os.getpid()))
+os.rename(os.path.join(here, "ready.tmp"), os.path.join(here, "ready"))
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.005)
+os.write(1, f"CONT {len(got)}\n".encode())
+"#;
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 15)
+        .expect("sid 3.15");
+    let dir = RootDir::new(&[("waits.py", WAITS)]);
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("waits.py"));
+    let running = Running::start(cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let program = wait_ready(&dir, deadline)[0];
+    kill(Pid::from_raw(program), Signal::SIGSTOP).unwrap();
+    wait_until("the program stopped", deadline, || {
+        matches!(state_of(program), Some('T' | 't'))
+    });
+    std::fs::write(dir.outside("go"), "").unwrap();
+    // Stopped, it cannot see `go`: still there, still stopped.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(matches!(state_of(program), Some('T' | 't')));
+    kill(Pid::from_raw(program), Signal::SIGCONT).unwrap();
+    let out = running.finish(Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("CONT 1"), "{stdout}\n{stderr}");
+}

@@ -125,9 +125,9 @@ enum Started {
     Refused(Errno, std::process::Child),
 }
 
-/// Start `argv` (an interpreter and its script, or with `command` any
-/// command) traced by a new tracer thread, and wait for its first Python
-/// process. `None` for the follower when ptrace is refused (one line of
+/// Start `argv` (an interpreter and its script, or any command) traced by
+/// a new tracer thread, and wait for its first Python process (for a
+/// command, the first of its processes that is Python). `None` for the follower when ptrace is refused (one line of
 /// warning is printed): the program then runs untraced.
 pub fn launch(
     argv: &[OsString],
