@@ -3,7 +3,7 @@
 //! missed because it started and ended between two looks at `/proc`.
 //!
 //! One tracer thread owns the traced tree. It starts the program (stopped
-//! before its first instruction, as [`launch`](super::launch) does for a
+//! before its first instruction, as [`super::launch`] does for a
 //! command), seizes it with fork, vfork, clone and exec followed, and from
 //! then on is the only thread that waits for any process of the tree: a
 //! second waiter would take statuses meant for the tracer, and ptrace
@@ -28,7 +28,7 @@
 //!
 //! Where ptrace is refused (the program already traced, as under
 //! `strace -f`; Yama's `ptrace_scope`), the program is started untraced and
-//! [`launch`] says so; the session then scans `/proc` instead.
+//! [`launch()`] says so; the session then scans `/proc` instead.
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -15,6 +15,10 @@
 //! first one that is gets sampled from its first instruction; then every
 //! traced process is released. Where ptrace is refused (some containers),
 //! the descendants are polled every half millisecond instead.
+//!
+//! Under `run --subprocesses` the program is started by
+//! [`super::follow`], which starts it the same way (the helper, seizing,
+//! `follow_until_python`) but keeps every process traced afterwards.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
