@@ -78,4 +78,10 @@ if ! command -v tmux >/dev/null; then
     apt_install tmux
     command -v tmux >/dev/null || { echo "provision-tools: ERROR: tmux did not install" >&2; exit 1; }
 fi
+# strace, from Debian: run --subprocesses is tested where ptrace is refused
+# (tachyon already traced by strace -f).
+if ! command -v strace >/dev/null; then
+    apt_install strace
+    command -v strace >/dev/null || { echo "provision-tools: ERROR: strace did not install" >&2; exit 1; }
+fi
 echo "$TOOLS"

@@ -25,6 +25,7 @@ use crate::collect::merge::{self, Feed};
 use crate::collect::tee::Tee;
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, RunStats, Sample};
+use crate::process::follow::{Event, Follower};
 use crate::process::linux::LinuxProcess;
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
@@ -51,9 +52,14 @@ pub type Prepare<'a> =
 /// The reference's bound on child profiles at once.
 pub const MAX_CHILDREN: usize = 100;
 
-/// How often the descendants are looked for. The reference polls every
-/// 100 ms; a pool worker or a forked request handler can live less.
+/// How often the descendants are looked for when no tracer reports new
+/// processes (`attach`, `--blocking`, ptrace refused). The reference polls
+/// every 100 ms; a pool worker or a forked request handler can live less.
 pub const SCAN_EVERY: Duration = Duration::from_millis(5);
+
+/// How often the descendants are scanned when a tracer reports every new
+/// process as it starts: only a safety net then.
+pub const SAFETY_SCAN_EVERY: Duration = Duration::from_millis(100);
 
 /// How long child profiles may go on after the main process exited (the
 /// reference waits as long for its child profilers), before they are ended.
@@ -75,6 +81,9 @@ pub struct Children<'a> {
     pub root: Option<i32>,
     /// Readies each child's unwinder.
     pub prepare: Option<&'a Prepare<'a>>,
+    /// The tracer of the program's processes (`run`), which reports each
+    /// new one as it starts; without one, `/proc` is scanned often.
+    pub tracer: Option<&'a Follower>,
 }
 
 /// How one child's profile went.
@@ -332,6 +341,11 @@ impl<'a> Profiler<'a> {
             if self.children.is_some() && !claim(shared, pid) {
                 break reason;
             }
+            // A fork the tracer holds for the watcher's profile is this
+            // one's now: let it run.
+            if let Some(tracer) = self.children.as_ref().and_then(|c| c.tracer) {
+                tracer.release(pid);
+            }
             crate::errln!(
                 "tachyon: process {} exited; following Python process {pid}",
                 seen[seen.len() - 1]
@@ -459,12 +473,15 @@ fn command_line(pid: u32) -> Option<String> {
 /// The longest command line a merged profile shows for a process.
 const COMMAND_CHARS: usize = 80;
 
-/// The children's watcher: scan the main process's descendants every
-/// [`SCAN_EVERY`] until the main profile is over. Each process not seen
-/// before (or that exec'd since it was last looked at) is looked at on a
-/// thread of its own, which profiles it if it is Python: finding a runtime
-/// takes from a few to a few hundred milliseconds (3.11 and 3.12 have their
-/// layout checked), and the scan must not wait for it.
+/// The children's watcher, until the main profile is over. With a tracer
+/// (`run --subprocesses`), each new process and exec is looked at as the
+/// tracer reports it, and the descendants are scanned every
+/// [`SAFETY_SCAN_EVERY`] as a safety net; without (`attach`, `--blocking`,
+/// ptrace refused), they are scanned every [`SCAN_EVERY`]. Each process
+/// not seen before (or that exec'd since it was last looked at) is looked
+/// at on a thread of its own, which profiles it if it is Python: finding a
+/// runtime takes from a few to a few hundred milliseconds (3.11 and 3.12
+/// have their layout checked), and the watcher must not wait for it.
 fn watch<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     children: &'scope Children<'_>,
@@ -472,76 +489,189 @@ fn watch<'scope>(
     config: &'scope SampleConfig,
     blocking: bool,
 ) {
+    let w = Watcher {
+        scope,
+        children,
+        shared,
+        config,
+        blocking,
+    };
     let mut procs = ProcessTree::new();
     let mut last = None;
     let mut round: u32 = 0;
+    let every = match children.tracer {
+        Some(_) => SAFETY_SCAN_EVERY,
+        None => SCAN_EVERY,
+    };
+    let mut next_scan = Instant::now();
+    // Processes reported by the tracer and put off (too many looked at
+    // at once, or not readable yet), with their parent.
+    let mut put_off: Vec<(i32, Option<i32>)> = Vec::new();
     while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
+        if let Some(tracer) = children.tracer {
+            let until_scan = next_scan.saturating_duration_since(Instant::now());
+            let mut wait = match put_off.is_empty() {
+                true => until_scan,
+                false => until_scan.min(SCAN_EVERY),
+            };
+            while let Some(event) = tracer.next_event(wait) {
+                wait = Duration::ZERO;
+                match event {
+                    // Looked at once it execs (its exec is reported).
+                    Event::Forked {
+                        shares_memory: true,
+                        ..
+                    } => {}
+                    Event::Forked {
+                        pid, parent, held, ..
+                    } => {
+                        let look = w.consider(pid, Some(parent), false);
+                        // A held fork waits for its profile to begin; any
+                        // other outcome lets it go now.
+                        if held && !matches!(look, Look::Profiling | Look::Busy) {
+                            tracer.release(pid);
+                        }
+                        if look == Look::PutOff {
+                            put_off.push((pid, Some(parent)));
+                        }
+                    }
+                    Event::Exec { pid } => put_off.push((pid, None)),
+                }
+            }
+            put_off.retain(|&(pid, parent)| w.consider(pid, parent, false) == Look::PutOff);
+            if Instant::now() < next_scan {
+                continue;
+            }
+        } else {
+            std::thread::sleep(SCAN_EVERY.min(next_scan.saturating_duration_since(Instant::now())));
+        }
+        next_scan = Instant::now() + every;
         // No new process since the last scan: nothing to look at but the
         // execs of processes found not to be Python, looked for less often.
         let newest = tree::last_pid();
         round = round.wrapping_add(1);
-        if newest.is_some() && newest == last && !round.is_multiple_of(RESCAN_EVERY) {
-            std::thread::sleep(SCAN_EVERY);
+        if children.tracer.is_none()
+            && newest.is_some()
+            && newest == last
+            && !round.is_multiple_of(RESCAN_EVERY)
+        {
             continue;
         }
         last = newest;
-        // A process put off to a later scan makes that scan happen at once.
-        let mut deferred = false;
         procs.scan();
         let below = children
             .root
             .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
+        // A process put off makes the next scan happen at once.
+        let mut deferred = false;
         for pid in procs.descendants(below) {
             if shared.done.load(Ordering::SeqCst) {
                 break;
             }
-            let last = {
-                let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
-                match known.get(&pid) {
-                    // Being looked at or profiled.
-                    Some(None) => continue,
-                    Some(Some(last)) => Some(last.clone()),
-                    None => None,
-                }
-            };
-            let Some(image) = tree::image(pid) else {
-                deferred = true;
-                continue;
-            };
-            if last.as_ref() == Some(&image) {
-                continue;
-            }
-            if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING {
-                deferred = true;
-                continue;
-            }
+            let parent = procs.parent(pid);
             // A vfork child shares its parent's memory until it execs: it
             // is looked at once it has.
-            if procs.parent(pid).is_some_and(tree::in_vfork) {
+            let in_vfork = parent.is_some_and(tree::in_vfork);
+            if w.consider(pid, parent, in_vfork) == Look::PutOff {
                 deferred = true;
-                continue;
             }
-            let inherited = shared.inherited_runtime(procs.parent(pid), &image);
-            // The main profile may have taken it since (a command's next
-            // Python process).
-            if !claim(shared, pid) {
-                continue;
-            }
-            shared.probing.fetch_add(1, Ordering::SeqCst);
-            scope.spawn(move || {
-                let report = look_at_child(pid, inherited, children, shared, config, blocking);
-                mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
-                if let Some(report) = report
-                    && let Ok(mut r) = shared.reports.lock()
-                {
-                    r.push(report);
-                }
-            });
         }
         if deferred {
             last = None;
         }
-        std::thread::sleep(SCAN_EVERY);
+    }
+    // Forks reported from now on are no children of this session: the
+    // tracer holds none for it.
+    if let Some(tracer) = children.tracer {
+        tracer.stop_holding();
+    }
+}
+
+/// What became of a process the watcher considered.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    /// Being profiled now, with the runtime its parent's (a fork).
+    Profiling,
+    /// Being looked at or profiled already (found by a scan first): the
+    /// thread doing it lets a held fork go.
+    Busy,
+    /// Looked at now, or nothing to look at.
+    Done,
+    /// To be considered again soon.
+    PutOff,
+}
+
+/// What the watcher needs to look at a process.
+struct Watcher<'scope, 'env> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    children: &'scope Children<'scope>,
+    shared: &'scope Shared,
+    config: &'scope SampleConfig,
+    blocking: bool,
+}
+
+impl<'scope, 'env> Watcher<'scope, 'env> {
+    /// Look at process `pid` (child of `parent`) on a thread of its own,
+    /// unless it is being looked at or profiled already, or runs what it
+    /// ran when it was found not to be Python.
+    fn consider(&self, pid: i32, parent: Option<i32>, in_vfork: bool) -> Look {
+        let shared = self.shared;
+        let last = {
+            let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
+            match known.get(&pid) {
+                // Being looked at or profiled.
+                Some(None) => return Look::Busy,
+                Some(Some(last)) => Some(last.clone()),
+                None => None,
+            }
+        };
+        let Some(image) = tree::image(pid) else {
+            // Gone, or not readable yet.
+            return match tree::parent_pid(pid) {
+                Some(_) => Look::PutOff,
+                None => Look::Done,
+            };
+        };
+        if last.as_ref() == Some(&image) {
+            return Look::Done;
+        }
+        if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING || in_vfork {
+            return Look::PutOff;
+        }
+        let inherited = shared.inherited_runtime(parent, &image);
+        // The main profile may have taken it since (a command's next
+        // Python process).
+        if !claim(shared, pid) {
+            return Look::Busy;
+        }
+        shared.probing.fetch_add(1, Ordering::SeqCst);
+        let (children, config, blocking) = (self.children, self.config, self.blocking);
+        let look = match inherited {
+            Some(_) => Look::Profiling,
+            None => Look::Done,
+        };
+        self.scope.spawn(move || {
+            // Not a fork of a profiled process: looking may take a while,
+            // a held fork does not wait for it.
+            if inherited.is_none()
+                && let Some(tracer) = children.tracer
+            {
+                tracer.release(pid);
+            }
+            let report = look_at_child(pid, inherited, children, shared, config, blocking);
+            // A held fork is let go once its profile began (or if it has
+            // none): this is a no-op for the first.
+            if let Some(tracer) = children.tracer {
+                tracer.release(pid);
+            }
+            mark(shared, pid, Some(tree::image(pid).unwrap_or_default()));
+            if let Some(report) = report
+                && let Ok(mut r) = shared.reports.lock()
+            {
+                r.push(report);
+            }
+        });
+        look
     }
 }
 
@@ -723,6 +853,10 @@ fn profile_child(
     {
         report.error = Some(e);
         return report;
+    }
+    // Its profile begins now: a fork held for it goes on.
+    if let Some(tracer) = children.tracer {
+        tracer.release(pid);
     }
     // What the process became when it left Python, if it did.
     let mut became: Option<String> = None;

@@ -725,3 +725,576 @@ while not os.path.exists(os.path.join(here, "exit")):
     assert!(stderr.contains("waiting for"), "{stderr}");
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+// ---- Under `run`, children are followed with ptrace fork events ----
+
+/// The script of a burst: 30 children forked one after another, child `i`
+/// running `work_i` for a few tens of milliseconds, then exiting. The work
+/// is CPU time, not wall time: on a loaded machine a child lives as much
+/// longer as tachyon's own threads are slowed.
+fn burst_script() -> String {
+    let mut s = String::from(
+        "import os, sys, time\n\
+         def spin():\n    t = time.process_time()\n    while time.process_time() - t < 0.05:\n        pass\n",
+    );
+    for i in 0..30 {
+        s.push_str(&format!("def work_{i}():\n    spin()\n"));
+    }
+    s.push_str(
+        "pids = []\n\
+         for i in range(30):\n    pid = os.fork()\n    if pid == 0:\n        globals()[f'work_{i}']()\n        os._exit(0)\n    os.waitpid(pid, 0)\n    pids.append(pid)\n\
+         sys.stdout.write('CHILDREN ' + ' '.join(map(str, pids)) + '\\n')\n\
+         sys.stdout.flush()\n",
+    );
+    s
+}
+
+/// Every child of the burst has a profile with its own work, and only it.
+fn assert_burst_profiled(name: &str, dir: &RootDir, stdout: &str, stderr: &str) {
+    let children = pids_after(stdout, "CHILDREN ");
+    assert_eq!(children.len(), 30, "{name}: {stdout}");
+    for (i, pid) in children.iter().enumerate() {
+        let file = dir.outside(&format!("out_{pid}.txt"));
+        assert!(
+            file.exists(),
+            "{name}: child {i} ({pid}) has no profile:\n{stderr}"
+        );
+        assert!(
+            samples_in(&file, &format!(":work_{i}:")) > 0,
+            "{name}: child {i} ({pid})'s profile has no work_{i}:\n{stderr}"
+        );
+        let other = (i + 1) % 30;
+        assert_eq!(
+            samples_in(&file, &format!(":work_{other}:")),
+            0,
+            "{name}: child {i} ({pid})'s profile holds work_{other}"
+        );
+    }
+}
+
+#[test]
+fn run_profiles_every_child_of_a_burst_of_short_forks() {
+    let _serial = one_at_a_time();
+    let script = burst_script();
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("burst.py", &script)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "burst.py", &[]);
+        assert_burst_profiled(&it.name, &dir, &stdout, &stderr);
+    }
+}
+
+/// A grandchild (double fork), a fork from a thread that is not the main
+/// one, and a child that execs a new interpreter: each announces its pid
+/// and has its work in its own profile.
+const SHAPES: &str = r#"
+import os, sys, threading, time
+
+def spin():
+    t = time.process_time()
+    while time.process_time() - t < 0.1:
+        pass
+
+def say(tag):
+    sys.stdout.write(f"{tag} {os.getpid()}\n")
+    sys.stdout.flush()
+
+def grandchild_work():
+    spin()
+
+def thread_child_work():
+    spin()
+
+# A double fork: the child forks the grandchild and exits at once. The
+# pipe's end closes when the grandchild is done.
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    if os.fork() == 0:
+        grandchild_work()
+        say("GRANDCHILD")
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+os.read(r, 1)
+
+# A fork from a thread that is not the main thread.
+def from_thread():
+    pid = os.fork()
+    if pid == 0:
+        thread_child_work()
+        say("THREADCHILD")
+        os._exit(0)
+    os.waitpid(pid, 0)
+t = threading.Thread(target=from_thread)
+t.start()
+t.join()
+
+# A child that execs a new interpreter.
+code = "import os, sys, time\ndef exec_child_work():\n    t = time.process_time()\n    while time.process_time() - t < 0.1:\n        pass\nexec_child_work()\nsys.stdout.write(f'EXECCHILD {os.getpid()}\\n')\nsys.stdout.flush()\n"
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-c", code])
+os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn run_profiles_a_grandchild_a_fork_from_a_thread_and_an_exec() {
+    let _serial = one_at_a_time();
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("shapes.py", SHAPES)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "shapes.py", &[]);
+        for (tag, function) in [
+            ("GRANDCHILD ", "grandchild_work"),
+            ("THREADCHILD ", "thread_child_work"),
+            ("EXECCHILD ", "exec_child_work"),
+        ] {
+            let pid = pids_after(&stdout, tag)[0];
+            let file = dir.outside(&format!("out_{pid}.txt"));
+            assert!(
+                samples_in(&file, function) > 0,
+                "{}: {tag}{pid}'s profile has no {function}:\n{stderr}",
+                it.name
+            );
+            assert_eq!(
+                samples_in(&dir.outside("out.txt"), function),
+                0,
+                "{}: the parent's profile holds {function}",
+                it.name
+            );
+        }
+    }
+}
+
+/// Exits with the code given, or is killed by the signal given, after a
+/// child of its own came and went.
+const EXITS: &str = r#"
+import os, signal, sys
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+if sys.argv[1] == "code":
+    sys.exit(3)
+os.kill(os.getpid(), signal.SIGTERM)
+"#;
+
+#[test]
+fn run_passes_the_program_exit_status_through_the_tracer() {
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 14)
+        .expect("sid 3.14");
+    let dir = RootDir::new(&[("exits.py", EXITS)]);
+    for (how, expected) in [("code", 3), ("signal", 128 + 15)] {
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("exits.py"))
+            .arg(how);
+        let out = Running::start(cmd).finish(Duration::from_secs(120));
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "{how}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// A child stops itself with SIGSTOP; its parent sees it stopped (waitpid
+/// with WUNTRACED), continues it with SIGCONT, sees it continued; the
+/// child's SIGCONT handler runs; it exits with 7.
+const STOPS: &str = r#"
+import os, signal
+def say(line):
+    os.write(1, (line + "\n").encode())
+got = []
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    signal.signal(signal.SIGCONT, lambda *a: got.append(1))
+    os.kill(os.getpid(), signal.SIGSTOP)
+    say(f"RESUMED handler ran {len(got)} time(s)")
+    # Exit only once the parent saw us continued (an exit would hide it).
+    os.read(r, 1)
+    os._exit(7)
+os.close(r)
+_, st = os.waitpid(pid, os.WUNTRACED)
+say(f"STOPPED {os.WIFSTOPPED(st) and os.WSTOPSIG(st)}")
+os.kill(pid, signal.SIGCONT)
+_, st = os.waitpid(pid, os.WCONTINUED)
+say(f"CONTINUED {os.WIFCONTINUED(st)}")
+os.close(w)
+_, st = os.waitpid(pid, 0)
+say(f"EXIT {os.WIFEXITED(st) and os.WEXITSTATUS(st)}")
+"#;
+
+#[test]
+fn sigstop_and_sigcont_behave_as_without_tachyon() {
+    let _serial = one_at_a_time();
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("stops.py", STOPS)]);
+        let plain = Command::new("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("stops.py"))
+            .output()
+            .expect("python runs");
+        let expected = text(&plain.stdout);
+        assert!(expected.contains("EXIT 7"), "{}: {expected}", it.name);
+        let (stdout, stderr) = run_profiled(&it, &dir, "stops.py", &[]);
+        let lines = |s: &str| -> Vec<String> {
+            let mut v: Vec<String> = s
+                .lines()
+                .filter(|l| {
+                    ["RESUMED", "STOPPED", "CONTINUED", "EXIT"]
+                        .iter()
+                        .any(|t| l.starts_with(t))
+                })
+                .map(String::from)
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(lines(&stdout), lines(&expected), "{}: {stderr}", it.name);
+    }
+}
+
+/// The program and two children each answer SIGTERM by writing their
+/// TracerPid to `tracer_<pid>` and exiting 0; `ready` lists their pids.
+const TERM_TELLS: &str = r#"
+import os, signal, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+def on_term(*_):
+    with open("/proc/self/status") as f:
+        tp = [l.split()[1] for l in f if l.startswith("TracerPid:")][0]
+    with open(os.path.join(here, f"tracer_{os.getpid()}"), "w") as f:
+        f.write(tp)
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+kids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            time.sleep(0.01)
+    kids.append(pid)
+with open(os.path.join(here, "ready.tmp"), "w") as f:
+    f.write(" ".join(map(str, [os.getpid()] + kids)))
+os.rename(os.path.join(here, "ready.tmp"), os.path.join(here, "ready"))
+while True:
+    time.sleep(0.01)
+"#;
+
+/// The TracerPid each of `pids` wrote on SIGTERM.
+fn tracer_pids_told(dir: &RootDir, pids: &[i32], stderr: &str) -> Vec<String> {
+    pids.iter()
+        .map(|p| {
+            std::fs::read_to_string(dir.outside(&format!("tracer_{p}"))).unwrap_or_else(|e| {
+                panic!("{p} did not exit by its SIGTERM handler ({e}):\n{stderr}")
+            })
+        })
+        .collect()
+}
+
+/// The pids in `ready` (the program and its children), once it is there.
+fn wait_ready(dir: &RootDir, deadline: Instant) -> Vec<i32> {
+    loop {
+        if let Ok(s) = std::fs::read_to_string(dir.outside("ready")) {
+            return s.split_whitespace().map(|p| p.parse().unwrap()).collect();
+        }
+        assert!(Instant::now() < deadline, "the program never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn nothing_stays_traced_after_the_duration_or_sigint() {
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 15)
+        .expect("sid 3.15");
+    for how in ["duration", "sigint"] {
+        let dir = RootDir::new(&[("tells.py", TERM_TELLS)]);
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"));
+        if how == "duration" {
+            cmd.args(["-d", "1"]);
+        }
+        cmd.arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("tells.py"));
+        let running = Running::start(cmd);
+        let tachyon = running.pid();
+        let mut pids = Vec::new();
+        if how == "sigint" {
+            pids = wait_ready(&dir, Instant::now() + Duration::from_secs(60));
+            // While profiled, the children are traced by a thread of tachyon.
+            for p in &pids {
+                let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap();
+                let tracer = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("TracerPid:"))
+                    .unwrap()
+                    .trim()
+                    .to_string();
+                assert!(
+                    Path::new(&format!("/proc/{tachyon}/task/{tracer}")).exists(),
+                    "{p} is traced by {tracer}, not by tachyon ({tachyon})"
+                );
+            }
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(tachyon),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap();
+        }
+        let out = running.finish(Duration::from_secs(120));
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{how}: {}\n{stderr}", out.status);
+        if how == "duration" {
+            // What the program started in its second (on a slow machine,
+            // perhaps not yet its children): the program itself at least.
+            pids = std::fs::read_to_string(dir.outside("ready"))
+                .map(|s| s.split_whitespace().map(|p| p.parse().unwrap()).collect())
+                .unwrap_or_default();
+            if pids.is_empty() {
+                let told: Vec<_> = std::fs::read_dir(&dir.outside)
+                    .unwrap()
+                    .flatten()
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()?
+                            .strip_prefix("tracer_")?
+                            .parse::<i32>()
+                            .ok()
+                    })
+                    .collect();
+                assert!(
+                    !told.is_empty(),
+                    "{how}: the program never answered SIGTERM:\n{stderr}"
+                );
+                pids = told;
+            }
+        }
+        for (p, tracer) in pids.iter().zip(tracer_pids_told(&dir, &pids, &stderr)) {
+            assert_eq!(tracer, "0", "{how}: {p} was still traced when it ended");
+        }
+    }
+}
+
+/// Under `strace -f` tachyon cannot trace the program (it is strace's):
+/// it says so in one line and finds the children by scanning `/proc`.
+#[test]
+fn refused_ptrace_falls_back_to_scanning_for_children() {
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 13)
+        .expect("sid 3.13");
+    let dir = RootDir::new(&[("shapes.py", SHAPES)]);
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-o", "/dev/null"])
+        .arg(tachyon_bin())
+        .args(["run", "--subprocesses", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("shapes.py"));
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.contains("cannot trace the program"))
+        .count();
+    assert_eq!(warnings, 1, "{stderr}");
+    for (tag, function) in [
+        ("THREADCHILD ", "thread_child_work"),
+        ("EXECCHILD ", "exec_child_work"),
+    ] {
+        let pid = pids_after(&stdout, tag)[0];
+        assert!(
+            samples_in(&dir.outside(&format!("out_{pid}.txt")), function) > 0,
+            "{tag}{pid}'s profile has no {function}:\n{stderr}"
+        );
+    }
+}
+
+/// The burst, started by the test: the program writes `ready` (its pid),
+/// waits for `go`, forks its 30 children, then writes `done`.
+fn burst_on_go_script() -> String {
+    let burst = burst_script();
+    format!(
+        "import os, time\n\
+         here = os.path.dirname(os.path.abspath(__file__))\n\
+         open(os.path.join(here, 'ready.tmp'), 'w').write(str(os.getpid()))\n\
+         os.rename(os.path.join(here, 'ready.tmp'), os.path.join(here, 'ready'))\n\
+         while not os.path.exists(os.path.join(here, 'go')):\n    time.sleep(0.01)\n\
+         {burst}\
+         open(os.path.join(here, 'done'), 'w').close()\n"
+    )
+}
+
+/// The scheduler state letter of `pid` (`T` stopped, `t` in a ptrace stop).
+fn state_of(pid: i32) -> Option<char> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))?
+        .trim()
+        .chars()
+        .next()
+}
+
+fn wait_until(what: &str, deadline: Instant, mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// However late tachyon runs, the tracer misses no child: with tachyon
+/// stopped (SIGSTOP) the program's first fork waits for it. A `/proc` scan
+/// (the fallback under `strace -f`) misses every child that lived and
+/// ended while tachyon was stopped: no timing is assumed either way.
+#[test]
+fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 14)
+        .expect("sid 3.14");
+    let script = burst_on_go_script();
+    for traced in [true, false] {
+        let dir = RootDir::new(&[("burst.py", &script)]);
+        let mut cmd = Command::new(if traced { "env" } else { "strace" });
+        if !traced {
+            cmd.args(["-f", "-o", "/dev/null"]);
+        }
+        cmd.arg(tachyon_bin())
+            .args(["run", "--subprocesses", "--collapsed", "-o"])
+            .arg(dir.outside("out.txt"))
+            .arg("--")
+            .arg("chroot")
+            .arg(sid_root())
+            .arg(&it.exe)
+            .arg(dir.inside("burst.py"));
+        let running = Running::start(cmd);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        wait_until("the program is ready", deadline, || {
+            dir.outside("ready").exists()
+        });
+        let program: i32 = std::fs::read_to_string(dir.outside("ready"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        // tachyon: the program's parent (`env` and `strace` are its own).
+        let tachyon = common::ppid(program).expect("the program's parent");
+        // Sampling has begun once tachyon runs its watcher (and tracer).
+        let threads = if traced { 3 } else { 2 };
+        wait_until("tachyon sampling", deadline, || {
+            threads_of(tachyon) >= threads
+        });
+        kill(Pid::from_raw(tachyon), Signal::SIGSTOP).unwrap();
+        wait_until("tachyon stopped", deadline, || {
+            matches!(state_of(tachyon), Some('T' | 't'))
+        });
+        std::fs::write(dir.outside("go"), "").unwrap();
+        if traced {
+            // The program waits at its first fork for its stopped tracer.
+            wait_until("the program held at its fork", deadline, || {
+                state_of(program) == Some('t')
+            });
+            assert!(!dir.outside("done").exists());
+        } else {
+            // The whole burst runs, and ends, unseen.
+            wait_until("the burst done", deadline, || dir.outside("done").exists());
+        }
+        kill(Pid::from_raw(tachyon), Signal::SIGCONT).unwrap();
+        let out = running.finish(Duration::from_secs(180));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        if traced {
+            assert_burst_profiled(&it.name, &dir, &stdout, &stderr);
+        } else {
+            let children = pids_after(&stdout, "CHILDREN ");
+            let profiled: Vec<_> = children
+                .iter()
+                .filter(|p| dir.outside(&format!("out_{p}.txt")).exists())
+                .collect();
+            assert!(
+                profiled.is_empty(),
+                "a scan found children that ended while tachyon was stopped: {profiled:?}\n{stderr}"
+            );
+        }
+    }
+}
+
+/// The program, stopped and continued from outside while traced, stops
+/// (makes no progress), goes on, and its SIGCONT handler runs once.
+#[test]
+fn the_program_stops_and_continues_from_outside() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    const WAITS: &str = r#"
+import os, signal, time
+here = os.path.dirname(os.path.abspath(__file__))
+got = []
+signal.signal(signal.SIGCONT, lambda *a: got.append(1))
+if os.fork() == 0:
+    os._exit(0)
+os.wait()
+open(os.path.join(here, "ready.tmp"), "w").write(str(os.getpid()))
+os.rename(os.path.join(here, "ready.tmp"), os.path.join(here, "ready"))
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.005)
+os.write(1, f"CONT {len(got)}\n".encode())
+"#;
+    let _serial = one_at_a_time();
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 15)
+        .expect("sid 3.15");
+    let dir = RootDir::new(&[("waits.py", WAITS)]);
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
+        .arg(dir.outside("out.txt"))
+        .arg("--")
+        .arg("chroot")
+        .arg(sid_root())
+        .arg(&it.exe)
+        .arg(dir.inside("waits.py"));
+    let running = Running::start(cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let program = wait_ready(&dir, deadline)[0];
+    kill(Pid::from_raw(program), Signal::SIGSTOP).unwrap();
+    wait_until("the program stopped", deadline, || {
+        matches!(state_of(program), Some('T' | 't'))
+    });
+    std::fs::write(dir.outside("go"), "").unwrap();
+    // Stopped, it cannot see `go`: still there, still stopped.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(matches!(state_of(program), Some('T' | 't')));
+    kill(Pid::from_raw(program), Signal::SIGCONT).unwrap();
+    let out = running.finish(Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("CONT 1"), "{stdout}\n{stderr}");
+}

@@ -17,6 +17,7 @@ use tachyon::model::Mode;
 
 use super::async_aware::AsyncModeArg;
 use super::output::OutputArgs;
+use tachyon::process::follow::{self, Follower};
 use tachyon::process::launch;
 use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
@@ -428,6 +429,7 @@ fn profile(
     args: &SampleArgs,
     next: Option<&NextProcess<'_>>,
     root: Option<i32>,
+    tracer: Option<&Follower>,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
     // The output (a file, or the table on stdout), unless --live alone.
@@ -466,6 +468,7 @@ fn profile(
             prepare: args
                 .async_aware
                 .then_some(&prepare as &session::Prepare<'_>),
+            tracer,
         });
     }
     // Merged (never with --live), every process's samples reach the
@@ -562,7 +565,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     if a.sample.blocking {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
-    profile(unwinder, &a.sample, None, None)?;
+    profile(unwinder, &a.sample, None, None, None)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -581,6 +584,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     } else {
         (launch::ChildIo::Inherit, None)
     };
+    // With --subprocesses (and not --blocking, whose own ptrace would
+    // clash), a tracer follows every process the program starts.
+    let follow = a.sample.subprocesses && !a.sample.blocking;
+    let mut tracer: Option<Follower> = None;
     let launched = if command {
         if a.module {
             super::usage_error(
@@ -588,7 +595,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "-m runs a module with python; with `-- COMMAND` give the whole command instead",
             );
         }
-        launch::launch_command(&a.target, Duration::from_secs(30), &io)?
+        if follow {
+            let (launched, t) = follow::launch(&a.target, Duration::from_secs(30), &io)?;
+            tracer = t;
+            launched
+        } else {
+            launch::launch_command(&a.target, Duration::from_secs(30), &io)?
+        }
     } else {
         let Some((first, rest)) = a.target.split_first() else {
             super::usage_error(
@@ -608,7 +621,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         argv.push(first.clone());
         argv.extend(rest.iter().cloned());
-        launch::launch_python(&argv, &io)?
+        if follow {
+            let (launched, t) = follow::launch(&argv, Duration::from_secs(30), &io)?;
+            tracer = t;
+            launched
+        } else {
+            launch::launch_python(&argv, &io)?
+        }
     };
     signals::install();
     let mut child = launched.child;
@@ -621,8 +640,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     );
     if let Err(e) = a.sample.enable_async(&mut unwinder) {
         // Refused (a Python before 3.14): the program must not outlive us.
+        let reaped = tracer.as_ref().and_then(Follower::finish);
         launch::end_program(&mut child, Duration::from_secs(2));
-        let _ = child.wait();
+        if reaped.is_none() {
+            let _ = child.wait();
+        }
         return Err(e);
     }
     // A command (a wrapper, a script running several programs) may start
@@ -636,15 +658,23 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         &a.sample,
         command.then_some(&next as &NextProcess<'_>),
         command.then_some(root),
+        tracer.as_ref(),
     );
+    // No process stays traced past the profile; the tracer has the
+    // program's exit status if it exited meanwhile (and reaped it).
+    let reaped = tracer.as_ref().and_then(Follower::finish);
     // The program outlived sampling (duration over, Ctrl-C): end it and
     // everything it started, as the reference does, politely first.
-    let ended_by_us = child.try_wait().ok().flatten().is_none()
+    let ended_by_us = reaped.is_none()
+        && child.try_wait().ok().flatten().is_none()
         && !matches!(reason, Ok(StopReason::TargetExited));
     if ended_by_us {
         launch::end_program(&mut child, Duration::from_secs(2));
     }
-    let status = child.wait().context("waiting for the profiled program")?;
+    let status = match reaped {
+        Some(status) => status,
+        None => child.wait().context("waiting for the profiled program")?,
+    };
     if let Some(file) = program_errors {
         show_program_errors(file);
     }

@@ -15,6 +15,10 @@
 //! first one that is gets sampled from its first instruction; then every
 //! traced process is released. Where ptrace is refused (some containers),
 //! the descendants are polled every half millisecond instead.
+//!
+//! Under `run --subprocesses` the program is started by
+//! [`super::follow`], which starts it the same way (the helper, seizing,
+//! `follow_until_python`) but keeps every process traced afterwards.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -51,7 +55,7 @@ pub enum ChildIo {
 }
 
 impl ChildIo {
-    fn apply(&self, cmd: &mut Command) -> std::io::Result<()> {
+    pub(crate) fn apply(&self, cmd: &mut Command) -> std::io::Result<()> {
         use std::process::Stdio;
         if let ChildIo::Quiet(err) = self {
             cmd.stdin(Stdio::null())
@@ -63,7 +67,11 @@ impl ChildIo {
 }
 
 /// The new process did not stop where it should have: end it and say so.
-fn did_not_start(child: &mut Child, program: &OsString, status: impl std::fmt::Debug) -> Error {
+pub(crate) fn did_not_start(
+    child: &mut Child,
+    program: &OsString,
+    status: impl std::fmt::Debug,
+) -> Error {
     let _ = child.kill();
     let _ = child.wait();
     Error::io(
@@ -75,7 +83,7 @@ fn did_not_start(child: &mut Child, program: &OsString, status: impl std::fmt::D
     )
 }
 
-fn spawn_error(program: &OsString, e: std::io::Error) -> Error {
+pub(crate) fn spawn_error(program: &OsString, e: std::io::Error) -> Error {
     Error::io(format!("cannot start {}", program.to_string_lossy()), e)
 }
 
@@ -200,8 +208,8 @@ pub fn launch_command(argv: &[OsString], timeout: Duration, io: &ChildIo) -> Res
         return poll_for_python(child, timeout);
     }
     let _ = kill(root, Signal::SIGCONT);
-    match follow_until_python(root) {
-        Ok((pid, runtime)) => Ok(Launched {
+    match follow_until_python(root, false) {
+        Ok((pid, runtime, _)) => Ok(Launched {
             child,
             python_pid: pid.as_raw(),
             runtime,
@@ -215,7 +223,7 @@ pub fn launch_command(argv: &[OsString], timeout: Duration, io: &ChildIo) -> Res
 }
 
 /// The hidden first argument of helper mode (see [`launch_command`]).
-const HELPER_FLAG: &str = "--tachyon-internal-exec-stopped";
+pub(crate) const HELPER_FLAG: &str = "--tachyon-internal-exec-stopped";
 
 /// Helper mode: when this process was started as `tachyon
 /// --tachyon-internal-exec-stopped COMMAND...`, stop until continued, then
@@ -236,9 +244,11 @@ pub fn exec_stopped_helper() -> Option<std::process::ExitCode> {
 }
 
 /// Drive the seized command until one of its processes turns out to be
-/// Python, then release every traced process. Runs in the thread that
-/// seized the command (ptrace requests must come from the tracer).
-fn follow_until_python(root: Pid) -> Result<(Pid, Runtime)> {
+/// Python, then release every traced process, or with `keep` let them all
+/// go on traced (the Python one too) and return them, for
+/// [`super::follow`] to go on tracing. Runs in the thread that seized the
+/// command (ptrace requests must come from the tracer).
+pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime, Vec<Pid>)> {
     use nix::sys::ptrace::Event;
     let mut tracees: Vec<Pid> = vec![root];
     // Processes that exec'd something python-like whose runtime is not
@@ -328,8 +338,14 @@ fn follow_until_python(root: Pid) -> Result<(Pid, Runtime)> {
             _ => {}
         }
     };
-    release(&tracees, Some(found.0));
-    Ok(found)
+    if keep {
+        // Processes still stepped stop at their next system call; the
+        // tracer then lets them run on.
+        let _ = ptrace::cont(found.0, None);
+    } else {
+        release(&tracees, Some(found.0));
+    }
+    Ok((found.0, found.1, tracees))
 }
 
 enum Probe {
@@ -412,7 +428,7 @@ fn release(tracees: &[Pid], stopped: Option<Pid>) {
 }
 
 /// The command already runs: poll its descendants for a Python process.
-fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Launched> {
+pub(crate) fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Launched> {
     let root = child.id() as i32;
     let deadline = Instant::now() + timeout;
     let mut refused: Option<Error> = None;
@@ -510,7 +526,7 @@ fn what_it_runs(pid: i32) -> String {
 /// program ([`end_program`]) finds every process it started. The child
 /// stays in tachyon's process group: a terminal's Ctrl-C reaches the
 /// program and tachyon alike, as without a profiler.
-fn adopt_orphans() {
+pub(crate) fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 

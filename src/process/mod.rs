@@ -12,6 +12,8 @@ pub mod pages;
 pub mod snapshot;
 
 #[cfg(target_os = "linux")]
+pub mod follow;
+#[cfg(target_os = "linux")]
 pub mod launch;
 #[cfg(target_os = "linux")]
 pub mod linux;
