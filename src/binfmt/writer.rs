@@ -12,7 +12,8 @@ use std::io::{Seek, SeekFrom, Write};
 use super::{
     Compression, DEFAULT_ZSTD_LEVEL, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX, EncodingStats,
     FOOTER_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_STACK_DEPTH, OPCODE_NONE, StoredStats,
-    TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, encode_config, put_varint, zigzag,
+    TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, ZSTD_WINDOW_LOG, encode_config, put_varint,
+    zigzag,
 };
 use crate::binfmt::CaptureConfig;
 use crate::error::{Error, Result};
@@ -131,7 +132,9 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let sink = match opts.compression {
             Compression::None => Sink::Raw(out),
             Compression::Zstd => {
-                Sink::Zstd(zstd::stream::write::Encoder::new(out, opts.level).map_err(io)?)
+                let mut enc = zstd::stream::write::Encoder::new(out, opts.level).map_err(io)?;
+                enc.window_log(ZSTD_WINDOW_LOG).map_err(io)?;
+                Sink::Zstd(enc)
             }
         };
         Ok(BinaryWriter {
