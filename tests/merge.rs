@@ -15,31 +15,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
+use common::{
+    Interp, RootDir, Running, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin, text,
+};
 use serde_json::Value;
 
 /// A pool of four (fork, else the start method given) doing known CPU
 /// work in `burn_in_worker`; the parent prints its pid and the workers'
 /// that took a task.
-const POOL: &str = r#"
-import multiprocessing as mp, os, sys, time
-
-def burn_in_worker(n):
-    t = time.time()
-    s = 0
-    while time.time() - t < 0.5:
-        for i in range(2000):
-            s += i * i
-    return os.getpid()
-
-if __name__ == "__main__":
-    ctx = mp.get_context(sys.argv[1] if len(sys.argv) > 1 else "fork")
-    with ctx.Pool(4) as p:
-        pids = set(p.map(burn_in_worker, range(12), chunksize=1))
-    # One write: tachyon's own lines share the pipe.
-    sys.stdout.write("PARENT %d WORKERS %s\n" % (os.getpid(), " ".join(str(x) for x in sorted(pids))))
-    sys.stdout.flush()
-"#;
+const POOL: &str = include_str!("../fixtures/targets/pool.py");
 
 /// Forked workers spinning in `spin_in_worker` until their parent is gone.
 const LONG_WORKERS: &str = r#"
@@ -72,23 +56,6 @@ s = pstats.Stats(sys.argv[1])
 for (path, line, name), (cc, nc, tt, ct, callers) in s.stats.items():
     print("FUNC", name, nc)
 "#;
-
-/// The tests here start a pool of CPU-bound workers each: one at a time,
-/// so that on a loaded 2-core machine the profiler's threads are not
-/// starved by the other tests' workers.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn release(interps: Vec<Interp>) -> Vec<Interp> {
-    interps.into_iter().filter(|i| !i.debug).collect()
-}
 
 fn py315() -> Interp {
     release(sid_interpreters())
@@ -143,14 +110,17 @@ fn run_pool_with(
     );
     let line = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("PARENT "))
-        .unwrap_or_else(|| panic!("{}: no PARENT line in:\n{stdout}", it.name));
-    let mut words = line.split_whitespace();
-    let parent = words.next().and_then(|p| p.parse().ok()).unwrap();
-    assert_eq!(words.next(), Some("WORKERS"), "{line}");
-    // Another process's line may follow on the same line.
-    let workers: Vec<u32> = words.map_while(|p| p.parse().ok()).collect();
+        .find_map(|l| l.strip_prefix("WORKERS "))
+        .unwrap_or_else(|| panic!("{}: no WORKERS line in:\n{stdout}", it.name));
+    let mut words = line.split_whitespace().peekable();
+    let mut workers: Vec<u32> = Vec::new();
+    while let Some(w) = words.next_if(|w| w.parse::<u32>().is_ok()) {
+        workers.push(w.parse().unwrap());
+    }
     assert!(!workers.is_empty(), "{}: no workers in {line}", it.name);
+    assert_eq!(words.next(), Some("PARENT"), "{line}");
+    // Another process's line may follow on the same line.
+    let parent = words.next().and_then(|p| p.parse().ok()).unwrap();
     // One output: no file of a child's own beside it.
     let stem = Path::new(name).file_stem().unwrap().to_string_lossy();
     for w in &workers {

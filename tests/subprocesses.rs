@@ -9,27 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
+use common::{
+    Interp, RootDir, Running, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin, text,
+};
 
-const POOL: &str = r#"
-import multiprocessing as mp, os, sys, time
-
-def burn_in_worker(n):
-    t = time.time()
-    s = 0
-    while time.time() - t < 0.5:
-        for i in range(2000):
-            s += i * i
-    return os.getpid()
-
-if __name__ == "__main__":
-    ctx = mp.get_context(sys.argv[1])
-    with ctx.Pool(4) as p:
-        pids = set(p.map(burn_in_worker, range(12), chunksize=1))
-    # One write: tachyon's own lines share the pipe.
-    sys.stdout.write("WORKERS " + " ".join(str(x) for x in sorted(pids)) + "\n")
-    sys.stdout.flush()
-"#;
+const POOL: &str = include_str!("../fixtures/targets/pool.py");
 
 /// A pre-fork server: three workers accept on one socket; each request
 /// burns a little CPU in `handle_request_in_worker` and answers the
@@ -138,23 +122,6 @@ sys.stdout.flush()
 while True:
     time.sleep(1)
 "#;
-
-/// The tests here each start a dozen processes that burn CPU: one at a
-/// time, so that on a loaded 2-core machine the profiler's threads are
-/// not starved by the other tests' workers.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn release(interps: Vec<Interp>) -> Vec<Interp> {
-    interps.into_iter().filter(|i| !i.debug).collect()
-}
 
 /// `tachyon run --subprocesses --collapsed -o <dir>/out.txt -- chroot ROOT
 /// python script args...`, to its end.

@@ -447,46 +447,11 @@ impl Tracer {
             }
         }
         self.tracees.clear();
-        let deadline = Instant::now() + RELEASE_WITHIN;
-        while !left.is_empty() && Instant::now() < deadline {
-            let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
-                }
-                Ok(s) => s,
-                Err(_) => break,
-            };
-            let Some(pid) = status.pid() else { continue };
-            match status {
-                WaitStatus::Stopped(_, sig) => {
-                    let _ = ptrace::detach(pid, Some(sig));
-                }
-                WaitStatus::PtraceEvent(_, _, ev)
-                    if ev == PtEvent::PTRACE_EVENT_FORK as i32
-                        || ev == PtEvent::PTRACE_EVENT_VFORK as i32
-                        || ev == PtEvent::PTRACE_EVENT_CLONE as i32 =>
-                {
-                    // Caught at a fork: the new task is traced too and
-                    // stops at its first instruction.
-                    if let Ok(new) = ptrace::getevent(pid) {
-                        left.insert(Pid::from_raw(new as i32));
-                    }
-                    let _ = ptrace::detach(pid, None);
-                }
-                WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => {
-                    let _ = ptrace::detach(pid, None);
-                }
-                WaitStatus::Exited(pid, code) => {
-                    self.gone(pid, exited(code));
-                }
-                WaitStatus::Signaled(pid, sig, core) => {
-                    self.gone(pid, killed(sig, core));
-                }
-                _ => {}
-            }
-            left.remove(&pid);
-        }
+        super::launch::detach_at_stops(left, RELEASE_WITHIN, |status| match status {
+            WaitStatus::Exited(pid, code) => self.gone(pid, exited(code)),
+            WaitStatus::Signaled(pid, sig, core) => self.gone(pid, killed(sig, core)),
+            _ => {}
+        });
         // Exits not yet collected (a process that ended as we let go, the
         // program among them): its status is kept, not left to be lost.
         while let Ok(status) = waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {

@@ -20,11 +20,13 @@
 //! [`super::follow`], which starts it the same way (the helper, seizing,
 //! `follow_until_python`) but keeps every process traced afterwards.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::signal::kill;
@@ -382,19 +384,31 @@ fn probe(pid: Pid) -> Probe {
 /// stop; the others are interrupted first (possible because they were
 /// seized) and detached at their stop, their pending signal delivered.
 fn release(tracees: &[Pid], stopped: Option<Pid>) {
-    use nix::sys::ptrace::Event;
-    let mut left: Vec<Pid> = Vec::new();
+    let mut left = HashSet::new();
     for &t in tracees {
         if Some(t) == stopped {
             let _ = ptrace::detach(t, None);
         } else if ptrace::interrupt(t).is_ok() {
-            left.push(t);
+            left.insert(t);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(2);
+    detach_at_stops(left, Duration::from_secs(2), |_| {});
+}
+
+/// Let go of traced tasks `left`, each interrupted or about to stop: wait
+/// (at most `within`) for each one's stop and detach it there, the signal
+/// it stopped for delivered. A task caught at a fork brings its new child,
+/// traced too, into `left`. Any other status (an exit) goes to `other`.
+pub(crate) fn detach_at_stops(
+    mut left: HashSet<Pid>,
+    within: Duration,
+    mut other: impl FnMut(WaitStatus),
+) {
+    use nix::sys::ptrace::Event;
+    let deadline = Instant::now() + within;
     while !left.is_empty() && Instant::now() < deadline {
         let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {
+            Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
                 std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
@@ -412,18 +426,18 @@ fn release(tracees: &[Pid], stopped: Option<Pid>) {
                     || ev == Event::PTRACE_EVENT_CLONE as i32 =>
             {
                 // Caught at a fork before our interrupt: its new child is
-                // traced too, and will stop.
+                // traced too, and stops at its first instruction.
                 if let Ok(new) = ptrace::getevent(pid) {
-                    left.push(Pid::from_raw(new as i32));
+                    left.insert(Pid::from_raw(new as i32));
                 }
                 let _ = ptrace::detach(pid, None);
             }
             WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => {
                 let _ = ptrace::detach(pid, None);
             }
-            _ => {}
+            s => other(s),
         }
-        left.retain(|&p| p != pid);
+        left.remove(&pid);
     }
 }
 

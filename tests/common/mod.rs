@@ -555,3 +555,22 @@ pub fn chromium(url: &str, screenshot: Option<&Path>) -> String {
     }
     dom
 }
+
+/// Tests that start many CPU-bound processes (pools, bursts of forks) run
+/// one at a time within a test binary, so that on a loaded 2-core machine
+/// the profiler's threads are not starved by another test's workers.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bytes of a process's output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The release builds among `interps`.
+pub fn release(interps: Vec<Interp>) -> Vec<Interp> {
+    interps.into_iter().filter(|i| !i.debug).collect()
+}
