@@ -809,20 +809,7 @@ fn replay_errors_are_one_line() {
 
 /// Threads started and ended all the time, each a few frames deep: the
 /// workload where a profile's records change most (compare.sh's churn).
-const CHURN_PY: &str = r#"
-import threading
-def work(n):
-    if n:
-        return work(n - 1)
-    return sum(range(50))
-print("READY", flush=True)
-while True:
-    ts = [threading.Thread(target=work, args=(5 + k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-"#;
+const CHURN_PY: &str = include_str!("../fixtures/targets/churn.py");
 
 /// Run in the sid root: the reference's own reader replays a binary
 /// profile into the reference's own writer (zstd), so both files hold the
