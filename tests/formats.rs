@@ -12,10 +12,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{RootDir, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon};
+use common::{
+    RootDir, ok, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon, text,
+    validate_speedscope,
+};
 
 /// Two threads, both sampled at every instant (wall mode): the main
 /// thread in `hot` for its whole life, the worker in `warm` for half of
@@ -45,27 +48,6 @@ while time.monotonic() - t < 1.2:
 
 /// The default rate (1 kHz), as every profile here is taken.
 const INTERVAL_US: u64 = 1000;
-
-fn tools() -> PathBuf {
-    std::env::var_os("TACHYON_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/tools"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// `tachyon run ARGS -- chroot SID python3.15 SCRIPT` in `dir`.
 fn run_script(dir: &RootDir, args: &[&str]) -> String {
@@ -180,27 +162,6 @@ fn pprof_threads(out: &str) -> BTreeMap<String, u64> {
             (tid.to_string(), n as u64)
         })
         .collect()
-}
-
-fn validate_speedscope(files: &[&Path]) -> String {
-    let node_dir = tools().join("node");
-    assert!(
-        node_dir
-            .join("node_modules/speedscope/dist/release/file-format-schema.json")
-            .exists()
-            && node_dir.join("node_modules/ajv").exists(),
-        "MISSING TOOL: speedscope and ajv in {} (run scripts/provision-tools.sh)",
-        node_dir.display()
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/validate-speedscope.js");
-    let out = Command::new("node")
-        .arg(script)
-        .arg(&node_dir)
-        .args(files)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
-    ok(out, "the speedscope schema check")
 }
 
 #[test]

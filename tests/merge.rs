@@ -11,12 +11,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin, text,
+    Interp, RootDir, Running, ok, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin,
+    text, validate_speedscope,
 };
 use serde_json::Value;
 
@@ -313,45 +314,6 @@ fn the_flame_graph_has_a_root_per_process_and_loads_in_chromium() {
     assert!(dom.contains(">process</span>"), "no process in the legend");
 }
 
-fn tools() -> PathBuf {
-    std::env::var_os("TACHYON_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/tools"))
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-/// speedscope's own schema (its npm package), checked with ajv.
-fn validate_speedscope(file: &Path) -> String {
-    let node_dir = tools().join("node");
-    assert!(
-        node_dir
-            .join("node_modules/speedscope/dist/release/file-format-schema.json")
-            .exists()
-            && node_dir.join("node_modules/ajv").exists(),
-        "MISSING TOOL: speedscope and ajv in {} (run scripts/provision-tools.sh)",
-        node_dir.display()
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/validate-speedscope.js");
-    let out = Command::new("node")
-        .arg(script)
-        .arg(&node_dir)
-        .arg(file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
-    ok(out, "the speedscope schema check")
-}
-
 fn json_file(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -381,7 +343,7 @@ fn gecko_speedscope_jsonl_and_pprof_have_each_process() {
 
     // speedscope: valid, a profile per process and thread.
     let (tree, _) = run_pool(&it, &dir, "--speedscope", "s.json");
-    validate_speedscope(&dir.outside("s.json"));
+    validate_speedscope(&[&dir.outside("s.json")]);
     let s = json_file(&dir.outside("s.json"));
     let frames = s["shared"]["frames"].as_array().unwrap();
     let burn = frames

@@ -574,3 +574,46 @@ pub fn text(b: &[u8]) -> String {
 pub fn release(interps: Vec<Interp>) -> Vec<Interp> {
     interps.into_iter().filter(|i| !i.debug).collect()
 }
+
+/// Where `scripts/provision-tools.sh` installed the third-party tools.
+pub fn tools() -> PathBuf {
+    std::env::var_os("TACHYON_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/tachyon/tools"))
+}
+
+/// The standard output of a command that must have succeeded (`what` names
+/// it in the failure, with both outputs).
+pub fn ok(out: std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Check speedscope files against speedscope's own schema (its npm
+/// package), with ajv.
+pub fn validate_speedscope(files: &[&Path]) -> String {
+    let node_dir = tools().join("node");
+    assert!(
+        node_dir
+            .join("node_modules/speedscope/dist/release/file-format-schema.json")
+            .exists()
+            && node_dir.join("node_modules/ajv").exists(),
+        "MISSING TOOL: speedscope and ajv in {} (run scripts/provision-tools.sh)",
+        node_dir.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/validate-speedscope.js");
+    let out = Command::new("node")
+        .arg(script)
+        .arg(&node_dir)
+        .args(files)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
+    ok(out, "the speedscope schema check")
+}
