@@ -302,10 +302,31 @@ fn a_torn_code_object_load_does_not_stay_cached() {
     for it in interps {
         let mut t = spawn(&it, PARKED, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
-        let rt = tachyon::attach(t.pid(), UnwindOptions::default())
-            .unwrap()
-            .runtime()
-            .clone();
+        // READY comes a line before the sleep: wait, with a clean reader,
+        // until the target is parked in it.
+        let mut probe = tachyon::attach(t.pid(), UnwindOptions::default()).unwrap();
+        let mut s = Sample::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if probe.sample(&mut s).is_ok() {
+                let f = probe.frames();
+                let now: Vec<u32> = s.threads[0]
+                    .frames
+                    .iter()
+                    .map(|&id| f.frame(id).line() as u32)
+                    .collect();
+                if now == want {
+                    break;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}: never parked",
+                it.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let rt = probe.runtime().clone();
         let mem = TornCode {
             inner: LinuxProcess::open(t.pid()).unwrap(),
             code_size: rt.offsets.code_size as usize,
@@ -313,7 +334,6 @@ fn a_torn_code_object_load_does_not_stay_cached() {
             on: Cell::new(true),
         };
         let mut u = Unwinder::new(mem, t.pid(), rt, UnwindOptions::default());
-        let mut s = Sample::default();
         let lines = |u: &Unwinder<TornCode>, s: &Sample| -> Vec<u32> {
             let f = u.frames();
             s.threads[0]
