@@ -145,6 +145,14 @@ pub enum Torn {
     SuspendedGenerator,
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
+    #[error(
+        "the entry frame at {addr:#x} links to {previous:#x}, not to the outer eval loop's frame {expected:#x}: a stale current frame"
+    )]
+    StaleCurrentFrame {
+        addr: u64,
+        previous: u64,
+        expected: u64,
+    },
 }
 
 impl Error {

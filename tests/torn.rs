@@ -49,9 +49,6 @@ const CHURN: &str = include_str!("../fixtures/targets/churn.py");
 struct Tally {
     ok: usize,
     errors: BTreeMap<String, usize>,
-    /// Stacks without their root on 3.11/3.12: the known race of their
-    /// eval loop (see [`tally`]).
-    stale_entry: usize,
     /// Stacks reported with a wrong root, by their (file:function) root.
     rootless: BTreeMap<String, usize>,
     /// Stacks reported with a frame tachyon could not read.
@@ -69,22 +66,16 @@ fn frame_name<M: ProcessMemory>(u: &Unwinder<M>, id: u32) -> (FrameKind, String,
 
 /// Sample `n` times; check every reported stack's root.
 ///
-/// `cframe_race`: 3.11 and 3.12 publish a new eval-loop invocation
-/// (`tstate->cframe = &cframe`) before they set its `current_frame`, which
-/// until then holds whatever the C stack held: often a frame of an earlier
-/// call at the same depth, popped, whose chain can end at an entry frame
-/// that looks outermost (seen: `Event.__init__`, `Condition.__init__ <
-/// Event.__init__` on the main thread). A reader cannot tell that instant
-/// from a thread that C called into (both end at an entry frame with no
-/// previous). Such stacks are counted apart and bounded, not passed: a
-/// known defect (1 to 5 in 3,000 samples of this churn), open until the
-/// unwinder checks a walk against the cframe chain.
-fn tally<M: ProcessMemory>(
-    u: &mut Unwinder<M>,
-    main_pid: u64,
-    n: usize,
-    cframe_race: bool,
-) -> Tally {
+/// On 3.11 and 3.12 this also holds the unwinder to the race of their eval
+/// loop, which publishes a new invocation (`tstate->cframe = &cframe`)
+/// before it sets its `current_frame`: read in that instant, the current
+/// frame is whatever the C stack held there (often a popped frame of an
+/// earlier call, whose chain ended at an entry frame that looked outermost:
+/// `Event.__init__`, `Condition.__init__ < Event.__init__` on the main
+/// thread, 1 to 5 in 3,000 samples of this churn). The unwinder checks the
+/// walk's first entry frame against the outer `_PyCFrame` and fails such a
+/// sample instead.
+fn tally<M: ProcessMemory>(u: &mut Unwinder<M>, main_pid: u64, n: usize) -> Tally {
     let mut s = Sample::default();
     let mut t = Tally::default();
     for _ in 0..n {
@@ -130,11 +121,7 @@ fn tally<M: ProcessMemory>(
                 } else {
                     file == "threading.py" && func == "Thread._bootstrap"
                 };
-            if !rooted && cframe_race {
-                t.stale_entry += 1;
-                let whole: Vec<String> = names.iter().map(|(_, f, n)| format!("{f}:{n}")).collect();
-                eprintln!("3.11/3.12 cframe race: {}", whole.join(" < "));
-            } else if !rooted {
+            if !rooted {
                 // The whole stack, leaf first, so a failure says what it saw.
                 let whole: Vec<String> = names.iter().map(|(_, f, n)| format!("{f}:{n}")).collect();
                 let who = if th.tid == main_pid { "main" } else { "thread" };
@@ -159,9 +146,9 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
         opcodes: false,
     };
     let mut u = tachyon::attach(target.pid(), opts).unwrap();
-    let t = tally(&mut u, target.pid() as u64, SAMPLES, it.minor <= 12);
+    let t = tally(&mut u, target.pid() as u64, SAMPLES);
     eprintln!(
-        "{} {what}: {} good samples ({} stacks), {} failed {:?}; rootless {:?}, with unreadable frames {}, rootless in the 3.11/3.12 cframe race {}",
+        "{} {what}: {} good samples ({} stacks), {} failed {:?}; rootless {:?}, with unreadable frames {}",
         it.name,
         t.ok,
         t.stacks,
@@ -169,7 +156,6 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
         t.errors,
         t.rootless,
         t.unreadable,
-        t.stale_entry
     );
     let mut problems = Vec::new();
     let rootless: usize = t.rootless.values().sum();
@@ -177,14 +163,6 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
         problems.push(format!(
             "{} {what}: {rootless} stacks without their root, {} with unreadable frames: {:?}",
             it.name, t.unreadable, t.rootless
-        ));
-    }
-    // The race is rare (under 0.2%); a hundredth of the stacks would be
-    // something else.
-    if t.stale_entry * 100 > t.stacks.max(1) {
-        problems.push(format!(
-            "{} {what}: {} stacks without their root (3.11/3.12) of {}",
-            it.name, t.stale_entry, t.stacks
         ));
     }
     // Failing every sample would pass the checks above. How many fail

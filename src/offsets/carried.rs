@@ -72,6 +72,7 @@ const PY311: Carried = Carried {
         ("thread_state.root_cframe", 336),
         // _PyCFrame
         ("cframe.current_frame", 8),
+        ("cframe.previous", 16),
         // _PyInterpreterFrame
         ("interpreter_frame.size", 80),
         ("interpreter_frame.executable", 32),
@@ -160,6 +161,7 @@ const PY312: Carried = Carried {
         ("thread_state.root_cframe", 272),
         // _PyCFrame
         ("cframe.current_frame", 0),
+        ("cframe.previous", 8),
         // _PyInterpreterFrame
         ("interpreter_frame.size", 80),
         ("interpreter_frame.executable", 0),
@@ -294,7 +296,17 @@ impl Offsets {
         let tstate_next = tf("thread_state.next", 8)?;
         let tstate_interp = tf("thread_state.interp", 8)?;
         let tstate_current_frame = tf("thread_state.cframe", 8)?;
-        let cframe_current_frame = Some(v.field("cframe.current_frame", 8, 24)?);
+        let cframe_current = v.field("cframe.current_frame", 8, 24)?;
+        let cframe_current_frame = Some(cframe_current);
+        let cframe_previous = Some(v.field("cframe.previous", 8, 24)?);
+        let root_cframe = tf("thread_state.root_cframe", 8)?;
+        v.check(
+            "thread_state.root_cframe + cframe.current_frame",
+            root_cframe + cframe_current,
+            8,
+            tstate_size,
+        )?;
+        let tstate_root_cframe = Some(root_cframe);
         let tstate_thread_id = tf("thread_state.thread_id", 8)?;
         let tstate_native_thread_id = tf("thread_state.native_thread_id", 8)?;
         let tstate_datastack_chunk = tf("thread_state.datastack_chunk", 8)?;
@@ -394,6 +406,8 @@ impl Offsets {
             tstate_interp,
             tstate_current_frame,
             cframe_current_frame,
+            cframe_previous,
+            tstate_root_cframe,
             tstate_base_frame: None,
             tstate_thread_id,
             tstate_native_thread_id,
@@ -442,6 +456,8 @@ mod tests {
             assert!(for_version(v).is_some());
             let o = Offsets::from_carried(1, &c.table(v)).unwrap();
             assert!(o.cframe_current_frame.is_some());
+            assert!(o.cframe_previous.is_some() && o.tstate_root_cframe.is_some());
+            assert!(o.cframe_size() <= 24);
             assert_eq!(o.frame_is_entry.is_some(), c.minor == 11);
             assert_eq!(o.gil_in_runtime, c.minor == 11);
         }

@@ -141,6 +141,11 @@ pub struct Offsets {
     /// (a `_PyCFrame` on the thread's C stack), and the current frame is
     /// this far into that struct.
     pub cframe_current_frame: Option<u64>,
+    /// 3.11, 3.12: the outer eval loop's `_PyCFrame` (`cframe->previous`).
+    pub cframe_previous: Option<u64>,
+    /// 3.11, 3.12: the thread's bottom `_PyCFrame`, inside its state; its
+    /// `current_frame` is NULL.
+    pub tstate_root_cframe: Option<u64>,
     pub tstate_base_frame: Option<u64>,
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
@@ -335,6 +340,17 @@ impl Validator<'_> {
 }
 
 impl Offsets {
+    /// 3.11, 3.12: how many bytes of a `_PyCFrame` a sample copies, from
+    /// its start through its current-frame and previous pointers (0: no
+    /// `_PyCFrame` in this version).
+    pub fn cframe_size(&self) -> u64 {
+        match (self.cframe_current_frame, self.cframe_previous) {
+            (Some(c), Some(p)) => c.max(p) + 8,
+            (Some(c), None) => c + 8,
+            _ => 0,
+        }
+    }
+
     /// Normalise and validate a decoded table.
     pub fn from_raw(pid: i32, raw: &RawTable) -> Result<Offsets> {
         let v = Validator { raw, pid };
@@ -589,6 +605,8 @@ impl Offsets {
             tstate_interp,
             tstate_current_frame,
             cframe_current_frame: None,
+            cframe_previous: None,
+            tstate_root_cframe: None,
             tstate_base_frame,
             tstate_thread_id,
             tstate_native_thread_id,

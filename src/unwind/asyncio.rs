@@ -727,6 +727,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &st.tstate_buf),
             outside: &mut outside,
             stop_at: code,
+            entry_previous: None,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut frames)?;

@@ -535,6 +535,9 @@ pub struct Walk<'a> {
     /// Stop after the first frame running this code object (0: walk to
     /// the root): an asyncio task's stack ends at its coroutine's frame.
     pub stop_at: u64,
+    /// 3.11, 3.12: where the first entry frame of the walk must link to
+    /// (the outer `_PyCFrame`'s current frame; see [`super::cframe`]).
+    pub entry_previous: Option<u64>,
     /// `--opcodes`: the target's instruction table; each Python frame then
     /// carries the opcode at its instruction pointer.
     pub opcodes: Option<&'static OpTable>,
@@ -686,6 +689,21 @@ impl Walk<'_> {
                     .is_some_and(|off| fb.u8_at(off).is_some_and(|b| b != 0));
             if !entry_owner && !o.owners.is_code(owner) {
                 return Err(Torn::UnknownOwner { addr, owner }.into());
+            }
+            // The newest eval loop's entry frame links to the frame that
+            // called into it. Else the current frame was read in the
+            // instant the loop had published its `_PyCFrame` but not yet
+            // its frame: it is a stale one (see `cframe`).
+            if entry
+                && let Some(expected) = self.entry_previous.take()
+                && previous != expected
+            {
+                return Err(Torn::StaleCurrentFrame {
+                    addr,
+                    previous,
+                    expected,
+                }
+                .into());
             }
             if owner == o.owners.thread && pos.is_none() {
                 if self.chunks.cut() && last_pos.map(|(i, _)| i + 1) == Some(self.chunks.copied()) {

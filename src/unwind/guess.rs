@@ -56,8 +56,9 @@ pub struct MainGuess {
     /// Its main thread state (0: not guessed).
     pub tstate: u64,
     pub chunk: ChunkGuess,
-    /// 3.11/3.12: the thread's `cframe`.
+    /// 3.11/3.12: the thread's `cframe`, and the outer one it links to.
     pub cframe: u64,
+    pub outer_cframe: u64,
 }
 
 /// All-threads mode: per interpreter and per thread state.
@@ -66,8 +67,8 @@ pub struct ThreadGuesses {
     /// Each interpreter's thread states in list order.
     lists: HashMap<u64, Vec<u64>>,
     chunks: HashMap<u64, ChunkGuess>,
-    /// 3.11/3.12: each thread's `cframe`.
-    cframes: HashMap<u64, u64>,
+    /// 3.11/3.12: each thread's `cframe`, and the outer one it links to.
+    cframes: HashMap<u64, (u64, u64)>,
 }
 
 impl ThreadGuesses {
@@ -99,11 +100,11 @@ impl ThreadGuesses {
         self.chunks.insert(tstate, old.next(first, live));
     }
 
-    pub fn cframe(&self, tstate: u64) -> Option<u64> {
+    pub fn cframe(&self, tstate: u64) -> Option<(u64, u64)> {
         self.cframes.get(&tstate).copied()
     }
 
-    pub fn set_cframe(&mut self, tstate: u64, cframe: u64) {
+    pub fn set_cframe(&mut self, tstate: u64, cframe: (u64, u64)) {
         self.cframes.insert(tstate, cframe);
     }
 
@@ -269,7 +270,7 @@ mod tests {
         let mut p = Prefetch::default();
         for i in 0..=(MAX_REMEMBERED as u64 + 1) {
             t.set_chunk(i * 8 + 8, 0x1000, 10);
-            t.set_cframe(i * 8 + 8, 0x2000);
+            t.set_cframe(i * 8 + 8, (0x2000, 0x3000));
             p.entry(i * 8 + 8).push(0x3000);
         }
         t.bound();

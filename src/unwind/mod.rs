@@ -9,6 +9,7 @@
 //! sampler counts.
 
 pub mod asyncio;
+pub mod cframe;
 pub mod code;
 pub mod dict;
 pub mod frames;
@@ -170,11 +171,10 @@ struct ThreadSlot {
     tstate: u64,
     buf: Vec<u8>,
     chunks: Chunks,
-    /// 3.11, 3.12: where the current frame was guessed to be read from
-    /// (`cframe + current_frame` of the last sample; 0: not guessed), read
-    /// in the same system call as the thread state into `cframe_buf`.
-    cframe_spec: u64,
-    cframe_buf: [u8; 8],
+    /// 3.11, 3.12: the `_PyCFrame` (and the outer one's current frame)
+    /// where the last sample found them, read in the same system call as
+    /// the thread state.
+    cframe: cframe::CFrameCopy,
 }
 
 /// What a sample's first read found (see `Unwinder::first_read`).
@@ -212,21 +212,18 @@ fn push_guessed_states<'a>(
             addr: t,
             buf: &mut slot.buf[..],
         });
-        slot.cframe_spec = 0;
         match guesses.chunk(t) {
             Some(g) if with_chunks => {
-                if let (Some(off), Some(cf)) = (o.cframe_current_frame, guesses.cframe(t)) {
-                    slot.cframe_spec = cf.wrapping_add(off);
-                    reqs.push(ReadReq {
-                        addr: slot.cframe_spec,
-                        buf: &mut slot.cframe_buf,
-                    });
-                }
+                let cf = guesses.cframe(t).unwrap_or_default();
+                slot.cframe.requests(o, t, cf, reqs);
                 slot.chunks
                     .prepare_guess(g.chunk, g.read_len(), o.frame_size, prefetch.get(t));
                 slot.chunks.requests(reqs);
             }
-            _ => slot.chunks.prepare(0, 0, o.frame_size, &[]),
+            _ => {
+                slot.cframe.requests(o, t, (0, 0), reqs);
+                slot.chunks.prepare(0, 0, o.frame_size, &[]);
+            }
         }
     }
 }
@@ -284,17 +281,6 @@ fn chunk_grant<'a, M: ProcessMemory>(
             mem.grant(READS_PER_CHUNK, bytes);
         }
     }
-}
-
-/// 3.11, 3.12: the current frame, read from the thread's `_PyCFrame` (on
-/// its C stack) at `slot_addr`.
-fn read_cframe(mem: &dyn ProcessMemory, slot_addr: u64) -> Result<u64> {
-    if !frames::plausible(slot_addr) {
-        return Err(Error::corrupt(format!(
-            "thread's cframe at impossible address {slot_addr:#x}"
-        )));
-    }
-    mem.read_u64(slot_addr)
 }
 
 /// Merge the (offset, width) fields into sorted, non-overlapping ranges,
@@ -626,7 +612,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     &self.interp_ranges,
                 );
             }
-            self.slots[0].cframe_spec = 0;
+            self.slots[0].cframe.forget();
             if guess_tstate != 0 {
                 let slot = &mut self.slots[0];
                 reqs.push(ReadReq {
@@ -635,15 +621,12 @@ impl<M: ProcessMemory> Unwinder<M> {
                 });
                 // 3.11/3.12: the current frame, where it was last time, in
                 // the same instant as the state that names it.
-                if let Some(off) = o.cframe_current_frame
-                    && self.main.cframe != 0
-                {
-                    slot.cframe_spec = self.main.cframe.wrapping_add(off);
-                    reqs.push(ReadReq {
-                        addr: slot.cframe_spec,
-                        buf: &mut slot.cframe_buf,
-                    });
-                }
+                slot.cframe.requests(
+                    o,
+                    guess_tstate,
+                    (self.main.cframe, self.main.outer_cframe),
+                    &mut reqs,
+                );
                 slot.chunks.prepare_guess(
                     self.main.chunk.chunk,
                     self.main.chunk.read_len(),
@@ -797,7 +780,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         if o.cframe_current_frame.is_some() {
             self.read_cframes(o, &mut decoded, chunks_ok)?;
             for (&i, f) in self.order.iter().zip(&decoded) {
-                self.guesses.set_cframe(self.slots[i].tstate, f.cframe);
+                self.guesses
+                    .set_cframe(self.slots[i].tstate, (f.cframe, f.outer_cframe));
             }
         }
         let mut facts = Vec::with_capacity(self.order.len());
@@ -963,48 +947,20 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     /// 3.11, 3.12: every thread's current frame, through its `_PyCFrame`,
-    /// in one system call; alone, each, if that fails.
-    /// Those read with their thread states (`guessed`) at the address the
-    /// state names are taken from there.
+    /// and the outer `_PyCFrame`'s current frame its walk is checked
+    /// against (see [`cframe`]). Those read with their thread states
+    /// (`guessed`) at the addresses the states name are taken from there;
+    /// the rest in one system call per step for all threads.
     fn read_cframes(&self, o: &Offsets, facts: &mut [ThreadFacts], guessed: bool) -> Result<()> {
-        let mut slots: Vec<Option<u64>> = facts.iter().map(|f| f.cframe_slot(o)).collect();
-        for ((f, a), &i) in facts.iter_mut().zip(slots.iter_mut()).zip(&self.order) {
+        let mut todo: Vec<(&mut ThreadFacts, u64, &[u8])> = Vec::with_capacity(facts.len());
+        for (f, &i) in facts.iter_mut().zip(&self.order) {
             let slot = &self.slots[i];
-            if guessed && a.is_some() && *a == Some(slot.cframe_spec) {
-                f.current_frame = u64::from_le_bytes(slot.cframe_buf);
-                *a = None;
+            if guessed {
+                slot.cframe.settle(o, f, slot.tstate, &slot.buf);
             }
+            todo.push((f, slot.tstate, &slot.buf[..]));
         }
-        if let Some(&bad) = slots.iter().flatten().find(|&&a| !frames::plausible(a)) {
-            return Err(Error::corrupt(format!(
-                "thread's cframe at impossible address {bad:#x}"
-            )));
-        }
-        let mut bufs = vec![[0u8; 8]; facts.len()];
-        let batch_ok = {
-            let mut reqs: Vec<ReadReq<'_>> = slots
-                .iter()
-                .zip(bufs.iter_mut())
-                .filter_map(|(a, buf)| Some(ReadReq { addr: (*a)?, buf }))
-                .collect();
-            reqs.is_empty()
-                || match self.mem.read_many(&mut reqs) {
-                    Ok(()) => true,
-                    Err(e) if e.is_fatal() => return Err(e),
-                    Err(_) => false,
-                }
-        };
-        for ((f, a), buf) in facts.iter_mut().zip(&slots).zip(&bufs) {
-            if let Some(a) = *a {
-                f.current_frame = if batch_ok {
-                    u64::from_le_bytes(*buf)
-                } else {
-                    self.mem.grant(1, 8);
-                    read_cframe(&self.mem, a)?
-                };
-            }
-        }
-        Ok(())
+        cframe::resolve(&self.mem, o, &mut todo)
     }
 
     /// 3.12: the holder of the GIL state at `gil` (shared by a
@@ -1093,6 +1049,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
             stop_at: 0,
+            entry_previous: t.entry_previous,
             opcodes: self.opts.opcode_table(o),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
@@ -1133,14 +1090,14 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
-        if let Some(slot_addr) = t.cframe_slot(o) {
-            t.current_frame = if prefetched && slot.cframe_spec == slot_addr {
-                u64::from_le_bytes(slot.cframe_buf)
-            } else {
-                read_cframe(&self.mem, slot_addr)?
-            };
+        if o.cframe_current_frame.is_some() {
+            if prefetched {
+                slot.cframe.settle(o, &mut t, tstate, &slot.buf);
+            }
+            cframe::resolve(&self.mem, o, &mut [(&mut t, tstate, &slot.buf[..])])?;
         }
         self.main.cframe = t.cframe;
+        self.main.outer_cframe = t.outer_cframe;
         let prefetch = self.prefetch.entry(tstate);
         let first = if t.current_frame != 0 {
             t.datastack_chunk

@@ -89,11 +89,19 @@ pub struct ThreadFacts {
     pub thread_id: u64,
     pub next: u64,
     /// The current frame; 0 until read through `cframe` (3.11, 3.12; see
-    /// [`ThreadFacts::cframe_slot`]).
+    /// [`super::cframe`]).
     pub current_frame: u64,
     /// 3.11, 3.12: `tstate->cframe`, the `_PyCFrame` that holds the current
     /// frame (0: none).
     pub cframe: u64,
+    /// 3.11, 3.12: `current_frame` and `outer_cframe` were read from it.
+    pub cframe_read: bool,
+    /// 3.11, 3.12: `cframe->previous`, the outer eval loop's `_PyCFrame`.
+    pub outer_cframe: u64,
+    /// 3.11, 3.12: the outer `_PyCFrame`'s current frame, which the walk's
+    /// first entry frame must link to (see [`super::cframe`]); `None`: not
+    /// checked.
+    pub entry_previous: Option<u64>,
     pub base_frame: Option<u64>,
     pub datastack_chunk: u64,
     pub holds_gil: bool,
@@ -128,6 +136,9 @@ impl ThreadFacts {
             next: b.u64_at(o.tstate_next)?,
             current_frame,
             cframe,
+            cframe_read: false,
+            outer_cframe: 0,
+            entry_previous: None,
             base_frame: match o.tstate_base_frame {
                 Some(f) => Some(b.u64_at(f)?),
                 None => None,
@@ -137,12 +148,6 @@ impl ThreadFacts {
             gil_requested,
             has_exception,
         })
-    }
-
-    /// 3.11, 3.12: where `tstate->cframe->current_frame` lives, to read.
-    pub fn cframe_slot(&self, o: &Offsets) -> Option<u64> {
-        let off = o.cframe_current_frame?;
-        (self.cframe != 0).then(|| self.cframe.wrapping_add(off))
     }
 
     /// The reference's status bits. `os_state` is the kernel's scheduler
