@@ -728,6 +728,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             outside: &mut outside,
             stop_at: code,
             entry_previous: None,
+            tail: None,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut frames)?;

@@ -161,6 +161,12 @@ impl CodeCache {
         Self::default()
     }
 
+    /// Changes whenever a code object is dropped or replaced: frames
+    /// decoded under one epoch stay true while it lasts.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// Every frame the direct-mapped table holds is stale from now on.
     fn invalidate_fast(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);

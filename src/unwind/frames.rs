@@ -9,6 +9,7 @@
 use foldhash::HashSet;
 
 use super::code::CodeCache;
+use super::reuse::{Context, Tail};
 use crate::error::{Error, Result, Torn};
 use crate::model::{Frame, FrameId, FrameKind, FrameTable};
 use crate::offsets::Offsets;
@@ -345,6 +346,11 @@ impl Chunks {
             })
     }
 
+    /// The `i`-th copied chunk (0: the newest): its address and copy.
+    pub fn copy(&self, i: usize) -> Option<(u64, &[u8])> {
+        self.bufs[..self.used].get(i).map(|(a, b)| (*a, &b[..]))
+    }
+
     /// Did the last load stop at our caps rather than at the chain's end?
     pub fn cut(&self) -> bool {
         self.cut
@@ -541,6 +547,10 @@ pub struct Walk<'a> {
     /// `--opcodes`: the target's instruction table; each Python frame then
     /// carries the opcode at its instruction pointer.
     pub opcodes: Option<&'static OpTable>,
+    /// The thread's last walk below its leaf: reused when nothing under
+    /// the leaf changed, recorded otherwise (see [`super::reuse`]). `None`
+    /// for walks that are never kept (opcodes, task stacks).
+    pub tail: Option<&'a mut Tail>,
 }
 
 /// Frames of one walk whose opcodes are read (`--opcodes`); the rest get
@@ -583,6 +593,21 @@ struct OpcodeAt {
 }
 
 impl Walk<'_> {
+    /// The bytes of a frame outside the data stack as this sample has them
+    /// without a read (in the thread state copy, or prefetched), and
+    /// whether from the thread state.
+    fn outside_frame(&self, addr: u64) -> Option<(&[u8], bool)> {
+        let fsize = self.offs.frame_size;
+        let (t, tbuf) = self.tstate;
+        let in_tstate = addr
+            .checked_sub(t)
+            .and_then(|off| tbuf.get(off as usize..off.checked_add(fsize)? as usize));
+        match in_tstate {
+            Some(b) => Some((b, true)),
+            None => self.chunks.prefetched(addr, fsize).map(|b| (b, false)),
+        }
+    }
+
     /// Walk the chain from `current` to the bottom, pushing frames leaf
     /// first onto `out`. `base_frame` (3.15) is where a complete chain ends.
     ///
@@ -607,7 +632,17 @@ impl Walk<'_> {
         out: &mut Vec<FrameId>,
     ) -> Result<()> {
         let mut at = Vec::new();
-        self.chain(current, base_frame, out, &mut at)?;
+        let mut tail = self.tail.take();
+        let walked = self.chain(current, base_frame, out, &mut at, tail.as_deref_mut());
+        if let Some(t) = tail
+            && !matches!(walked, Ok(true))
+        {
+            let chunks = self.chunks;
+            t.finish(walked.is_ok(), current, out, self.used_codes, |i| {
+                chunks.copy(i)
+            });
+        }
+        walked?;
         if let Some(t) = self.opcodes {
             self.read_opcodes(t, out, &at);
         }
@@ -615,14 +650,16 @@ impl Walk<'_> {
     }
 
     /// The walk itself (see [`Walk::run`]); with `--opcodes`, notes in `at`
-    /// where each Python frame's instruction is.
+    /// where each Python frame's instruction is. True if it ended by
+    /// reusing `tail`, the last walk below the leaf.
     fn chain(
         &mut self,
         current: u64,
         base_frame: Option<u64>,
         out: &mut Vec<FrameId>,
         at: &mut Vec<OpcodeAt>,
-    ) -> Result<()> {
+        mut tail: Option<&mut Tail>,
+    ) -> Result<bool> {
         let o = self.offs;
         // The last frame shown was pushed by the eval loop, not from C.
         let mut callee_inline = false;
@@ -635,8 +672,42 @@ impl Walk<'_> {
         // Where the last data-stack frame was: (chunk, address).
         let mut last_pos: Option<(usize, u64)> = None;
         let mut truncated = false;
+        let mut visited = 0usize;
         self.seen.clear();
         while addr != 0 {
+            if visited == 1
+                && !truncated
+                && let Some(t) = tail.as_deref_mut()
+            {
+                // Past the leaf: reuse the last walk from here if nothing
+                // below changed, else record this one.
+                let c = Context {
+                    tstate: self.tstate.0,
+                    leaf: current,
+                    leaf_previous: addr,
+                    epoch: self.code.epoch(),
+                    gc_frame: self.gc_frame,
+                    native: self.native,
+                    base_frame,
+                    entry_expected: self.entry_previous,
+                };
+                if t.reusable(&c)
+                    && out.len() + t.frames().len() < MAX_DEPTH
+                    && t.same_memory(|i| self.chunks.copy(i), |a| self.outside_frame(a))
+                {
+                    out.extend_from_slice(t.frames());
+                    self.used_codes.extend_from_slice(t.codes());
+                    for a in t.prefetch() {
+                        if self.outside.len() < MAX_PREFETCH {
+                            self.outside.push(a);
+                        }
+                    }
+                    t.hit();
+                    return Ok(true);
+                }
+                t.begin(&c, out.len(), self.used_codes.len(), fsize as usize);
+            }
+            visited += 1;
             if !plausible(addr) {
                 return Err(Torn::BadAddress { addr }.into());
             }
@@ -674,6 +745,11 @@ impl Walk<'_> {
                     }
                 }
             };
+            if pos.is_none()
+                && let Some(t) = tail.as_deref_mut()
+            {
+                t.note_outside(addr, fb, local_copy.is_some());
+            }
             let bad = || Error::corrupt("short frame");
             let previous = fb.u64_at(o.frame_previous).ok_or_else(bad)?;
             let executable = fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask;
@@ -711,7 +787,10 @@ impl Walk<'_> {
                     // oldest copied chunk: keep what we have, truncated.
                     // (Its root cannot be checked.)
                     out.push(self.markers.truncated);
-                    return Ok(());
+                    if let Some(t) = tail.as_deref_mut() {
+                        t.spoil();
+                    }
+                    return Ok(false);
                 }
                 return Err(Torn::OutsideDataStack { addr }.into());
             }
@@ -733,6 +812,9 @@ impl Walk<'_> {
             // Room for what this frame shows, and `<truncated>` after it.
             if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
                 truncated = true;
+                if let Some(t) = tail.as_deref_mut() {
+                    t.spoil();
+                }
                 continue;
             }
             if gc {
@@ -747,6 +829,9 @@ impl Walk<'_> {
                 let id = match self.code.frame_fast(executable, instr_ptr) {
                     Some(id) => id,
                     None => {
+                        if let Some(t) = tail.as_deref_mut() {
+                            t.spoil();
+                        }
                         if !self.code.is_ready(executable) {
                             (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
                         }
@@ -784,7 +869,7 @@ impl Walk<'_> {
                 self.used_codes.push(executable);
                 if self.stop_at != 0 && executable == self.stop_at {
                     // A part of the stack, not checked to its root.
-                    return Ok(());
+                    return Ok(false);
                 }
             }
             if native {
@@ -798,7 +883,7 @@ impl Walk<'_> {
             out.push(self.markers.truncated);
         }
         if current == 0 {
-            return Ok(());
+            return Ok(false);
         }
         match base_frame {
             Some(base) if base == 0 || last_addr != base => Err(Torn::NoBaseFrame.into()),
@@ -808,7 +893,7 @@ impl Walk<'_> {
             // a yield the link is cut. A chain that ends there was read
             // across a yield: the thread's real root is further down.
             None if last_owner == Some(o.owners.generator) => Err(Torn::SuspendedGenerator.into()),
-            _ => Ok(()),
+            _ => Ok(false),
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod guess;
 pub mod linetable;
 pub mod names;
 pub mod objects;
+pub mod reuse;
 pub mod threads;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -175,6 +176,8 @@ struct ThreadSlot {
     /// where the last sample found them, read in the same system call as
     /// the thread state.
     cframe: cframe::CFrameCopy,
+    /// Its last walk below the leaf (see [`reuse`]).
+    tail: reuse::Tail,
 }
 
 /// What a sample's first read found (see `Unwinder::first_read`).
@@ -1031,7 +1034,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         slot.frames.clear();
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
-        let ts = &self.slots[idx];
+        let ts = &mut self.slots[idx];
+        let opcodes = self.opts.opcode_table(o);
         let mem = &self.mem;
         let grant = |calls, bytes| mem.grant(calls, bytes);
         let mut walk = Walk {
@@ -1050,7 +1054,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             outside: &mut self.outside,
             stop_at: 0,
             entry_previous: t.entry_previous,
-            opcodes: self.opts.opcode_table(o),
+            opcodes,
+            tail: opcodes.is_none().then_some(&mut ts.tail),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         self.prefetch.replace(tstate, &mut self.outside);
@@ -1169,6 +1174,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
         }
         Ok(changed)
+    }
+
+    /// How many thread walks reused the frames of the last walk below an
+    /// unchanged leaf (see [`reuse`]), over threads still sampled.
+    pub fn reused_walks(&self) -> u64 {
+        self.slots.iter().map(|s| s.tail.hits()).sum()
     }
 
     /// The process id this unwinder reads.
