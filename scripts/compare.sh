@@ -6,7 +6,8 @@
 #   rate/s      samples the profiler says it took per second of the run
 #   wall s      how long the profiler ran (asked: SECONDS)
 #   failed%     samples it failed to take (its own count)
-#   cpu s       the profiler's own CPU time (user + system)
+#   cpu s       the profiler's own CPU time (perf's task-clock when perf
+#               is installed, else GNU time's user + system)
 #   rss MiB     the profiler's peak resident memory
 #   B/sample    bytes of its recording per sample: the .bin of tachyon and
 #               the reference (--binary); py-spy's raw collapsed text
@@ -102,13 +103,29 @@ while True:
 PY
 
 # measure NAME CMD...: run CMD, keep its output in $WORK/NAME.out and its
-# "elapsed user system maxrss_kb" in $WORK/NAME.time.
+# "elapsed user system maxrss_kb" in $WORK/NAME.time; with perf, its exact
+# CPU time (task-clock, children included) in $WORK/NAME.perf. The user
+# and system times of GNU time are sampled at the scheduler's tick, which
+# misjudges a profiler that wakes a thousand times a second.
+PERF=$(command -v perf || true)
 measure() {
     local name=$1; shift
-    /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name.time" "$@" > "$WORK/$name.out" 2>&1 || true
+    rm -f "$WORK/$name.perf"
+    if [ -n "$PERF" ]; then
+        "$PERF" stat -x, -e task-clock -o "$WORK/$name.perf" \
+            /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name.time" "$@" > "$WORK/$name.out" 2>&1 || true
+    else
+        /usr/bin/time -f "%e %U %S %M" -o "$WORK/$name.time" "$@" > "$WORK/$name.out" 2>&1 || true
+    fi
 }
 wall() { awk '{printf "%.1f", $1}' "$WORK/$1.time"; }
-cpu() { awk '{printf "%.2f", $2 + $3}' "$WORK/$1.time"; }
+cpu() {
+    if [ -s "$WORK/$1.perf" ] && grep -q task-clock "$WORK/$1.perf"; then
+        awk -F, '/task-clock/ {printf "%.3f", $1 / 1000}' "$WORK/$1.perf"
+    else
+        awk '{printf "%.2f", $2 + $3}' "$WORK/$1.time"
+    fi
+}
 rss() { awk '{printf "%.1f", $4 / 1024}' "$WORK/$1.time"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "-" }'; }
 per_sample() { # FILE SAMPLES

@@ -237,15 +237,41 @@ pub struct RunStats {
     pub mode: Mode,
     /// Sampling ended on Ctrl-C/SIGTERM rather than by time or exit.
     pub interrupted: bool,
+    /// A merged profile of several processes (`--merge`): how many, and
+    /// the sum of the time each was sampled (0 for one process). Its rate
+    /// is per process: samples over process-seconds.
+    pub processes: u32,
+    pub process_seconds: f64,
 }
 
 impl RunStats {
-    /// Samples expected at the requested rate over the run.
+    /// The time the samples were taken over: the run's, or for a merged
+    /// profile the sum of each process's.
+    pub fn sampled_seconds(&self) -> f64 {
+        if self.processes > 1 {
+            self.process_seconds
+        } else {
+            self.duration_s
+        }
+    }
+
+    /// Samples per second (per process, for a merged profile).
+    pub fn rate(&self) -> f64 {
+        let t = self.sampled_seconds();
+        if t > 0.0 {
+            self.attempts as f64 / t
+        } else {
+            0.0
+        }
+    }
+
+    /// Samples expected at the requested rate over the run (over each
+    /// process's time, for a merged profile).
     pub fn expected(&self) -> u64 {
         if self.interval_us == 0 {
             return 0;
         }
-        (self.duration_s * 1e6 / self.interval_us as f64) as u64
+        (self.sampled_seconds() * 1e6 / self.interval_us as f64) as u64
     }
 
     /// Failed samples as a percentage of attempts.

@@ -435,10 +435,14 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
 /// failures; the processes ran at once, so its duration is the longest.
 fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
     let mut total = main.clone();
+    total.processes = 1;
+    total.process_seconds = main.duration_s;
     for c in children.iter().filter(|c| c.error.is_none()) {
         total.attempts += c.stats.attempts;
         total.failures += c.stats.failures;
         total.duration_s = total.duration_s.max(c.stats.duration_s);
+        total.processes += 1;
+        total.process_seconds += c.stats.duration_s;
     }
     total
 }
@@ -1079,6 +1083,10 @@ mod tests {
         );
         assert_eq!((total.attempts, total.failures), (30, 2));
         assert!((total.duration_s - 2.0).abs() < 1e-9);
+        // Two processes sampled, for 3 s between them: 10 per second each.
+        assert_eq!(total.processes, 2);
+        assert!((total.rate() - 10.0).abs() < 1e-9);
+        assert_eq!(total.expected(), 3000);
     }
 
     #[test]

@@ -335,6 +335,7 @@ fn tachyon_files_replay_in_the_reference() {
         failures: 20,
         mode: Mode::Wall,
         interrupted: false,
+        ..RunStats::default()
     };
     for compression in [Compression::Zstd, Compression::None] {
         let name = format!("t-{}.bin", compression.as_str());
@@ -488,6 +489,7 @@ fn binary_collector_file_replays_in_the_reference() {
         failures: 0,
         mode: Mode::Gil,
         interrupted: false,
+        ..RunStats::default()
     };
     c.finish(&t, &stats).unwrap();
 
@@ -744,6 +746,7 @@ fn corrupt_files_give_errors_never_panics() {
         failures: 0,
         mode: Mode::Wall,
         interrupted: false,
+        ..RunStats::default()
     };
     torture(
         "tachyon/zstd",

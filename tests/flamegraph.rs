@@ -476,6 +476,7 @@ fn run_stats(samples: u64) -> RunStats {
         failures: 0,
         mode: Mode::Wall,
         interrupted: false,
+        ..RunStats::default()
     }
 }
 

@@ -261,6 +261,7 @@ fn every_format_written_live_equals_the_same_format_from_replay() {
             failures,
             mode: Mode::Wall,
             interrupted: false,
+            ..RunStats::default()
         };
 
         let dir = Scratch::new(&it.name);

@@ -122,6 +122,31 @@ fn run_pool_with(
     assert_eq!(words.next(), Some("PARENT"), "{line}");
     // Another process's line may follow on the same line.
     let parent = words.next().and_then(|p| p.parse().ok()).unwrap();
+    // The summary counts every process, and its rate is per process: each
+    // is sampled at most at the requested (default 1 kHz) rate, where the
+    // sum over processes would be about five times that.
+    let captured = stdout
+        .lines()
+        .find(|l| l.starts_with("Captured "))
+        .unwrap_or_else(|| panic!("{}: no summary in:\n{stdout}", it.name));
+    let processes: usize = captured
+        .split(" from ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no process count in {captured:?}", it.name));
+    assert!(processes > workers.len(), "{}: {captured}", it.name);
+    let rate: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Sample rate: "))
+        .and_then(|r| r.strip_suffix(" samples/sec per process"))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no per-process rate in:\n{stdout}", it.name));
+    assert!(
+        rate > 0.0 && rate <= 1100.0,
+        "{}: {rate} samples/sec per process",
+        it.name
+    );
     // One output: no file of a child's own beside it.
     let stem = Path::new(name).file_stem().unwrap().to_string_lossy();
     for w in &workers {

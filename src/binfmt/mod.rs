@@ -234,6 +234,7 @@ impl StoredStats {
             failures: (attempts as f64 * err / 100.0).round() as u64,
             mode: mode.unwrap_or_default(),
             interrupted: false,
+            ..RunStats::default()
         }
     }
 }
@@ -349,6 +350,7 @@ mod tests {
             failures: 10,
             mode: Mode::Gil,
             interrupted: false,
+            ..RunStats::default()
         };
         let back = StoredStats::from_run(&run).to_run(1000, Some(Mode::Gil));
         assert_eq!(back.attempts, 1990);

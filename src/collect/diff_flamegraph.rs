@@ -407,6 +407,7 @@ mod tests {
             failures: 0,
             mode,
             interrupted: false,
+            ..RunStats::default()
         }
     }
 

@@ -612,11 +612,7 @@ impl<'k> PageData<'k> {
         threads: usize,
     ) {
         let t = stats.duration_s;
-        let rate = if t > 0.0 {
-            stats.attempts as f64 / t
-        } else {
-            0.0
-        };
+        let rate = stats.rate();
         let missed = if stats.interrupted {
             0.0
         } else {
@@ -942,6 +938,7 @@ mod tests {
             failures: 1,
             mode: Mode::Cpu,
             interrupted: false,
+            ..RunStats::default()
         }
     }
 

@@ -532,11 +532,7 @@ fn ops_panel(t: &OpTable, ops: &[(u8, u64)]) -> String {
 
 fn index_page(report: &Report, stats: &RunStats) -> String {
     let mut out = head("tachyon heatmap");
-    let rate = if stats.duration_s > 0.0 {
-        stats.attempts as f64 / stats.duration_s
-    } else {
-        0.0
-    };
+    let rate = stats.rate();
     let _ = write!(
         out,
         "<body><header>tachyon heatmap</header><main>\n\
@@ -618,6 +614,7 @@ mod tests {
             failures: 0,
             mode: Mode::Wall,
             interrupted: false,
+            ..RunStats::default()
         }
     }
 

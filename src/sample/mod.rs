@@ -244,10 +244,18 @@ fn filter_by_mode(sample: &mut Sample, mode: Mode) {
 pub fn print_summary(stats: &RunStats) {
     let n = stats.attempts;
     let t = stats.duration_s;
-    let rate = if t > 0.0 { n as f64 / t } else { 0.0 };
+    let rate = stats.rate();
     let s = if n == 1 { "" } else { "s" };
-    crate::outln!("Captured {n} sample{s} in {t:.2} seconds");
-    crate::outln!("Sample rate: {rate:.2} samples/sec");
+    if stats.processes > 1 {
+        // A merged profile: the processes were sampled at once, each at
+        // the requested rate.
+        let p = stats.processes;
+        crate::outln!("Captured {n} sample{s} from {p} processes in {t:.2} seconds");
+        crate::outln!("Sample rate: {rate:.2} samples/sec per process");
+    } else {
+        crate::outln!("Captured {n} sample{s} in {t:.2} seconds");
+        crate::outln!("Sample rate: {rate:.2} samples/sec");
+    }
     crate::outln!("Error rate: {:.2}", stats.error_rate_pct());
     let expected = stats.expected();
     if n < expected && !stats.interrupted {
