@@ -108,6 +108,26 @@ impl ThreadGuesses {
         self.cframes.insert(tstate, cframe);
     }
 
+    /// Forget what was remembered for thread states that no interpreter's
+    /// list holds any more, here and in `prefetch`, once the forgotten
+    /// would outnumber the live (threads that ended are never told to us;
+    /// a program that starts threads all the time would otherwise grow
+    /// these maps to their bound).
+    pub fn forget_ended(&mut self, prefetch: &mut Prefetch) {
+        let live: usize = self.lists.values().map(Vec::len).sum();
+        let limit = 2 * live + 64;
+        if self.chunks.len() <= limit
+            && self.cframes.len() <= limit
+            && prefetch.frames.len() <= limit
+        {
+            return;
+        }
+        let keep: foldhash::HashSet<u64> = self.lists.values().flatten().copied().collect();
+        self.chunks.retain(|t, _| keep.contains(t));
+        self.cframes.retain(|t, _| keep.contains(t));
+        prefetch.frames.retain(|t, _| keep.contains(t));
+    }
+
     /// Drop the per-thread maps that grew past their bound (threads that
     /// ended are never told to us).
     pub fn bound(&mut self) {
@@ -281,6 +301,31 @@ mod tests {
             t.set_list(i * 8 + 8, vec![1]);
         }
         assert!(t.lists.len() <= MAX_INTERPRETERS + 1);
+    }
+
+    #[test]
+    fn ended_threads_are_forgotten_once_they_outnumber_the_live() {
+        let mut t = ThreadGuesses::default();
+        let mut p = Prefetch::default();
+        t.set_list(0x50, vec![0x1000, 0x2000]);
+        // A thread state seen once per new thread, 200 of them.
+        for i in 0..200u64 {
+            let ts = 0x10_0000 + i * 0x1000;
+            t.set_chunk(ts, 0x9000, 10);
+            t.set_cframe(ts, (0x2000, 0x3000));
+            p.entry(ts).push(0x3000);
+            t.forget_ended(&mut p);
+        }
+        for live in [0x1000, 0x2000] {
+            t.set_chunk(live, 0x9000, 10);
+            p.entry(live).push(0x4000);
+        }
+        t.forget_ended(&mut p);
+        // Never more than twice the live ones plus a margin.
+        assert!(t.chunks.len() <= 2 * 2 + 64, "{}", t.chunks.len());
+        assert!(t.cframes.len() <= 2 * 2 + 64 && p.frames.len() <= 2 * 2 + 64);
+        // The live ones are kept.
+        assert!(t.chunk(0x1000).is_some() && !p.get(0x2000).is_empty());
     }
 
     #[test]

@@ -771,6 +771,7 @@ impl<M: ProcessMemory> Unwinder<M> {
 
         // Every other thread's current chunk and outside frames, in one
         // call.
+        self.guesses.forget_ended(&mut self.prefetch);
         self.prefetch.bound();
         self.guesses.bound();
         let mut decoded = Vec::with_capacity(self.order.len());
