@@ -56,7 +56,7 @@ impl HeatmapCollector {
     pub fn new(dir: PathBuf, source: SourceReader) -> Self {
         HeatmapCollector {
             dir,
-            counts: StackCounts::new(),
+            counts: StackCounts::pooled(),
             source,
             seen: Vec::new(),
             opcodes: None,

@@ -160,7 +160,7 @@ impl PstatsCollector {
             opts,
             sampled_marker: false,
             color: None,
-            counts: StackCounts::new(),
+            counts: StackCounts::pooled(),
         }
     }
 

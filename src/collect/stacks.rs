@@ -38,11 +38,24 @@ pub struct StackCounts {
     cell_index: HashMap<(u64, StackId), u32>,
     /// Thread stacks counted (samples × threads with a non-empty stack).
     total: u64,
+    /// Count every thread as one (thread id 0): for outputs that show no
+    /// threads, so that a program starting threads all the time does not
+    /// grow them a cell per thread and stack.
+    pooled: bool,
 }
 
 impl StackCounts {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Counts that keep no thread apart (see the `pooled` field): the same
+    /// stacks in the same first-seen order, one cell each.
+    pub fn pooled() -> Self {
+        StackCounts {
+            pooled: true,
+            ..Self::default()
+        }
     }
 
     /// Count each non-empty thread stack of `sample` once.
@@ -56,6 +69,7 @@ impl StackCounts {
 
     /// Count `stack` (leaf first) `n` times for thread `tid`.
     pub fn add_stack(&mut self, tid: u64, stack: &[FrameId], n: u64) -> StackId {
+        let tid = if self.pooled { 0 } else { tid };
         let id = match self.stack_index.get(stack) {
             Some(&id) => id,
             None => {
@@ -218,6 +232,31 @@ mod tests {
             ]
         );
         assert_eq!(c.total(), 4);
+    }
+
+    #[test]
+    fn pooled_counts_keep_one_cell_per_stack_in_the_same_order() {
+        let mut c = StackCounts::pooled();
+        let mut apart = StackCounts::new();
+        // Threads that come and go, each seen with the same two stacks.
+        for tid in 1..100u64 {
+            for counts in [&mut c, &mut apart] {
+                counts.add(&sample(&[(tid, &[3, 2, 1]), (tid + 1000, &[4, 1])]));
+            }
+        }
+        let cells: Vec<(u64, &[FrameId], u64)> = c
+            .cells()
+            .iter()
+            .map(|x| (x.tid, c.stack(x.stack), x.count))
+            .collect();
+        assert_eq!(cells, [(0, &[3, 2, 1][..], 99), (0, &[4, 1][..], 99)]);
+        assert_eq!(apart.cells().len(), 198);
+        assert_eq!(c.total(), apart.total());
+        let key = |f: FrameId| f;
+        assert_eq!(
+            c.self_and_cumulative(key).keys,
+            apart.self_and_cumulative(key).keys
+        );
     }
 
     #[test]
