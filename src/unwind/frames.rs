@@ -608,6 +608,76 @@ impl Walk<'_> {
         }
     }
 
+    /// The bytes of the frame at `addr`: from its chunk's copy (`in_chunk`),
+    /// the thread state's copy (the second value says so), a prefetched
+    /// copy, or else read now into `local`.
+    fn frame_bytes<'b>(
+        &'b self,
+        addr: u64,
+        in_chunk: Option<&'b [u8]>,
+        local: &'b mut [u8; 512],
+    ) -> Result<(&'b [u8], bool)> {
+        if let Some(b) = in_chunk {
+            return Ok((b, false));
+        }
+        if let Some((b, in_tstate)) = self.outside_frame(addr) {
+            return Ok((b, in_tstate));
+        }
+        let buf = local
+            .get_mut(..self.offs.frame_size as usize)
+            .ok_or_else(|| Error::corrupt("frame size larger than 512 bytes"))?;
+        match self.mem.read(addr, buf) {
+            Ok(()) => Ok((buf, false)),
+            Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => Err(e),
+            Err(_) => Err(Torn::UnreadableFrame { addr }.into()),
+        }
+    }
+
+    /// Past the leaf: if the last walk below it (`t`) holds for context
+    /// `c` and every byte it read is unchanged, append its frames to `out`
+    /// (and its code objects and prefetched frames to this walk's) and say
+    /// so. See [`super::reuse`].
+    fn reuse(&mut self, t: &mut Tail, c: &Context, out: &mut Vec<FrameId>) -> bool {
+        if !(t.reusable(c)
+            && out.len() + t.frames().len() < MAX_DEPTH
+            && t.same_memory(|i| self.chunks.copy(i), |a| self.outside_frame(a)))
+        {
+            return false;
+        }
+        out.extend_from_slice(t.frames());
+        self.used_codes.extend_from_slice(t.codes());
+        for a in t.prefetch() {
+            if self.outside.len() < MAX_PREFETCH {
+                self.outside.push(a);
+            }
+        }
+        t.hit();
+        true
+    }
+
+    /// The frame of the frame at `addr`, running `executable` at
+    /// `instr_ptr`, from the code cache (which may read the code object,
+    /// its names and its location table, granted from the budget). A code
+    /// object that cannot be read is a torn stack.
+    fn load_frame(&mut self, addr: u64, executable: u64, instr_ptr: u64) -> Result<FrameId> {
+        if !self.code.is_ready(executable) {
+            (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
+        }
+        match self
+            .code
+            .frame(self.mem, self.offs, self.table, executable, instr_ptr)
+        {
+            Ok(id) => Ok(id),
+            Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => Err(e),
+            Err(e) => Err(Torn::UnreadableCode {
+                addr,
+                code: executable,
+                cause: e.to_string(),
+            }
+            .into()),
+        }
+    }
+
     /// Walk the chain from `current` to the bottom, pushing frames leaf
     /// first onto `out`. `base_frame` (3.15) is where a complete chain ends.
     ///
@@ -691,18 +761,7 @@ impl Walk<'_> {
                     base_frame,
                     entry_expected: self.entry_previous,
                 };
-                if t.reusable(&c)
-                    && out.len() + t.frames().len() < MAX_DEPTH
-                    && t.same_memory(|i| self.chunks.copy(i), |a| self.outside_frame(a))
-                {
-                    out.extend_from_slice(t.frames());
-                    self.used_codes.extend_from_slice(t.codes());
-                    for a in t.prefetch() {
-                        if self.outside.len() < MAX_PREFETCH {
-                            self.outside.push(a);
-                        }
-                    }
-                    t.hit();
+                if self.reuse(t, &c, out) {
                     return Ok(true);
                 }
                 t.begin(&c, out.len(), self.used_codes.len(), fsize as usize);
@@ -724,31 +783,11 @@ impl Walk<'_> {
             } else if !self.seen.insert(addr) {
                 return Err(Torn::Cycle { addr }.into());
             }
-            let tstate = self.tstate;
-            let in_tstate = || {
-                addr.checked_sub(tstate.0)
-                    .and_then(|off| tstate.1.get(off as usize..off.checked_add(fsize)? as usize))
-            };
-            let local_copy = pos.map(|(_, b)| b).or_else(in_tstate);
-            let fb: &[u8] = match local_copy.or_else(|| self.chunks.prefetched(addr, fsize)) {
-                Some(b) => b,
-                None => {
-                    let buf = local
-                        .get_mut(..fsize as usize)
-                        .ok_or_else(|| Error::corrupt("frame size larger than 512 bytes"))?;
-                    match self.mem.read(addr, buf) {
-                        Ok(()) => buf,
-                        Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
-                            return Err(e);
-                        }
-                        Err(_) => return Err(Torn::UnreadableFrame { addr }.into()),
-                    }
-                }
-            };
+            let (fb, in_tstate) = self.frame_bytes(addr, pos.map(|(_, b)| b), &mut local)?;
             if pos.is_none()
                 && let Some(t) = tail.as_deref_mut()
             {
-                t.note_outside(addr, fb, local_copy.is_some());
+                t.note_outside(addr, fb, in_tstate);
             }
             let bad = || Error::corrupt("short frame");
             let previous = fb.u64_at(o.frame_previous).ok_or_else(bad)?;
@@ -794,7 +833,7 @@ impl Walk<'_> {
                 }
                 return Err(Torn::OutsideDataStack { addr }.into());
             }
-            if local_copy.is_none() && self.outside.len() < MAX_PREFETCH {
+            if pos.is_none() && !in_tstate && self.outside.len() < MAX_PREFETCH {
                 self.outside.push(addr);
             }
             last_was_entry = entry;
@@ -832,26 +871,7 @@ impl Walk<'_> {
                         if let Some(t) = tail.as_deref_mut() {
                             t.spoil();
                         }
-                        if !self.code.is_ready(executable) {
-                            (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
-                        }
-                        match self
-                            .code
-                            .frame(self.mem, o, self.table, executable, instr_ptr)
-                        {
-                            Ok(id) => id,
-                            Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
-                                return Err(e);
-                            }
-                            Err(e) => {
-                                return Err(Torn::UnreadableCode {
-                                    addr: last_addr,
-                                    code: executable,
-                                    cause: e.to_string(),
-                                }
-                                .into());
-                            }
-                        }
+                        self.load_frame(last_addr, executable, instr_ptr)?
                     }
                 };
                 // Whichever way the frame was found (the frame table or the
