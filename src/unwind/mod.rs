@@ -1056,7 +1056,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: t.entry_previous,
             opcodes,
-            tail: opcodes.is_none().then_some(&mut ts.tail),
+            tail: (opcodes.is_none() && idx < reuse::MAX_KEPT_THREADS).then_some(&mut ts.tail),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         self.prefetch.replace(tstate, &mut self.outside);

@@ -31,8 +31,14 @@
 
 use crate::model::FrameId;
 
-/// Most bytes of data stack kept per thread for the comparison.
-const MAX_KEPT: usize = 1 << 20;
+/// Most bytes of data stack kept per thread for the comparison: deeper
+/// stacks are walked every time.
+const MAX_KEPT: usize = 256 * 1024;
+
+/// Most threads per sample whose walks are kept (the first in the
+/// interpreter's list): with [`MAX_KEPT`], at most 16 MiB for a program
+/// of deep stacks on thousands of threads; a few hundred KiB usually.
+pub const MAX_KEPT_THREADS: usize = 64;
 
 /// One thread's last walk below its leaf.
 #[derive(Default)]
