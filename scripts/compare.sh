@@ -6,6 +6,8 @@
 #   rate/s      samples the profiler says it took per second of the run
 #   wall s      how long the profiler ran (asked: SECONDS)
 #   failed%     samples it failed to take (its own count)
+#   good/s      samples per second that succeeded, and the ratio to
+#               tachyon's (x0.50: half of tachyon's)
 #   cpu s       the profiler's own CPU time (perf's task-clock when perf
 #               is installed, else GNU time's user + system)
 #   rss MiB     the profiler's peak resident memory
@@ -132,13 +134,15 @@ per_sample() { # FILE SAMPLES
     local n=${2:-0}
     if [ -f "$1" ] && [ "$n" -gt 0 ]; then awk -v s="$(stat -c %s "$1")" -v n="$n" 'BEGIN{printf "%.1f", s / n}'; else echo -; fi
 }
-row() { printf '%-10s %-6s %-9s %9s %6s %8s %7s %7s %8s %6s %9s\n' "$@"; }
+row() { printf '%-10s %-6s %-9s %9s %6s %8s %9s %7s %7s %7s %8s %6s %9s\n' "$@"; }
+# good RATE FAILED%: samples per second that succeeded.
+good() { awk -v r="${1:-0}" -v f="${2:-0}" 'BEGIN { if (r + 0 > 0) printf "%.0f", r * (100 - f) / 100; else print "-" }'; }
 
 echo "tachyon $(git describe --always --dirty 2>/dev/null || echo '?') vs python3.15 -m profiling.sampling vs $("$PYSPY" --version 2>/dev/null || echo 'py-spy (missing)')"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "${SECS}s per run at ${RATE} Hz, all threads, one profiler at a time"
 echo
-row target python profiler rate/s "wall s" failed% "cpu s" "" "rss MiB" "" B/sample
+row target python profiler rate/s "wall s" failed% good/s "" "cpu s" "" "rss MiB" "" B/sample
 for v in $VERSIONS; do
     for target in $TARGETS; do
         case $target in
@@ -155,7 +159,8 @@ for v in $VERSIONS; do
         t_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/t.out")
         t_err=$(sed -n 's/^Error rate: //p' "$WORK/t.out")
         t_cpu=$(cpu t); t_rss=$(rss t)
-        row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
+        t_good=$(good "${t_rate:-0}" "${t_err:-0}")
+        row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_good" x1.00 "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
 
         if [ "$v" = 3.15 ]; then
             rm -f "$WORK/r.bin"
@@ -164,7 +169,8 @@ for v in $VERSIONS; do
             r_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/r.out")
             r_err=$(sed -n 's/^Error rate: //p' "$WORK/r.out")
             r_cpu=$(cpu r); r_rss=$(rss r)
-            row "" "" reference "${r_rate:--}" "$(wall r)" "${r_err:--}" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
+            r_good=$(good "${r_rate:-0}" "${r_err:-0}")
+            row "" "" reference "${r_rate:--}" "$(wall r)" "${r_err:--}" "$r_good" "$(ratio "$r_good" "$t_good")" "$r_cpu" "$(ratio "$r_cpu" "$t_cpu")" "$r_rss" "$(ratio "$r_rss" "$t_rss")" "$(per_sample "$WORK/r.bin" "${r_n:-0}")"
         fi
 
         if [ "${PYSPY_ON:-1}" = 1 ] && [ -x "$PYSPY" ]; then
@@ -176,9 +182,10 @@ for v in $VERSIONS; do
                 p_rate=$(awk -v n="$p_n" -v e="$(awk '{print $1}' "$WORK/p.time")" 'BEGIN{printf "%.2f", n / e}')
                 p_err=$(awk -v e="${p_e:-0}" -v n="$p_n" 'BEGIN{printf "%.2f", 100 * e / (n + e)}')
                 p_cpu=$(cpu p); p_rss=$(rss p)
-                row "" "" py-spy "$p_rate" "$(wall p)" "$p_err" "$p_cpu" "$(ratio "$p_cpu" "$t_cpu")" "$p_rss" "$(ratio "$p_rss" "$t_rss")" "$(per_sample "$WORK/p.txt" "$p_n")"
+                p_good=$(good "$p_rate" "$p_err")
+                row "" "" py-spy "$p_rate" "$(wall p)" "$p_err" "$p_good" "$(ratio "$p_good" "$t_good")" "$p_cpu" "$(ratio "$p_cpu" "$t_cpu")" "$p_rss" "$(ratio "$p_rss" "$t_rss")" "$(per_sample "$WORK/p.txt" "$p_n")"
             else
-                row "" "" py-spy "failed: $(grep -m1 -i error "$WORK/p.out" | cut -c1-50)" "" "" "" "" "" "" ""
+                row "" "" py-spy "failed: $(grep -m1 -i error "$WORK/p.out" | cut -c1-50)" "" "" "" "" "" "" "" "" ""
             fi
         fi
         kill "$pid"; wait "$pid" 2>/dev/null || true
