@@ -49,19 +49,11 @@ pub struct Tail {
     recording: bool,
     /// Recorded walks so far are reusable.
     eligible: bool,
-    tstate: u64,
-    /// The leaf frame's address, and where it links to.
-    leaf: u64,
-    leaf_previous: u64,
+    /// The context the walk was recorded in (see [`Context`]).
+    ctx: Context,
     /// The leaf of the last walk (kept or not): the bytes are copied only
     /// for a leaf that stays.
     last_leaf: u64,
-    epoch: u32,
-    gc_frame: u64,
-    native: bool,
-    base_frame: Option<u64>,
-    /// The entry link the walk was checked against below the leaf.
-    entry_expected: Option<u64>,
     /// The copied data stack: (chunk address, bytes compared) per chunk,
     /// the bytes one after another in `stack`.
     chunks: Vec<(u64, usize)>,
@@ -82,7 +74,10 @@ pub struct Tail {
     hits: u64,
 }
 
-/// What a walk checks a kept tail against (see [`Tail::reusable`]).
+/// What a walk checks a kept tail against (see [`Tail::reusable`]): the
+/// thread, its leaf frame's address and where it links to, and what the
+/// decoding depends on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Context {
     pub tstate: u64,
     pub leaf: u64,
@@ -92,6 +87,7 @@ pub struct Context {
     /// `<native>` markers are emitted.
     pub native: bool,
     pub base_frame: Option<u64>,
+    /// The 3.11/3.12 entry link the walk is checked against below the leaf.
     pub entry_expected: Option<u64>,
 }
 
@@ -99,15 +95,7 @@ impl Tail {
     /// Is the kept walk below this leaf reusable, as far as the context
     /// tells? The memory is compared by [`Tail::same_memory`].
     pub fn reusable(&self, c: &Context) -> bool {
-        self.valid
-            && self.tstate == c.tstate
-            && self.leaf == c.leaf
-            && self.leaf_previous == c.leaf_previous
-            && self.epoch == c.epoch
-            && self.gc_frame == c.gc_frame
-            && self.native == c.native
-            && self.base_frame == c.base_frame
-            && self.entry_expected == c.entry_expected
+        self.valid && self.ctx == *c
     }
 
     /// Is the memory below the leaf what it was? `chunk(i)` gives the
@@ -172,14 +160,7 @@ impl Tail {
         self.valid = false;
         self.recording = true;
         self.eligible = true;
-        self.tstate = c.tstate;
-        self.leaf = c.leaf;
-        self.leaf_previous = c.leaf_previous;
-        self.epoch = c.epoch;
-        self.gc_frame = c.gc_frame;
-        self.native = c.native;
-        self.base_frame = c.base_frame;
-        self.entry_expected = c.entry_expected;
+        self.ctx = *c;
         self.frame_size = frame_size;
         self.out_start = out_len;
         self.codes_start = codes_len;
