@@ -85,16 +85,15 @@ impl CFrameCopy {
     /// `f`: its current frame and outer `_PyCFrame` if `f.cframe` was
     /// guessed, and then the outer current frame if that was guessed too.
     /// What is still missing is read by [`resolve`].
-    pub fn settle(&self, o: &Offsets, f: &mut ThreadFacts, tstate: u64, tbuf: &[u8]) -> bool {
+    pub fn settle(&self, o: &Offsets, f: &mut ThreadFacts, tstate: u64, tbuf: &[u8]) {
         if self.at == 0 || f.cframe != self.at || !take_cframe(o, f, &self.buf) {
-            return false;
+            return;
         }
         if self.outer_at != 0 && f.outer_cframe == self.outer_at {
             f.entry_previous = Some(u64::from_le_bytes(self.outer_buf));
         } else {
             outer_from_root(o, f, tstate, tbuf);
         }
-        true
     }
 }
 
