@@ -77,19 +77,8 @@ while True:
     fib(25)
 PY
 
-cat > "$WORK/churn.py" <<'PY'
-import threading
-def work(n):
-    if n:
-        return work(n - 1)
-    return sum(range(50))
-while True:
-    ts = [threading.Thread(target=work, args=(5 + k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-PY
+# The same churn the tests use (it prints READY, sent nowhere below).
+cp fixtures/targets/churn.py "$WORK/churn.py"
 
 cat > "$WORK/threads30.py" <<'PY'
 import threading, time
@@ -150,7 +139,7 @@ for v in $VERSIONS; do
             *) script=$target.py; args= ;;
         esac
         # shellcheck disable=SC2086
-        chroot "$ROOT" "/usr/bin/python$v" "$INSIDE/$script" $args &
+        chroot "$ROOT" "/usr/bin/python$v" "$INSIDE/$script" $args > /dev/null &
         pid=$!; pids+=("$pid"); sleep 0.5
 
         rm -f "$WORK/t.bin"
