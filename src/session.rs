@@ -26,7 +26,7 @@ use crate::collect::tee::Tee;
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, RunStats, Sample};
 use crate::process::follow::{Event, Follower};
-use crate::process::linux::LinuxProcess;
+use crate::process::linux::{ExitWatch, LinuxProcess};
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
 use crate::runtime::{self, Runtime};
@@ -305,7 +305,8 @@ impl<'a> Profiler<'a> {
             let pid = unwinder.pid();
             let cfg = self.remaining(shared.started, None);
             let stopper = LinuxProcess::open(pid)?;
-            let alive = move || LinuxProcess::open(pid).is_ok_and(|p| p.is_alive());
+            let watch = ExitWatch::new(pid);
+            let alive = || watch.alive();
             let pause = || -> Result<Box<dyn std::any::Any>> {
                 Ok(Box::new(StoppedThreads::stop(&stopper)?))
             };

@@ -19,7 +19,7 @@ use super::async_aware::AsyncModeArg;
 use super::output::OutputArgs;
 use tachyon::process::follow::{self, Follower};
 use tachyon::process::launch;
-use tachyon::process::linux::LinuxProcess;
+use tachyon::process::linux::{ExitWatch, LinuxProcess};
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, signals};
 use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
@@ -650,7 +650,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // A command (a wrapper, a script running several programs) may start
     // more interpreters after the first: the profile follows them in turn.
     let root = child.id() as i32;
-    let root_running = move || LinuxProcess::open(root).is_ok_and(|p| p.is_alive());
+    let root_watch = ExitWatch::new(root);
+    let root_running = move || root_watch.alive();
     let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
     // With --subprocesses, every Python process of a command is profiled.
     let reason = profile(
