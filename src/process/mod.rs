@@ -32,6 +32,41 @@ pub struct ReadReq<'a> {
     pub buf: &'a mut [u8],
 }
 
+/// A request list's allocation, kept from one sample to the next: a
+/// sample builds its lists of [`ReadReq`] afresh (they borrow that
+/// sample's buffers), and without this each list cost an allocation and
+/// its regrowths every sample.
+#[derive(Default)]
+pub struct ReqPool(Vec<ReadReq<'static>>);
+
+impl ReqPool {
+    /// An empty list with the capacity of the last one given back.
+    pub fn take<'a>(&mut self) -> Vec<ReadReq<'a>> {
+        recycle(std::mem::take(&mut self.0))
+    }
+
+    /// Keep `reqs`' allocation (its requests are dropped) for the next
+    /// [`ReqPool::take`].
+    pub fn give(&mut self, reqs: Vec<ReadReq<'_>>) {
+        if reqs.capacity() > self.0.capacity() {
+            self.0 = recycle(reqs);
+        }
+    }
+}
+
+/// The same allocation, emptied, for requests of another lifetime: the
+/// standard library collects a mapped `IntoIter` in place when the
+/// element layouts match, and the map never runs on an empty list.
+fn recycle<'b>(mut reqs: Vec<ReadReq<'_>>) -> Vec<ReadReq<'b>> {
+    reqs.clear();
+    reqs.into_iter()
+        .map(|r| ReadReq {
+            addr: r.addr,
+            buf: &mut [],
+        })
+        .collect()
+}
+
 /// Random access to another process's memory.
 pub trait ProcessMemory {
     /// Fill `buf` from `addr`; a short read is an error.
@@ -226,5 +261,34 @@ impl LocalBytes for [u8] {
     }
     fn u8_at(&self, off: u64) -> Option<u8> {
         self.get(usize::try_from(off).ok()?).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pooled_request_list_keeps_its_allocation() {
+        let mut pool = ReqPool::default();
+        let mut a = [0u8; 4];
+        let mut reqs = pool.take();
+        for _ in 0..40 {
+            reqs.push(ReadReq {
+                addr: 1,
+                buf: &mut [],
+            });
+        }
+        reqs.push(ReadReq {
+            addr: 2,
+            buf: &mut a,
+        });
+        let cap = reqs.capacity();
+        let ptr = reqs.as_ptr() as usize;
+        pool.give(reqs);
+        let again: Vec<ReadReq<'_>> = pool.take();
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), cap);
+        assert_eq!(again.as_ptr() as usize, ptr);
     }
 }

@@ -26,7 +26,7 @@ use std::cell::Cell;
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Sample, ThreadSample};
 use crate::offsets::{GilFlag, Offsets};
-use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq};
+use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq, ReqPool};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
@@ -155,6 +155,9 @@ pub struct Unwinder<M: ProcessMemory> {
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
+    /// The request lists' allocation, reused sample after sample.
+    reqs: ReqPool,
+    scratch: ThreadScratch,
     /// Older chunks granted reads in this sample.
     chunk_grants: Cell<usize>,
     /// Thread names, resolved after a sample, rarely.
@@ -164,6 +167,20 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Async-aware sampling (`--async-aware`): task stacks instead of
     /// thread stacks (see [`asyncio`]).
     asyncio: Option<asyncio::AsyncState>,
+}
+
+/// All-threads mode: per-sample lists, kept so that their allocations are
+/// reused sample after sample.
+#[derive(Default)]
+struct ThreadScratch {
+    /// Each listed thread's facts, in list order.
+    decoded: Vec<ThreadFacts>,
+    /// The same, with the first chunk each thread's walk starts from.
+    facts: Vec<(ThreadFacts, u64)>,
+    /// Per slot: its chunks were read with its state.
+    ready: Vec<bool>,
+    /// Per slot: the thread is in this sample's list.
+    in_order: Vec<bool>,
 }
 
 /// One thread's state copy and chunk copies (all-threads mode).
@@ -245,11 +262,17 @@ impl RuntimeHead {
         if o.gil_in_runtime { 3 } else { 1 }
     }
 
-    fn requests<'a>(&'a mut self, o: &Offsets, rt: u64, head_addr: u64) -> Vec<ReadReq<'a>> {
-        let mut reqs = vec![ReadReq {
+    fn requests<'a>(
+        &'a mut self,
+        o: &Offsets,
+        rt: u64,
+        head_addr: u64,
+        mut reqs: Vec<ReadReq<'a>>,
+    ) -> Vec<ReadReq<'a>> {
+        reqs.push(ReadReq {
             addr: head_addr,
             buf: &mut self.head,
-        }];
+        });
         if o.gil_in_runtime {
             reqs.push(ReadReq {
                 addr: rt.wrapping_add(o.interp_gil_locked),
@@ -386,6 +409,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             guesses: ThreadGuesses::default(),
             order: Vec::new(),
             seen: HashSet::new(),
+            reqs: ReqPool::default(),
+            scratch: ThreadScratch::default(),
             chunk_grants: Cell::new(0),
             names: ThreadNames::new(),
             name_keys: Vec::new(),
@@ -606,7 +631,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let rt = self.runtime.address;
         let mut head = RuntimeHead::default();
         let speculated = {
-            let mut reqs = head.requests(o, rt, head_addr);
+            let mut reqs = head.requests(o, rt, head_addr, self.reqs.take());
             if guess_interp != 0 {
                 push_ranges(
                     &mut reqs,
@@ -653,7 +678,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     .requests(o, o.interp_code_object_generation.is_none(), &mut reqs);
             let n = reqs.len();
             let r = self.mem.read_many(&mut reqs);
-            drop(reqs);
+            self.reqs.give(reqs);
             if r.is_ok() && check_fp {
                 self.fingerprints.settle(o, &mut self.code);
             }
@@ -661,7 +686,8 @@ impl<M: ProcessMemory> Unwinder<M> {
                 Ok(()) => n > head.len(o),
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(_) => {
-                    self.mem.read_many(&mut head.requests(o, rt, head_addr))?;
+                    self.mem
+                        .read_many(&mut head.requests(o, rt, head_addr, Vec::new()))?;
                     false
                 }
             }
@@ -704,7 +730,9 @@ impl<M: ProcessMemory> Unwinder<M> {
         if interp.shared_gil != 0 {
             interp.gil_holder = self.shared_gil_holder(o, interp.shared_gil)?;
         }
+        // Looked up before inserting: the usual sample finds it unchanged.
         if let Some(g) = interp.code_generation
+            && self.generations.get(&interp_addr) != Some(&g)
             && self
                 .generations
                 .insert(interp_addr, g)
@@ -766,15 +794,21 @@ impl<M: ProcessMemory> Unwinder<M> {
             self.read_guessed_states(o, &guess)?
         };
         self.follow_thread_list(o, interp, &guess, guessed_ok)?;
-        let new_guess: Vec<u64> = self.order.iter().map(|&i| self.slots[i].tstate).collect();
-        self.guesses.set_list(interp_addr, new_guess);
+        // The next sample's guess, in this one's list's allocation.
+        let n_guessed = guess.len();
+        let mut next_guess = guess;
+        next_guess.clear();
+        next_guess.extend(self.order.iter().map(|&i| self.slots[i].tstate));
+        self.guesses.set_list(interp_addr, next_guess);
 
         // Every other thread's current chunk and outside frames, in one
         // call.
         self.guesses.forget_ended(&mut self.prefetch);
         self.prefetch.bound();
         self.guesses.bound();
-        let mut decoded = Vec::with_capacity(self.order.len());
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let decoded = &mut scratch.decoded;
+        decoded.clear();
         for &i in &self.order {
             decoded.push(
                 ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
@@ -782,15 +816,22 @@ impl<M: ProcessMemory> Unwinder<M> {
             );
         }
         if o.cframe_current_frame.is_some() {
-            self.read_cframes(o, &mut decoded, chunks_ok)?;
-            for (&i, f) in self.order.iter().zip(&decoded) {
+            self.read_cframes(o, decoded, chunks_ok)?;
+            for (&i, f) in self.order.iter().zip(decoded.iter()) {
                 self.guesses
                     .set_cframe(self.slots[i].tstate, (f.cframe, f.outer_cframe));
             }
         }
-        let mut facts = Vec::with_capacity(self.order.len());
-        let mut ready = vec![false; self.slots.len()];
-        for (&i, f) in self.order.iter().zip(decoded) {
+        let ThreadScratch {
+            decoded,
+            facts,
+            ready,
+            in_order,
+        } = &mut scratch;
+        facts.clear();
+        ready.clear();
+        ready.resize(self.slots.len(), false);
+        for (&i, f) in self.order.iter().zip(decoded.drain(..)) {
             let slot = &mut self.slots[i];
             let first = if f.current_frame != 0 {
                 f.datastack_chunk
@@ -799,7 +840,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             };
             // Read with the state, from a guess that holds.
             ready[i] = chunks_ok
-                && i < guess.len()
+                && i < n_guessed
                 && first != 0
                 && slot
                     .chunks
@@ -812,8 +853,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             facts.push((f, first));
         }
         let batch_ok = {
-            let mut reqs = Vec::new();
-            let mut in_order = vec![false; self.slots.len()];
+            let mut reqs = self.reqs.take();
+            in_order.clear();
+            in_order.resize(self.slots.len(), false);
             for &i in &self.order {
                 in_order[i] = true;
             }
@@ -822,15 +864,37 @@ impl<M: ProcessMemory> Unwinder<M> {
                     slot.chunks.requests(&mut reqs);
                 }
             }
-            reqs.is_empty()
-                || match self.mem.read_many(&mut reqs) {
-                    Ok(()) => true,
-                    Err(e) if e.is_fatal() => return Err(e),
-                    Err(_) => false,
-                }
+            let r = if reqs.is_empty() {
+                Ok(())
+            } else {
+                self.mem.read_many(&mut reqs)
+            };
+            self.reqs.give(reqs);
+            match r {
+                Ok(()) => true,
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(_) => false,
+            }
         };
 
-        for (k, (f, first)) in facts.into_iter().enumerate() {
+        let walked = self.sample_threads_facts(o, interp, &mut scratch, batch_ok, out, n);
+        self.scratch = scratch;
+        walked
+    }
+
+    /// All-threads mode, last step: each thread's chunks completed (alone
+    /// after a failed batch) and its stack walked.
+    fn sample_threads_facts(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        scratch: &mut ThreadScratch,
+        batch_ok: bool,
+        out: &mut Sample,
+        n: &mut usize,
+    ) -> Result<()> {
+        let ready = &scratch.ready;
+        for (k, (f, first)) in scratch.facts.drain(..).enumerate() {
             let idx = self.order[k];
             let slot = &mut self.slots[idx];
             // After a failed batch each thread reads alone, so one bad
@@ -868,7 +932,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             if guess.is_empty() || guessed_ok {
                 break;
             }
-            let mut reqs = Vec::with_capacity(guess.len() * 2);
+            let mut reqs = self.reqs.take();
             push_guessed_states(
                 &mut self.slots,
                 &self.guesses,
@@ -878,7 +942,9 @@ impl<M: ProcessMemory> Unwinder<M> {
                 with_chunks,
                 &mut reqs,
             );
-            match self.mem.read_many(&mut reqs) {
+            let r = self.mem.read_many(&mut reqs);
+            self.reqs.give(reqs);
+            match r {
                 Ok(()) => {
                     guessed_ok = true;
                     chunks_ok = with_chunks;
