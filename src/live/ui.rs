@@ -688,6 +688,8 @@ mod tests {
             shown: 1,
             top: vec![("checksum".into(), 2900)],
             rows: vec![Row {
+                key: 0,
+                ops: Vec::new(),
                 func: "checksum".into(),
                 file: "/tmp/pool.py".into(),
                 line: 7,
