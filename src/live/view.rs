@@ -376,10 +376,11 @@ pub fn snapshot(
             let Some(&k) = agg.frame_key.get(f as usize) else {
                 continue;
             };
-            if depth == 0 && opts.opcodes {
-                if let Some(&Some(op)) = agg.frame_op.get(f as usize) {
-                    *leaf_ops.entry((k, op)).or_insert(0) += cell.count;
-                }
+            if depth == 0
+                && opts.opcodes
+                && let Some(&Some(op)) = agg.frame_op.get(f as usize)
+            {
+                *leaf_ops.entry((k, op)).or_insert(0) += cell.count;
             }
             let k = k as usize;
             if depth == 0 {
