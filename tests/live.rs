@@ -442,6 +442,148 @@ fn sigterm_restores_the_terminal_and_shows_the_messages_held_meanwhile() {
     assert!(collapsed.contains("hot_main"), "{collapsed}");
 }
 
+/// One function whose hottest line does integer additions (specialised
+/// to `BINARY_OP_ADD_INT` once warm) and stores the sum: with `--opcodes`
+/// its row's panel lists the instructions of that line.
+const ADDING: &str = r#"
+import sys, time
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    x = 0
+    while x >= 0:
+        x = x + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
+        if x % 800000 == 0 and time.perf_counter() > end:
+            break
+    return x
+
+spin(float(sys.argv[1]))
+"#;
+
+/// The location the instruction panel is about (`spin at /…/w.py:7`),
+/// when there is a panel.
+fn panel_location(screen: &str) -> Option<String> {
+    let title = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("─── Opcodes of "))?;
+    Some(title.split(" (").next()?.trim().to_string())
+}
+
+/// The instructions the panel lists, as named on screen.
+fn panel_ops(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .skip_while(|l| !l.starts_with("─── Opcodes of "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ["))
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_once("] ")?.1.split_whitespace().collect();
+            // The name, then the share and the samples.
+            (words.len() > 2).then(|| words[..words.len() - 2].join(" "))
+        })
+        .collect()
+}
+
+#[test]
+fn with_opcodes_a_selected_row_shows_the_instructions_its_line_ran() {
+    let _serial = serial();
+    let dir = RootDir::new(&[("w.py", ADDING)]);
+    let hot = ADDING
+        .lines()
+        .position(|l| l.contains("x = x + 1"))
+        .expect("the hot line")
+        + 1;
+    let on_hot = |s: &str| panel_location(s).is_some_and(|l| l.ends_with(&format!("w.py:{hot}")));
+    let target = python_target(&dir, "120");
+    let t = Tmux::start(
+        &shell_command(&dir, &["--live", "--opcodes"], &target),
+        160,
+        45,
+    );
+    // At first the top row is selected: the hot line, once it leads, with
+    // its specialised addition among its instructions.
+    let warm = |s: &str| {
+        on_hot(s)
+            && panel_ops(s)
+                .iter()
+                .any(|n| n == "BINARY_OP_ADD_INT (BINARY_OP)")
+    };
+    t.wait_for("the hot line's instructions", Duration::from_secs(60), warm);
+    let s = t.still("the hot line's instructions", warm);
+    assert!(s.contains("j/k row"), "{s}");
+    // Every instruction listed is one that line runs: loads of x and of
+    // the constant, the additions, the store.
+    let ops = panel_ops(&s);
+    let family = [
+        "LOAD_FAST",
+        "LOAD_SMALL_INT",
+        "LOAD_CONST",
+        "BINARY_OP",
+        "STORE_FAST",
+    ];
+    for name in &ops {
+        assert!(
+            family.iter().any(|f| name.starts_with(f)),
+            "{name} is not an instruction of the hot line:\n{s}"
+        );
+    }
+    assert!(ops.iter().any(|n| n.starts_with("STORE_FAST")), "{s}");
+
+    // j selects the next row: the panel is about another location, one
+    // of the table's rows.
+    t.keys(&["j"]);
+    let s = t.still("another row's panel", |s| {
+        panel_location(s).is_some() && !on_hot(s)
+    });
+    let other = panel_location(&s).unwrap_or_default();
+    let (func, at) = other.split_once(" at ").unwrap_or_default();
+    let tail = at.rsplit('/').next().unwrap_or(at);
+    assert!(
+        rows(&s)
+            .iter()
+            .any(|r| r.contains(func) && r.contains(tail)),
+        "{other} is not a row of the table:\n{s}"
+    );
+    // ↑ goes back up to the top row, ↓ down again.
+    t.keys(&["Up"]);
+    t.wait_for("the hot line again", Duration::from_secs(30), on_hot);
+    t.keys(&["Down"]);
+    t.wait_for("another row again", Duration::from_secs(30), |s| {
+        panel_location(s).is_some() && !on_hot(s)
+    });
+    t.keys(&["q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    assert_restored(&s);
+}
+
+#[test]
+fn without_opcodes_there_is_no_panel_and_j_does_nothing() {
+    let _serial = serial();
+    let dir = RootDir::new(&[("w.py", ADDING)]);
+    let target = python_target(&dir, "120");
+    let t = Tmux::start(&shell_command(&dir, &["--live"], &target), 160, 45);
+    t.wait_for("the view", Duration::from_secs(60), |s| {
+        first_function(s).as_deref() == Some("spin")
+    });
+    t.keys(&["j", "Down", "k"]);
+    let s = t.still("the view after j, ↓ and k", |s| {
+        first_function(s).as_deref() == Some("spin")
+    });
+    assert!(
+        !s.contains("Opcodes") && !s.contains("j/k row"),
+        "a panel without --opcodes:\n{s}"
+    );
+    assert!(
+        panel_location(&s).is_none() && panel_ops(&s).is_empty(),
+        "{s}"
+    );
+    t.keys(&["q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    assert_restored(&s);
+}
+
 /// `Sample rate: R samples/sec` from the summary on screen.
 fn sample_rate(s: &str) -> f64 {
     s.lines()

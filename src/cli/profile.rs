@@ -439,7 +439,13 @@ fn profile(
         None
     };
     let mut live = match args.live {
-        true => Some(LiveSession::start(first_pid, args.rate)?),
+        true => Some(LiveSession::start(
+            first_pid,
+            args.rate,
+            args.opcodes
+                .then(|| super::opcode_table(first.offsets().version))
+                .flatten(),
+        )?),
         false => None,
     };
     if args.blocking && args.rate < Duration::from_micros(100) {

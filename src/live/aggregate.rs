@@ -1,6 +1,7 @@
 //! What the live view knows about the run so far: every sample's stack
-//! counted per thread, each frame's row key (function, file, line), the
-//! threads with their names and states, good and failed samples.
+//! counted per thread, each frame's row key (function, file, line) and
+//! instruction (`--opcodes`), the threads with their names and states,
+//! good and failed samples.
 //!
 //! The sampling side fills a [`Pending`] batch without any lock and merges
 //! it into the [`Aggregate`] when the lock is free (see `collector`); the
@@ -12,6 +13,7 @@ use std::time::Instant;
 
 use crate::collect::stacks::StackCounts;
 use crate::model::status;
+use crate::opcodes::OpTable;
 
 /// The text of one frame as the view shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -94,6 +96,8 @@ pub struct ThreadDelta {
 pub struct Pending {
     /// Frames new since the last merge, in frame-id order.
     pub frames: Vec<RowKey>,
+    /// Their opcodes (`--opcodes`), beside `frames`; missing means none.
+    pub ops: Vec<Option<u8>>,
     pub counts: StackCounts,
     /// By thread id, in the order first seen in this batch.
     pub threads: Vec<(u64, ThreadDelta)>,
@@ -149,6 +153,12 @@ pub struct Aggregate {
     /// Frame id → row (index into `keys`); frames are never forgotten, so
     /// this survives a reset.
     pub frame_key: Vec<u32>,
+    /// Frame id → the instruction it is at (`--opcodes`): frames of one
+    /// row at different instructions are different frames, so the stacks'
+    /// counts hold each row's instructions too.
+    pub frame_op: Vec<Option<u8>>,
+    /// The target's instruction names, with `--opcodes`.
+    pub opcodes: Option<&'static OpTable>,
     /// Each thread's distinct stacks (frame ids, leaf first), counted.
     pub counts: StackCounts,
     /// In the order first seen.
@@ -173,6 +183,8 @@ impl Aggregate {
             keys: Vec::new(),
             key_index: HashMap::new(),
             frame_key: Vec::new(),
+            frame_op: Vec::new(),
+            opcodes: None,
             counts: StackCounts::new(),
             threads: Vec::new(),
             states: StateCounts::default(),
@@ -186,9 +198,16 @@ impl Aggregate {
         }
     }
 
+    /// Name the frames' instructions with `table` (`--opcodes`).
+    pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
+        self.opcodes = table;
+        self
+    }
+
     /// Fold a batch in (and empty it).
     pub fn merge(&mut self, p: &mut Pending) {
-        for f in p.frames.drain(..) {
+        for (i, f) in p.frames.drain(..).enumerate() {
+            self.frame_op.push(p.ops.get(i).copied().flatten());
             let k = match self.key_index.get(&f) {
                 Some(&k) => k,
                 None => {
@@ -200,6 +219,7 @@ impl Aggregate {
             };
             self.frame_key.push(k);
         }
+        p.ops.clear();
         for cell in p.counts.cells() {
             self.counts
                 .add_stack(cell.tid, p.counts.stack(cell.stack), cell.count);

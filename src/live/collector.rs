@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::collect::Collector;
 use crate::error::Result;
 use crate::model::{FrameKind, FrameTable, RunStats, Sample, StrId};
+use crate::opcodes::OpTable;
 
 use super::aggregate::{Aggregate, Pending, RowKey};
 
@@ -23,9 +24,10 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(pid: i32, interval_us: u64) -> Arc<Shared> {
+    /// `opcodes`: the target's instruction names, with `--opcodes`.
+    pub fn new(pid: i32, interval_us: u64, opcodes: Option<&'static OpTable>) -> Arc<Shared> {
         Arc::new(Shared {
-            agg: Mutex::new(Aggregate::new(pid, interval_us)),
+            agg: Mutex::new(Aggregate::new(pid, interval_us).with_opcodes(opcodes)),
         })
     }
 
@@ -76,6 +78,7 @@ impl LiveCollector {
                 file: text(f.file),
                 line: f.line(),
             });
+            self.pending.ops.push(f.opcode);
         }
         self.frames_seen = self.frames_seen.max(all.len());
     }
@@ -177,11 +180,16 @@ mod tests {
 
     #[test]
     fn a_held_lock_delays_the_hand_over_and_loses_nothing() {
-        let shared = Shared::new(1, 1000);
+        let shared = Shared::new(1, 1000, None);
         let mut c = LiveCollector::new(shared.clone());
         let mut t = FrameTable::new();
         let hot = frame(&mut t, "hot", 3);
         let main = frame(&mut t, "main", 9);
+        // The same line at an instruction (--opcodes): another frame, the
+        // same row.
+        let mut at = *t.frame(hot);
+        at.opcode = Some(42);
+        let hot_at = t.intern(at);
         let name = t.intern_str("MainThread");
         let s = Sample {
             pid: None,
@@ -189,7 +197,7 @@ mod tests {
             threads: vec![ThreadSample {
                 tid: 5,
                 status: status::HAS_GIL,
-                frames: vec![hot, main],
+                frames: vec![hot_at, main],
                 name: Some(name),
                 ..Default::default()
             }],
@@ -209,6 +217,9 @@ mod tests {
         assert_eq!(agg.counts.total(), 11);
         assert_eq!(agg.keys.len(), 2);
         assert_eq!(&*agg.keys[agg.frame_key[hot as usize] as usize].func, "hot");
+        assert_eq!(agg.frame_key[hot_at as usize], agg.frame_key[hot as usize]);
+        assert_eq!(agg.frame_op[hot_at as usize], Some(42));
+        assert_eq!(agg.frame_op[hot as usize], None);
         assert_eq!(agg.threads[0].name.as_deref(), Some("MainThread"));
         assert_eq!(agg.threads[0].last_sample, 11);
         assert_eq!(agg.states.gil, 11);

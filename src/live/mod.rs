@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::opcodes::OpTable;
 
 pub use aggregate::Ended;
 pub use collector::{LiveCollector, Shared};
@@ -68,10 +69,16 @@ fn yield_to_the_sampler() {
 
 impl LiveSession {
     /// Take the terminal and start drawing the profile of `pid`, sampled
-    /// every `interval`; the collector returned feeds it.
-    pub fn start(pid: i32, interval: Duration) -> Result<(LiveSession, LiveCollector)> {
+    /// every `interval`; the collector returned feeds it. With `opcodes`
+    /// (`--opcodes`: the target's instruction names) a row of the table can
+    /// be selected and its instructions are shown under it.
+    pub fn start(
+        pid: i32,
+        interval: Duration,
+        opcodes: Option<&'static OpTable>,
+    ) -> Result<(LiveSession, LiveCollector)> {
         require_terminal()?;
-        let shared = Shared::new(pid, interval.as_micros() as u64);
+        let shared = Shared::new(pid, interval.as_micros() as u64, opcodes);
         let for_ui = shared.clone();
         let ui = std::thread::Builder::new()
             .name("tachyon-live".into())

@@ -1,5 +1,7 @@
 //! The terminal side of the live view: taking and always giving back the
-//! terminal, reading keys, and drawing a [`Snapshot`] with ratatui.
+//! terminal, reading keys, and drawing a [`Snapshot`] with ratatui. With
+//! `--opcodes` a row of the table is selected (j/k, ↑/↓) and the
+//! instructions it was at as the leaf are shown in a panel under the table.
 //!
 //! The terminal is restored on every way out: the guard's `Drop` (a
 //! return, an error, a panic unwinding this thread) and a panic hook (a
@@ -22,7 +24,7 @@ use ratatui::widgets::Paragraph;
 
 use super::aggregate::Ended;
 use super::collector::Shared;
-use super::view::{Snapshot, SortBy, Trend, Trends, ViewOptions, snapshot};
+use super::view::{OP_BAR, Row, Snapshot, SortBy, Trend, Trends, ViewOptions, op_lines, snapshot};
 
 /// The smallest screen the view draws on; a smaller one gets a message.
 pub const MIN_WIDTH: u16 = 60;
@@ -35,6 +37,11 @@ const SLOWEST_REFRESH: Duration = Duration::from_secs(2);
 
 /// The most rows computed for one screen.
 const ROW_LIMIT: usize = 500;
+
+/// The instruction panel's lines (its title included), when they fit; it
+/// shrinks to the screen, and is left out below `PANEL_MIN`.
+const PANEL_HEIGHT: usize = 12;
+const PANEL_MIN: usize = 3;
 
 /// The terminal is ours (raw mode, alternate screen): restore it.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -113,6 +120,15 @@ pub struct Ui {
     pub ended: bool,
     /// The thread `t` returns to.
     last_thread: Option<u64>,
+    /// `--opcodes`: a row is selected and its instructions shown.
+    pub opcodes: bool,
+    /// The selected row's place in the table.
+    pub selected: usize,
+    /// The row chosen with j/k (its key), which the selection follows when
+    /// the table is sorted again; `None`: the top row until one is chosen.
+    chosen: Option<u32>,
+    /// The first row on screen, so that the selection stays on it.
+    scroll: usize,
 }
 
 impl Default for Ui {
@@ -130,13 +146,55 @@ impl Default for Ui {
             refresh: DEFAULT_REFRESH,
             ended: false,
             last_thread: None,
+            opcodes: false,
+            selected: 0,
+            chosen: None,
+            scroll: 0,
         }
     }
 }
 
 impl Ui {
-    /// Apply one key; `threads` are the thread ids, in list order.
-    pub fn key(&mut self, k: KeyEvent, threads: &[u64]) -> Command {
+    /// With `--opcodes`: rows are selected and their instructions counted
+    /// and shown.
+    pub fn with_opcodes(mut self, on: bool) -> Self {
+        self.opcodes = on;
+        self.opts.opcodes = on;
+        self
+    }
+
+    /// A new screen's rows (their keys, in order): the selection stays on
+    /// the row chosen while it is in the table, else at its place.
+    pub fn follow(&mut self, rows: &[u32]) {
+        let last = rows.len().saturating_sub(1);
+        match self.chosen.and_then(|k| rows.iter().position(|&r| r == k)) {
+            Some(i) => self.selected = i,
+            None => {
+                self.selected = self.selected.min(last);
+                if self.chosen.is_some() {
+                    self.chosen = rows.get(self.selected).copied();
+                }
+            }
+        }
+    }
+
+    /// Move the selection one row down or up in `rows`.
+    fn select(&mut self, rows: &[u32], down: bool) {
+        self.follow(rows);
+        let Some(last) = rows.len().checked_sub(1) else {
+            return;
+        };
+        self.selected = if down {
+            (self.selected + 1).min(last)
+        } else {
+            self.selected.saturating_sub(1)
+        };
+        self.chosen = rows.get(self.selected).copied();
+    }
+
+    /// Apply one key; `threads` are the thread ids, in list order, `rows`
+    /// the keys of the table's rows, in order.
+    pub fn key(&mut self, k: KeyEvent, threads: &[u64], rows: &[u32]) -> Command {
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && matches!(k.code, KeyCode::Char('c') | KeyCode::Char('d')) {
             return Command::Quit;
@@ -205,6 +263,8 @@ impl Ui {
                 self.refresh = (self.refresh / 2).max(FASTEST_REFRESH)
             }
             KeyCode::Char('-') => self.refresh = (self.refresh * 2).min(SLOWEST_REFRESH),
+            KeyCode::Char('j') | KeyCode::Down if self.opcodes => self.select(rows, true),
+            KeyCode::Char('k') | KeyCode::Up if self.opcodes => self.select(rows, false),
             KeyCode::Esc | KeyCode::Enter if self.opts.filter.is_some() => self.opts.filter = None,
             KeyCode::Esc | KeyCode::Enter if self.ended => return Command::Quit,
             _ => return Command::Nothing,
@@ -218,7 +278,8 @@ impl Ui {
 pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
     let _guard = TerminalGuard::enter()?;
     let mut term = ratatui::Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let mut ui = Ui::default();
+    let opcodes = shared.lock().opcodes.is_some();
+    let mut ui = Ui::default().with_opcodes(opcodes);
     let mut trends = Trends::default();
     let mut snap: Option<Snapshot> = None;
     let mut next_draw = Instant::now();
@@ -247,10 +308,11 @@ pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
                     term.clear()?;
                 }
                 pid = Some(s.pid);
+                ui.follow(&row_keys(&s));
                 snap = Some(s);
             }
             if let Some(s) = &snap {
-                term.draw(|f| draw(f, &ui, s))?;
+                term.draw(|f| draw(f, &mut ui, s))?;
             }
             next_draw = now + ui.refresh;
         }
@@ -264,7 +326,8 @@ pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
                     .as_ref()
                     .map(|s| s.threads.iter().map(|t| t.tid).collect())
                     .unwrap_or_default();
-                match ui.key(k, &threads) {
+                let rows = snap.as_ref().map(row_keys).unwrap_or_default();
+                match ui.key(k, &threads, &rows) {
                     Command::Quit => {
                         stop();
                         return Ok(());
@@ -295,16 +358,21 @@ pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
     }
 }
 
+/// The keys of a screen's rows, in order.
+fn row_keys(s: &Snapshot) -> Vec<u32> {
+    s.rows.iter().map(|r| r.key).collect()
+}
+
 const DIM: Style = Style::new().fg(Color::DarkGray);
 const BOLD: Style = Style::new().add_modifier(Modifier::BOLD);
 
 /// Draw one screen.
-pub fn draw(f: &mut Frame<'_>, ui: &Ui, s: &Snapshot) {
+pub fn draw(f: &mut Frame<'_>, ui: &mut Ui, s: &Snapshot) {
     let area = f.area();
     let lines = if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small(area.width, area.height)
     } else if ui.help {
-        help()
+        help(ui.opcodes)
     } else {
         screen(ui, s, area.width as usize, area.height as usize)
     };
@@ -321,9 +389,15 @@ fn too_small(w: u16, h: u16) -> Vec<Line<'static>> {
     ]
 }
 
-fn help() -> Vec<Line<'static>> {
+fn help(opcodes: bool) -> Vec<Line<'static>> {
+    let select = if opcodes {
+        "select a row: the instructions it ran show under the table"
+    } else {
+        "with --opcodes: select a row and see the instructions it ran"
+    };
     let keys: &[(&str, &str)] = &[
         ("s / S", "next / previous sort key"),
+        ("j/k or ↑/↓", select),
         ("t", "all threads / one thread"),
         ("← / →", "previous / next thread (all threads, then each)"),
         (
@@ -415,7 +489,7 @@ fn thread_label(s: &Snapshot, tid: u64) -> String {
     }
 }
 
-fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
+fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
     let sep = |label: &str| Span::styled(label.to_string(), DIM);
     let mut v: Vec<Line<'static>> = Vec::new();
     let thread = match ui.opts.thread {
@@ -514,11 +588,20 @@ fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
         )),
         _ => {}
     }
-    // The thread list, when it fits beside at least a few rows.
+    // The instruction panel, then the thread list, when they fit beside at
+    // least a few rows.
     let footer = 2;
     let table_min = 5;
+    let panel_h = if ui.opcodes {
+        let room = h
+            .saturating_sub(v.len() + 1 + 1 + table_min + footer)
+            .min(PANEL_HEIGHT);
+        if room >= PANEL_MIN { room } else { 0 }
+    } else {
+        0
+    };
     if ui.show_threads && !s.threads.is_empty() {
-        let room = h.saturating_sub(v.len() + 1 + 1 + table_min + footer + 1);
+        let room = h.saturating_sub(v.len() + 1 + 1 + table_min + footer + panel_h + 1);
         let shown = s.threads.len().min(room).min(6);
         if shown > 0 {
             v.push(Line::styled(
@@ -598,8 +681,22 @@ fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
         BOLD,
     ));
     v.push(Line::from(hs));
-    let body = h.saturating_sub(v.len() + footer);
-    for r in s.rows.iter().take(body) {
+    let body = h.saturating_sub(v.len() + footer + panel_h);
+    // The selection, kept on screen.
+    let selected = ui
+        .opcodes
+        .then(|| ui.selected.min(s.rows.len().saturating_sub(1)));
+    if let Some(sel) = selected {
+        let mut first = ui.scroll.min(s.rows.len().saturating_sub(body));
+        if sel < first {
+            first = sel;
+        } else if body > 0 && sel >= first + body {
+            first = sel + 1 - body;
+        }
+        ui.scroll = first;
+    }
+    let first = if ui.opcodes { ui.scroll } else { 0 };
+    for (i, r) in s.rows.iter().enumerate().skip(first).take(body) {
         let mut spans = vec![
             Span::styled(
                 format!("{:>15}", format!("{}/{}", r.self_samples, r.cum_samples)),
@@ -628,10 +725,18 @@ fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             fit_end(&format!("{}:{}", r.file, r.line), file_w),
             DIM,
         ));
-        v.push(Line::from(spans));
+        let line = Line::from(spans);
+        v.push(if selected == Some(i) {
+            line.style(Style::new().add_modifier(Modifier::REVERSED))
+        } else {
+            line
+        });
     }
-    while v.len() + footer < h {
+    while v.len() + footer + panel_h < h {
         v.push(Line::raw(""));
+    }
+    if panel_h > 0 {
+        v.extend(panel(selected.and_then(|i| s.rows.get(i)), w, panel_h));
     }
     v.push(Line::styled(
         "nsamples: self/cumulative (self: executing; cumulative: on the stack)",
@@ -659,12 +764,94 @@ fn screen(ui: &Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             BOLD,
         ));
         spans.push(Span::styled(
-            " │ s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit",
+            if ui.opcodes {
+                " │ j/k row  s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
+            } else {
+                " │ s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
+            },
             DIM,
         ));
         Line::from(spans)
     };
     v.push(last);
+    v
+}
+
+/// The instruction panel of the selected row, `h` lines: a title, then
+/// the instructions it was at as the leaf, each with its bar, share of the
+/// row's samples with an instruction and samples.
+fn panel(row: Option<&Row>, w: usize, h: usize) -> Vec<Line<'static>> {
+    let rule = |text: String| -> Line<'static> {
+        let n = text.chars().count();
+        let text = format!("{text}{}", "─".repeat(w.saturating_sub(n)));
+        Line::styled(fit(&text, w), BOLD.fg(Color::Cyan))
+    };
+    let mut v = Vec::with_capacity(h);
+    match row {
+        None => {
+            v.push(rule("─── Opcodes ".into()));
+            v.push(Line::styled(
+                fit("  No row to select (j/k or ↑/↓ select one).", w),
+                DIM,
+            ));
+        }
+        Some(r) => {
+            let at = fit_end(&format!("{}:{}", r.file, r.line), 50);
+            let with = r.op_samples();
+            v.push(rule(format!(
+                "─── Opcodes of {} at {at} ({with} of {} self samples) ",
+                fit(&r.func, 30),
+                r.self_samples
+            )));
+            let (lines, more) = op_lines(r, h.saturating_sub(1));
+            if lines.is_empty() && more == 0 {
+                v.push(Line::styled(
+                    fit(
+                        &format!(
+                            "  No instruction sampled for {} yet: it was not the leaf, or its instruction could not be read.",
+                            r.func
+                        ),
+                        w,
+                    ),
+                    DIM,
+                ));
+            }
+            let name_w = w.saturating_sub(2 + OP_BAR + 3 + 7 + 10).min(48);
+            for l in &lines {
+                let bar = format!(
+                    "{}{}",
+                    "█".repeat(l.filled),
+                    "░".repeat(OP_BAR.saturating_sub(l.filled))
+                );
+                let color = if l.op.specialised {
+                    Color::Magenta
+                } else {
+                    Color::Yellow
+                };
+                v.push(Line::from(vec![
+                    Span::styled(format!("  [{bar}] "), Style::new().fg(Color::Cyan)),
+                    Span::styled(
+                        format!("{:<name_w$}", fit(&l.op.name, name_w)),
+                        Style::new().fg(color),
+                    ),
+                    Span::raw(format!(" {:>5.1}% {:>9}", l.pct, l.op.samples)),
+                ]));
+            }
+            if more > 0 {
+                v.push(Line::styled(
+                    format!(
+                        "  … and {more} more instruction{}",
+                        if more == 1 { "" } else { "s" }
+                    ),
+                    DIM,
+                ));
+            }
+        }
+    }
+    v.truncate(h);
+    while v.len() < h {
+        v.push(Line::raw(""));
+    }
     v
 }
 
@@ -688,6 +875,8 @@ mod tests {
             shown: 1,
             top: vec![("checksum".into(), 2900)],
             rows: vec![Row {
+                key: 0,
+                ops: Vec::new(),
                 func: "checksum".into(),
                 file: "/tmp/pool.py".into(),
                 line: 7,
@@ -713,7 +902,7 @@ mod tests {
         }
     }
 
-    fn text(ui: &Ui, s: &Snapshot, w: u16, h: u16) -> String {
+    fn text(ui: &mut Ui, s: &Snapshot, w: u16, h: u16) -> String {
         let mut t = ratatui::Terminal::new(TestBackend::new(w, h)).unwrap();
         t.draw(|f| draw(f, ui, s)).unwrap();
         let buf = t.backend().buffer().clone();
@@ -729,8 +918,8 @@ mod tests {
 
     #[test]
     fn a_screen_shows_header_rows_threads_and_the_end() {
-        let ui = Ui::default();
-        let t = text(&ui, &snap(), 140, 30);
+        let mut ui = Ui::default();
+        let t = text(&mut ui, &snap(), 140, 30);
         for want in [
             "PID: 42",
             "Thread: ALL",
@@ -747,21 +936,21 @@ mod tests {
             assert!(t.contains(want), "{want:?} missing from\n{t}");
         }
         // Narrow: no time columns, still the row.
-        let t = text(&ui, &snap(), 70, 20);
+        let t = text(&mut ui, &snap(), 70, 20);
         assert!(t.contains("checksum") && !t.contains("tottime"), "{t}");
     }
 
     #[test]
     fn a_small_terminal_gets_a_message() {
-        let t = text(&Ui::default(), &snap(), 30, 8);
+        let t = text(&mut Ui::default(), &snap(), 30, 8);
         assert!(t.contains("Terminal too small"), "{t}");
         // The smallest accepted size draws the view.
-        let t = text(&Ui::default(), &snap(), MIN_WIDTH, MIN_HEIGHT);
+        let t = text(&mut Ui::default(), &snap(), MIN_WIDTH, MIN_HEIGHT);
         assert!(t.contains("checksum"), "{t}");
     }
 
     fn press(ui: &mut Ui, code: KeyCode, threads: &[u64]) -> Command {
-        ui.key(KeyEvent::new(code, KeyModifiers::NONE), threads)
+        ui.key(KeyEvent::new(code, KeyModifiers::NONE), threads, &[])
     }
 
     #[test]
@@ -804,6 +993,215 @@ mod tests {
         );
         assert_eq!(press(&mut ui, KeyCode::Char('q'), &th), Command::Quit);
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
-        assert_eq!(ui.key(ctrl_c, &th), Command::Quit);
+        assert_eq!(ui.key(ctrl_c, &th, &[]), Command::Quit);
+    }
+
+    /// `snap()` with `n` rows, `f0`..; row 0 ran two instructions.
+    fn snap_with_rows(n: usize) -> Snapshot {
+        use crate::live::view::OpCount;
+        let mut s = snap();
+        s.rows = (0..n)
+            .map(|i| Row {
+                key: 100 + i as u32,
+                func: format!("f{i}"),
+                file: "/tmp/w.py".into(),
+                line: 10 + i as i32,
+                self_samples: 1000 - i as u64,
+                cum_samples: 1000,
+                trend: Trend::Flat,
+                ops: if i == 0 {
+                    vec![
+                        OpCount {
+                            name: "BINARY_OP_ADD_INT (BINARY_OP)".into(),
+                            specialised: true,
+                            samples: 600,
+                        },
+                        OpCount {
+                            name: "STORE_FAST".into(),
+                            specialised: false,
+                            samples: 200,
+                        },
+                    ]
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        s
+    }
+
+    /// The screen's line holding `needle`.
+    fn line_of<'a>(t: &'a str, needle: &str) -> &'a str {
+        t.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} missing from\n{t}"))
+    }
+
+    #[test]
+    fn with_opcodes_the_selected_row_gets_a_panel_of_its_instructions() {
+        let s = snap_with_rows(3);
+        let mut ui = Ui::default().with_opcodes(true);
+        assert!(ui.opts.opcodes);
+        let t = text(&mut ui, &s, 120, 30);
+        let title = line_of(
+            &t,
+            "─── Opcodes of f0 at /tmp/w.py:10 (800 of 1000 self samples)",
+        );
+        assert!(title.ends_with('─'), "{t}");
+        let add = line_of(&t, "BINARY_OP_ADD_INT (BINARY_OP)");
+        assert!(
+            add.contains(&format!("[{}]", "█".repeat(OP_BAR))) && add.contains("75.0%"),
+            "{t}"
+        );
+        assert!(add.contains(" 600"), "{t}");
+        let store = line_of(&t, "STORE_FAST");
+        assert!(store.contains("25.0%") && store.contains("[██████░"), "{t}");
+        // The panel sits under the table, above the footer.
+        let lines: Vec<&str> = t.lines().collect();
+        let at = |n: &str| lines.iter().position(|l| l.contains(n)).unwrap();
+        assert!(at("f2") < at("─── Opcodes") && at("STORE_FAST") < at("nsamples: self"));
+        assert!(t.contains("j/k row"), "{t}");
+
+        // The selected row is drawn reversed, the others not.
+        let mut term = ratatui::Terminal::new(TestBackend::new(120, 30)).unwrap();
+        term.draw(|f| draw(f, &mut ui, &s)).unwrap();
+        let buf = term.backend().buffer().clone();
+        let reversed = |y: u16| buf[(20, y)].modifier.contains(Modifier::REVERSED);
+        let y = |n: &str| at(n) as u16;
+        assert!(reversed(y("f0 ")) && !reversed(y("f1 ")), "{t}");
+
+        // Down to a row with no instruction: the empty state.
+        let keys: Vec<u32> = s.rows.iter().map(|r| r.key).collect();
+        let down = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
+        assert_eq!(ui.key(down, &[], &keys), Command::Redraw);
+        let t = text(&mut ui, &s, 120, 30);
+        line_of(
+            &t,
+            "─── Opcodes of f1 at /tmp/w.py:11 (0 of 999 self samples)",
+        );
+        line_of(&t, "No instruction sampled for f1 yet");
+        assert!(!t.contains("STORE_FAST"), "{t}");
+
+        // An empty table: nothing to select.
+        let mut empty = snap();
+        empty.rows.clear();
+        ui.follow(&[]);
+        let t = text(&mut ui, &empty, 120, 30);
+        line_of(&t, "No row to select");
+
+        // Too little room: no panel, the table first.
+        let t = text(&mut ui, &s, 80, 16);
+        assert!(!t.contains("Opcodes") && t.contains("f0"), "{t}");
+        // A smaller panel when it only fits so (the thread list gives way
+        // first); after the empty table, the top row is selected again.
+        let t = text(&mut ui, &s, 80, 19);
+        assert!(
+            t.contains("─── Opcodes of f0") && !t.contains("MainThread"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_panel_shrinks_to_the_screen_and_says_what_it_leaves_out() {
+        let mut s = snap_with_rows(1);
+        let mut third = s.rows[0].ops[1].clone();
+        third.name = "LOAD_FAST_BORROW".into();
+        third.samples = 100;
+        s.rows[0].ops.push(third);
+        let mut ui = Ui::default().with_opcodes(true);
+        ui.show_threads = false;
+        // Header 7 lines, rule and column header, 5 rows, footer 2: a panel
+        // of 3 lines at height 19: the title, one instruction, two more.
+        let t = text(&mut ui, &s, 100, 19);
+        line_of(&t, "─── Opcodes of f0");
+        line_of(&t, "BINARY_OP_ADD_INT");
+        line_of(&t, "… and 2 more instructions");
+        assert!(!t.contains("STORE_FAST"), "{t}");
+        // One line more: all three.
+        let t = text(&mut ui, &s, 100, 20);
+        line_of(&t, "LOAD_FAST_BORROW");
+        assert!(!t.contains("more instruction"), "{t}");
+    }
+
+    #[test]
+    fn without_opcodes_nothing_is_selected_and_j_k_do_nothing() {
+        let s = snap_with_rows(3);
+        let mut ui = Ui::default();
+        let t = text(&mut ui, &s, 120, 30);
+        assert!(!t.contains("Opcodes") && !t.contains("j/k row"), "{t}");
+        let keys: Vec<u32> = s.rows.iter().map(|r| r.key).collect();
+        for code in [
+            KeyCode::Char('j'),
+            KeyCode::Char('k'),
+            KeyCode::Up,
+            KeyCode::Down,
+        ] {
+            let k = KeyEvent::new(code, KeyModifiers::NONE);
+            assert_eq!(ui.key(k, &[], &keys), Command::Nothing);
+        }
+        let mut term = ratatui::Terminal::new(TestBackend::new(120, 30)).unwrap();
+        term.draw(|f| draw(f, &mut ui, &s)).unwrap();
+        let buf = term.backend().buffer().clone();
+        assert!(
+            buf.content()
+                .iter()
+                .all(|c| !c.modifier.contains(Modifier::REVERSED)),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_selection_moves_follows_its_row_and_scrolls_into_view() {
+        let mut ui = Ui::default().with_opcodes(true);
+        let press = |ui: &mut Ui, c: char, rows: &[u32]| {
+            ui.key(
+                KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE),
+                &[],
+                rows,
+            )
+        };
+        let rows = [7, 8, 9];
+        // Before any choice the top row is selected, whichever it is.
+        ui.follow(&[9, 8, 7]);
+        assert_eq!(ui.selected, 0);
+        press(&mut ui, 'k', &rows);
+        assert_eq!(ui.selected, 0, "not above the first");
+        for _ in 0..5 {
+            press(&mut ui, 'j', &rows);
+        }
+        assert_eq!(ui.selected, 2, "not below the last");
+        press(&mut ui, 'k', &rows);
+        assert_eq!(ui.selected, 1);
+        // Sorted again: the selection follows row 8.
+        ui.follow(&[8, 9, 7]);
+        assert_eq!(ui.selected, 0);
+        // Row 8 gone (a filter, a reset): the same place, and that row.
+        ui.follow(&[9, 7]);
+        assert_eq!(ui.selected, 0);
+        ui.follow(&[7, 9]);
+        assert_eq!(ui.selected, 1, "follows 9 now");
+        ui.follow(&[]);
+        assert_eq!(ui.selected, 0);
+
+        // A long table: moving down scrolls it, the selection stays drawn.
+        let s = snap_with_rows(40);
+        let keys: Vec<u32> = s.rows.iter().map(|r| r.key).collect();
+        let mut ui = Ui::default().with_opcodes(true);
+        ui.follow(&keys);
+        for _ in 0..30 {
+            press(&mut ui, 'j', &keys);
+        }
+        let t = text(&mut ui, &s, 120, 30);
+        assert!(t.contains(" f30 ") && !t.contains(" f0 "), "{t}");
+        line_of(&t, "─── Opcodes of f30 at /tmp/w.py:40");
+        // Back up: it scrolls back.
+        for _ in 0..30 {
+            press(&mut ui, 'k', &keys);
+        }
+        let t = text(&mut ui, &s, 120, 30);
+        assert!(
+            t.contains(" f0 ") && t.contains("─── Opcodes of f0 "),
+            "{t}"
+        );
     }
 }

@@ -1,14 +1,18 @@
 //! From the aggregate to what one screen shows: per row (function, file,
 //! line) its self and cumulative samples for all threads or one, filtered
 //! and sorted; the header's numbers; each thread's share and state; and the
-//! trend of each row's share.
+//! trend of each row's share; with `--opcodes`, the instructions each row
+//! was at when it was the leaf.
 //!
 //! This is the heavy part (a walk over every distinct stack), and it runs
 //! on the view's thread, at its redraw rate, never on the sampler's.
 
 use std::time::{Duration, Instant};
 
+use foldhash::{HashMap, HashMapExt};
+
 use crate::model::status;
+use crate::opcodes::OpTable;
 
 use super::aggregate::{Aggregate, Ended, StateCounts};
 
@@ -71,6 +75,8 @@ pub struct ViewOptions {
     pub filter: Option<String>,
     /// The most rows kept (the screen shows fewer).
     pub limit: usize,
+    /// Count each row's instructions (`--opcodes`).
+    pub opcodes: bool,
 }
 
 /// A row's share rising or falling.
@@ -85,12 +91,78 @@ pub enum Trend {
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// The row's key in the aggregate: the same location keeps it across
+    /// screens (a selection follows it).
+    pub key: u32,
     pub func: String,
     pub file: String,
     pub line: i32,
     pub self_samples: u64,
     pub cum_samples: u64,
     pub trend: Trend,
+    /// With `--opcodes`: the instructions its self samples were at, most
+    /// samples first (samples whose instruction was not read are in none).
+    pub ops: Vec<OpCount>,
+}
+
+/// One instruction of a row, as its leaf.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpCount {
+    /// `NAME`, or `NAME (BASE)` for a specialised form.
+    pub name: String,
+    pub specialised: bool,
+    pub samples: u64,
+}
+
+impl Row {
+    /// Self samples with an instruction.
+    pub fn op_samples(&self) -> u64 {
+        self.ops.iter().map(|o| o.samples).sum()
+    }
+}
+
+/// Cells of an instruction's bar in the panel.
+pub const OP_BAR: usize = 20;
+
+/// One line of the instruction panel: the instruction, its share of the
+/// row's samples with an instruction, and its bar's filled cells (scaled
+/// to the most sampled instruction, at least one for any sample).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpLine<'a> {
+    pub op: &'a OpCount,
+    pub pct: f64,
+    pub filled: usize,
+}
+
+/// The panel's lines for `row`, at most `room` of them: all of its
+/// instructions if they fit, else `room - 1` and the number left out.
+pub fn op_lines(row: &Row, room: usize) -> (Vec<OpLine<'_>>, usize) {
+    let total = row.op_samples();
+    let max = row.ops.iter().map(|o| o.samples).max().unwrap_or(0);
+    let shown = if row.ops.len() <= room {
+        row.ops.len()
+    } else {
+        room.saturating_sub(1)
+    };
+    let lines = row
+        .ops
+        .iter()
+        .take(shown)
+        .map(|op| OpLine {
+            op,
+            pct: if total == 0 {
+                0.0
+            } else {
+                op.samples as f64 * 100.0 / total as f64
+            },
+            filled: if max == 0 || op.samples == 0 {
+                0
+            } else {
+                ((op.samples as u128 * OP_BAR as u128 / max as u128) as usize).max(1)
+            },
+        })
+        .collect();
+    (lines, row.ops.len() - shown)
 }
 
 /// One thread of the thread list.
@@ -260,6 +332,19 @@ pub fn short_file(path: &str) -> &str {
     path
 }
 
+/// A row's instructions, most samples first (then by opcode), named with
+/// `table` (a byte it does not know shows as `<N>`).
+fn op_counts(table: Option<&OpTable>, v: &mut [(u8, u64)]) -> Vec<OpCount> {
+    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.iter()
+        .map(|&(op, samples)| OpCount {
+            name: table.map_or_else(|| format!("<{op}>"), |t| t.format(op)),
+            specialised: table.is_some_and(|t| t.base_of(op).is_some()),
+            samples,
+        })
+        .collect()
+}
+
 /// Compute the screen for `opts` from `agg` (read under its lock).
 pub fn snapshot(
     agg: &Aggregate,
@@ -276,6 +361,8 @@ pub fn snapshot(
     // Threads with a stack: one that never had one (a thread state whose
     // OS thread has not started yet) is not listed.
     let mut with_stacks: Vec<u64> = Vec::new();
+    // With opcodes: (row, instruction) → samples as the leaf.
+    let mut leaf_ops: HashMap<(u32, u8), u64> = HashMap::new();
     let mut last_tid = None;
     for (i, cell) in agg.counts.cells().iter().enumerate() {
         if last_tid != Some(cell.tid) && !with_stacks.contains(&cell.tid) {
@@ -289,6 +376,12 @@ pub fn snapshot(
             let Some(&k) = agg.frame_key.get(f as usize) else {
                 continue;
             };
+            if depth == 0
+                && opts.opcodes
+                && let Some(&Some(op)) = agg.frame_op.get(f as usize)
+            {
+                *leaf_ops.entry((k, op)).or_insert(0) += cell.count;
+            }
             let k = k as usize;
             if depth == 0 {
                 self_n[k] += cell.count;
@@ -344,12 +437,24 @@ pub fn snapshot(
             .then(second[b].cmp(&second[a]))
             .then(a.cmp(&b))
     });
+    let mut ops_of: Vec<Vec<(u8, u64)>> = vec![Vec::new(); if opts.opcodes { n } else { 0 }];
+    for (&(k, op), &count) in &leaf_ops {
+        if let Some(v) = ops_of.get_mut(k as usize) {
+            v.push((op, count));
+        }
+    }
     let rows = keep
         .iter()
         .take(opts.limit)
         .map(|&k| {
             let key = &agg.keys[k];
+            let ops = match ops_of.get_mut(k) {
+                Some(v) => op_counts(agg.opcodes, v),
+                None => Vec::new(),
+            };
             Row {
+                key: k as u32,
+                ops,
                 func: key.func.to_string(),
                 file: short_file(&key.file).to_string(),
                 line: key.line,
@@ -441,6 +546,7 @@ mod tests {
             thread,
             filter: filter.map(str::to_string),
             limit: 100,
+            opcodes: false,
         }
     }
 
@@ -564,5 +670,138 @@ mod tests {
         a.reset(t0);
         let s = snapshot(&a, &o, t0 + 2 * TREND_WINDOW, &mut t);
         assert!(s.rows.iter().all(|r| r.trend == Trend::Flat));
+    }
+
+    #[test]
+    fn with_opcodes_a_row_counts_the_instructions_it_was_at_as_the_leaf() {
+        let table = crate::opcodes::table(3, 15).unwrap();
+        let op = |name: &str| table.names.iter().position(|n| *n == name).unwrap() as u8;
+        let (add, store, call) = (op("BINARY_OP_ADD_INT"), op("STORE_FAST"), op("CALL"));
+        let mut a = Aggregate::new(1, 1000).with_opcodes(Some(table));
+        let mut p = Pending::default();
+        // Frames: 0 `hot` line 3 at the add, 1 the same line at the store,
+        // 2 `main` at a call, 3 `hot` line 3 whose instruction was not read.
+        for (f, o) in [
+            ("hot", Some(add)),
+            ("hot", Some(store)),
+            ("main", Some(call)),
+            ("hot", None),
+        ] {
+            p.frames.push(RowKey {
+                func: f.into(),
+                file: "w.py".into(),
+                line: if f == "hot" { 3 } else { 9 },
+            });
+            p.ops.push(o);
+        }
+        p.counts.add_stack(1, &[0, 2], 5);
+        p.counts.add_stack(1, &[1, 2], 3);
+        p.counts.add_stack(1, &[3, 2], 2);
+        // `hot` below the leaf: its instruction is not counted for it.
+        p.counts.add_stack(1, &[2, 0], 7);
+        p.counts.add_stack(2, &[1, 2], 4);
+        p.good = 21;
+        a.merge(&mut p);
+        assert_eq!(a.frame_op, [Some(add), Some(store), Some(call), None]);
+
+        let mut t = Trends::default();
+        let now = Instant::now();
+        let mut o = opts(SortBy::SelfSamples, None, None);
+        let s = snapshot(&a, &o, now, &mut t);
+        assert!(
+            s.rows.iter().all(|r| r.ops.is_empty()),
+            "not without --opcodes"
+        );
+        o.opcodes = true;
+        let s = snapshot(&a, &o, now, &mut t);
+        let ops = |s: &Snapshot, f: &str| -> Vec<(String, bool, u64)> {
+            let r = s.rows.iter().find(|r| r.func == f).unwrap();
+            r.ops
+                .iter()
+                .map(|o| (o.name.clone(), o.specialised, o.samples))
+                .collect()
+        };
+        assert_eq!(
+            ops(&s, "hot"),
+            [
+                ("STORE_FAST".to_string(), false, 7),
+                ("BINARY_OP_ADD_INT (BINARY_OP)".to_string(), true, 5)
+            ]
+        );
+        let hot = s.rows.iter().find(|r| r.func == "hot").unwrap();
+        assert_eq!((hot.self_samples, hot.op_samples()), (14, 12));
+        assert_eq!(ops(&s, "main"), [("CALL".to_string(), false, 7)]);
+        // Rows keep their key from screen to screen.
+        assert_eq!(hot.key, a.frame_key[0]);
+
+        // One thread's view: that thread's instructions only.
+        o.thread = Some(2);
+        let s = snapshot(&a, &o, now, &mut t);
+        assert_eq!(ops(&s, "hot"), [("STORE_FAST".to_string(), false, 4)]);
+
+        // Unknown bytes (an unknown table) show their number.
+        let mut b = Aggregate::new(1, 1000);
+        let mut p = Pending::default();
+        p.frames.push(RowKey {
+            func: "f".into(),
+            file: "w.py".into(),
+            line: 1,
+        });
+        p.ops.push(Some(255));
+        p.counts.add_stack(1, &[0], 1);
+        b.merge(&mut p);
+        let s = snapshot(&b, &o, now, &mut t);
+        assert!(s.rows.is_empty(), "thread 2 has no samples here");
+        o.thread = None;
+        let s = snapshot(&b, &o, now, &mut t);
+        assert_eq!(ops(&s, "f"), [("<255>".to_string(), false, 1)]);
+
+        // A reset forgets them with the counts.
+        a.reset(now);
+        let s = snapshot(&a, &o, now, &mut t);
+        assert!(s.rows.is_empty());
+    }
+
+    #[test]
+    fn the_panel_lines_give_each_instruction_its_share_and_bar() {
+        let op = |name: &str, samples| OpCount {
+            name: name.into(),
+            specialised: false,
+            samples,
+        };
+        let row = Row {
+            key: 0,
+            func: "hot".into(),
+            file: "w.py".into(),
+            line: 3,
+            self_samples: 1001,
+            cum_samples: 1001,
+            trend: Trend::Flat,
+            ops: vec![op("A", 700), op("B", 300), op("C", 1)],
+        };
+        let (lines, more) = op_lines(&row, 5);
+        assert_eq!(more, 0);
+        let got: Vec<(&str, String, usize)> = lines
+            .iter()
+            .map(|l| (l.op.name.as_str(), format!("{:.1}", l.pct), l.filled))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("A", "69.9".to_string(), OP_BAR),
+                ("B", "30.0".to_string(), 8),
+                ("C", "0.1".to_string(), 1)
+            ]
+        );
+        // Too many for the room: one line says how many are left out.
+        let (lines, more) = op_lines(&row, 2);
+        assert_eq!((lines.len(), more), (1, 2));
+        let (lines, more) = op_lines(&row, 3);
+        assert_eq!((lines.len(), more), (3, 0));
+        let empty = Row {
+            ops: Vec::new(),
+            ..row
+        };
+        assert_eq!(op_lines(&empty, 5).0.len(), 0);
     }
 }

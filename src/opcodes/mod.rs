@@ -20,6 +20,14 @@ pub struct OpTable {
     pub caches: [u8; 256],
 }
 
+/// Its names are its contents; a table's address is its version.
+impl std::fmt::Debug for OpTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.names.iter().filter(|n| !n.is_empty()).count();
+        write!(f, "OpTable({n} instructions)")
+    }
+}
+
 /// The base instructions whose forms push a Python frame from the eval loop
 /// itself in 3.11/3.12 (calls, `__getitem__`, property getters and
 /// `__getattribute__` overrides, generators resumed by `send`/`for`): a
