@@ -18,7 +18,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{RootDir, chromium, sid_interpreters, sid_root, tachyon_ok as tachyon};
+use common::{
+    RootDir, chromium, keep_screenshot, sid_interpreters, sid_root, tachyon_ok as tachyon,
+};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::flamegraph::FlamegraphCollector;
@@ -234,14 +236,6 @@ fn a_live_flame_graph_loads_and_its_views_work_in_chromium() {
         Some(&shot),
     );
     keep_screenshot(&shot, "live-diff.png");
-}
-
-/// With `TACHYON_SCREENSHOTS=DIR`, keep a screenshot there to look at.
-fn keep_screenshot(shot: &Path, name: &str) {
-    if let Some(dir) = std::env::var_os("TACHYON_SCREENSHOTS") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(shot, Path::new(&dir).join(name)).unwrap();
-    }
 }
 
 /// The reference's page's data: its `const EMBEDDED_DATA = {...}`.

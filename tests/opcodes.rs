@@ -9,6 +9,10 @@
 //! in a call made once (CALL; 3.11 specialises its PRECALL on first use).
 //! 3.11/3.12 callers point at the last cache unit of their call, so this also
 //! checks the step back over the caches.
+//!
+//! On 3.15 the differential flame graph of the parked target, live and
+//! replayed with opcodes, shows each frame's instruction in its box's
+//! tooltip when headless Chromium points at it, and no opcodes without.
 
 mod common;
 
@@ -445,6 +449,192 @@ fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
         dom.contains("data-ready="),
         "the page's script did not finish:\n{dom}"
     );
+}
+
+/// The value of `name="..."` in the `<body>` tag of a dumped DOM.
+fn body_attr(dom: &str, name: &str) -> Option<String> {
+    let start = dom.find("<body")?;
+    let tag = &dom[start..start + dom[start..].find('>')?];
+    let pat = format!(" {name}=\"");
+    let at = tag.find(&pat)? + pat.len();
+    Some(tag[at..at + tag[at..].find('"')?].to_string())
+}
+
+/// `html` with a script that points at the first box of each row above
+/// the root (flame view, `rows` rows) and keeps each tooltip's text in
+/// `data-tip1`, `data-tip2`, ..; then points at row `last` again, whose
+/// tooltip stays shown.
+fn hover_probe(html: &str, rows: usize, last: usize) -> String {
+    html.replace(
+        "</body>",
+        &format!(
+            "<script>(function(){{var c=document.getElementById('fg'),r=c.getBoundingClientRect(),\
+             at=function(d){{c.dispatchEvent(new MouseEvent('mousemove',{{clientX:r.left+3,clientY:r.bottom-(d+0.5)*18,bubbles:true}}))}};\
+             for(var d=1;d<={rows};d++){{at(d);document.body.dataset['tip'+d]=document.getElementById('tip').textContent;}}\
+             at({last});}})();</script></body>"
+        ),
+    )
+}
+
+/// Per node of a page's call tree (`tree`), its function and, from the
+/// embedded data, the shown names of the opcodes it has.
+fn node_opcodes(html: &str) -> Vec<(String, Vec<String>)> {
+    let d = flame_data(html);
+    let strings = d["strings"].as_array().unwrap();
+    let frames = d["frames"].as_array().unwrap();
+    let nodes = d["tree"]["nodes"].as_array().unwrap();
+    let mut v: Vec<(String, Vec<String>)> = nodes
+        .chunks(2)
+        .map(|n| match n[1].as_i64().unwrap() {
+            -1 => ("all".to_string(), Vec::new()),
+            f => (
+                strings[frames[5 * f as usize].as_u64().unwrap() as usize]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                Vec::new(),
+            ),
+        })
+        .collect();
+    let ops = d["tree"]["ops"].as_array().cloned().unwrap_or_default();
+    for o in ops.chunks(3) {
+        let name = d["opnames"][o[1].as_u64().unwrap().to_string()]
+            .as_str()
+            .unwrap();
+        v[o[0].as_u64().unwrap() as usize].1.push(name.to_string());
+    }
+    v
+}
+
+#[test]
+fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .unwrap();
+    let t = start_parked(&it);
+    parked_dump(&it, t.pid());
+    let dir = tempfile_dir("diff");
+    let at = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let pid = t.pid().to_string();
+    let attach = |args: &[&str]| {
+        let mut all = vec!["attach", "-d", "1"];
+        all.extend_from_slice(args);
+        all.push(&pid);
+        tachyon_ok(&all, Path::new("/"));
+    };
+    // The baseline, recorded with opcodes; a recording without them.
+    attach(&["--binary", "--opcodes", "-o", &at("base.bin")]);
+    attach(&["--binary", "-o", &at("plain.bin")]);
+    // Live with --opcodes, and the recording with opcodes replayed.
+    attach(&[
+        "--diff-flamegraph",
+        &at("base.bin"),
+        "--opcodes",
+        "-o",
+        &at("live.html"),
+    ]);
+    tachyon_ok(
+        &[
+            "replay",
+            "--diff-flamegraph",
+            &at("base.bin"),
+            "-o",
+            &at("replay.html"),
+            &at("base.bin"),
+        ],
+        Path::new("/"),
+    );
+    let mut want: Vec<(String, String)> = expected(15)
+        .into_iter()
+        .map(|(f, o)| (f.to_string(), o.to_string()))
+        .collect();
+    want.sort();
+    for name in ["live.html", "replay.html"] {
+        let html = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert_eq!(flame_data(&html)["kind"], "diff", "{name}");
+        assert_eq!(flame_opcodes(&html), want, "{name}");
+        // The pointer over each box of the parked stack: its tooltip names
+        // the box's function and the instruction the page's data has for
+        // it, the one the target is parked on.
+        let nodes = node_opcodes(&html);
+        let rows = expected(15).len();
+        std::fs::write(dir.join("probe.html"), hover_probe(&html, rows, 2)).unwrap();
+        let url = format!("file://{}", dir.join("probe.html").display());
+        let dom = common::chromium(&url, None);
+        assert!(
+            dom.contains("data-ready="),
+            "{name}: the script did not finish"
+        );
+        for (d, (func, op)) in expected(15).into_iter().enumerate() {
+            let tip = body_attr(&dom, &format!("data-tip{}", d + 1))
+                .unwrap_or_else(|| panic!("{name}: no tooltip on row {}", d + 1));
+            let shown = func.replace('<', "&lt;").replace('>', "&gt;");
+            assert!(tip.starts_with(&shown), "{name}, row {}: {tip}", d + 1);
+            assert!(
+                tip.contains(&format!("Instructions:{op} 100.00%")),
+                "{name}, {func} should show {op}: {tip}"
+            );
+            assert!(
+                nodes.contains(&(func.to_string(), vec![op.to_string()])),
+                "{name}: {func} at {op} not in the data: {nodes:?}"
+            );
+            assert!(tip.contains("Baseline: "), "{name}: {tip}");
+        }
+        if name == "live.html" {
+            let shot = dir.join("diff-opcodes.png");
+            // Outer's tooltip, a specialised call, shown for the picture.
+            chromium_shot(&url, &shot);
+            common::keep_screenshot(&shot, "diff-opcodes.png");
+        }
+    }
+    // Without opcodes, live or from a recording without them: no opcode
+    // data, no instructions in the tooltips.
+    attach(&[
+        "--diff-flamegraph",
+        &at("base.bin"),
+        "-o",
+        &at("live-plain.html"),
+    ]);
+    tachyon_ok(
+        &[
+            "replay",
+            "--diff-flamegraph",
+            &at("base.bin"),
+            "-o",
+            &at("replay-plain.html"),
+            &at("plain.bin"),
+        ],
+        Path::new("/"),
+    );
+    for name in ["live-plain.html", "replay-plain.html"] {
+        let html = std::fs::read_to_string(dir.join(name)).unwrap();
+        let d = flame_data(&html);
+        assert!(
+            d.get("opnames").is_none() && d["tree"].get("ops").is_none(),
+            "{name} has opcode data"
+        );
+        assert!(
+            node_opcodes(&html).iter().any(|(f, _)| f == "outer"),
+            "{name} draws the parked stack"
+        );
+        std::fs::write(dir.join("probe.html"), hover_probe(&html, 2, 2)).unwrap();
+        let dom = common::chromium(
+            &format!("file://{}", dir.join("probe.html").display()),
+            None,
+        );
+        let tip = body_attr(&dom, "data-tip2").expect("a tooltip");
+        assert!(
+            tip.starts_with("outer") && !tip.contains("Instructions:"),
+            "{name}: {tip}"
+        );
+    }
+}
+
+/// A screenshot of `url`, which must be a sizeable picture.
+fn chromium_shot(url: &str, shot: &Path) {
+    common::chromium(url, Some(shot));
+    assert!(std::fs::metadata(shot).unwrap().len() > 10_000);
 }
 
 #[test]

@@ -235,7 +235,8 @@ impl OutputArgs {
             )
         } else if let Some(baseline) = &self.diff_flamegraph {
             let c =
-                DiffFlamegraphCollector::new(baseline, self.file("diff_flamegraph", "html", id))?;
+                DiffFlamegraphCollector::new(baseline, self.file("diff_flamegraph", "html", id))?
+                    .with_opcodes(opcodes);
             if let Some(mode) = mode {
                 c.check(mode, capture)?;
             }

@@ -21,6 +21,11 @@
 //!   The page carries the baseline's counts and the scale; it scales them.
 //! * Each box's tooltip gives its samples and share, the baseline's
 //!   (scaled) samples for the same path, and the self-sample change.
+//!   With opcodes ([`DiffFlamegraphCollector::with_opcodes`]) it also
+//!   lists the instructions this run's frames at the box were at, as the
+//!   flame graph's tooltips do (the same data and script). The baseline's
+//!   opcodes, if it recorded any, are not shown: a box's instructions are
+//!   this run's, and the paths only the baseline has are not drawn.
 //! * **Call paths only in the baseline** have no width in this run, so they
 //!   are not drawn. The page and the closing line say how many there were
 //!   and how many scaled samples they held.
@@ -36,7 +41,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::flamegraph::{PageData, page, sort_widest_first};
+use super::flamegraph::{OpCounts, PageData, op_counts, opnames_json, page, sort_widest_first};
 use super::stacks::StackCounts;
 use super::tree::{CallTree, IdMap, Keys, key_totals};
 use super::{Collector, Output};
@@ -44,6 +49,7 @@ use crate::binfmt::CaptureConfig;
 use crate::binfmt::reader::BinaryReader;
 use crate::error::{Error, Result};
 use crate::model::{FrameTable, Mode, RunStats, Sample};
+use crate::opcodes::OpTable;
 
 pub(crate) use super::flamegraph::escape;
 
@@ -76,6 +82,8 @@ pub struct DiffFlamegraphCollector {
     baseline_keys: HashMap<u32, (u64, u64)>,
     baseline_samples: u64,
     current: StackCounts,
+    /// Name this run's opcodes with this table (`--opcodes`).
+    opcodes: Option<&'static OpTable>,
 }
 
 impl DiffFlamegraphCollector {
@@ -120,7 +128,15 @@ impl DiffFlamegraphCollector {
             baseline_keys,
             baseline_samples: counts.total(),
             current: StackCounts::new(),
+            opcodes: None,
         })
+    }
+
+    /// Show in each box's tooltip the instructions this run's frames there
+    /// were at, named with `table`.
+    pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
+        self.opcodes = table;
+        self
     }
 
     /// Refuse a baseline recorded in another mode or with capture settings
@@ -184,11 +200,14 @@ impl DiffFlamegraphCollector {
         let current_keys = key_totals(&self.current, self.keys.mapper(frames, false), |_| ());
 
         let mut data = PageData::new(&self.keys.list);
-        let emitted = format!(
+        let mut emitted = format!(
             ",\"tree\":{},\"inverted\":{}",
-            data.tree(&calls.tree, &calls.cur, None, None),
-            data.tree(&inverted.tree, &inverted.cur, None, None)
+            data.tree(&calls.tree, &calls.cur, None, Some(&calls.ops)),
+            data.tree(&inverted.tree, &inverted.cur, None, Some(&inverted.ops))
         );
+        if let Some(t) = self.opcodes {
+            opnames_json(&mut emitted, t, [&calls.ops, &inverted.ops]);
+        }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"diff\"");
         data.stats(&mut json, TITLE, stats, sum.current, self.current.threads());
@@ -217,15 +236,21 @@ impl DiffFlamegraphCollector {
     }
 
     /// The baseline's tree (or the inverted one) with this run added,
-    /// siblings widest first (this run, then the baseline).
+    /// siblings widest first (this run, then the baseline); with opcodes,
+    /// this run's at each node.
     fn merged(&mut self, frames: &FrameTable, inverted: bool) -> Merged {
         let mut tree = self.trees[usize::from(inverted)].clone();
-        tree.add_stacks(
+        let ends = tree.add_stacks(
             &self.current,
             self.keys.mapper(frames, false),
             |_| CURRENT,
             inverted,
         );
+        let ops = if self.opcodes.is_some() {
+            op_counts(&tree, &self.current, &ends, frames, inverted)
+        } else {
+            OpCounts::default()
+        };
         let cur_self = tree.ends(|s| s == CURRENT);
         let base_self = tree.ends(|s| s == BASELINE);
         let cur = tree.totals(&cur_self);
@@ -236,6 +261,7 @@ impl DiffFlamegraphCollector {
             cur,
             cur_self,
             base_self,
+            ops,
         }
     }
 
@@ -274,12 +300,14 @@ impl DiffFlamegraphCollector {
 }
 
 /// Both runs in one tree; per node: this run's subtree and own samples,
-/// the baseline's own samples (unscaled).
+/// the baseline's own samples (unscaled); per (node, opcode), this run's
+/// samples at that instruction (empty without opcodes).
 struct Merged {
     tree: CallTree,
     cur: Vec<u64>,
     cur_self: Vec<u64>,
     base_self: Vec<u64>,
+    ops: OpCounts,
 }
 
 impl Collector for DiffFlamegraphCollector {
@@ -418,12 +446,41 @@ mod tests {
     /// A baseline at `interval_us`: `work` 10, `parse` 20, `gone` 5
     /// samples under `main`.
     fn baseline(name: &str, interval_us: u64, mode: Mode, capture: CaptureConfig) -> PathBuf {
+        baseline_at(name, interval_us, mode, capture, None)
+    }
+
+    /// [`at`] when `op` is given.
+    fn maybe_at(t: &mut FrameTable, id: u32, op: Option<u8>) -> u32 {
+        op.map_or(id, |op| at(t, id, op))
+    }
+
+    /// Frame `id` at instruction `op`.
+    fn at(t: &mut FrameTable, id: u32, op: u8) -> u32 {
+        let f = *t.frame(id);
+        t.intern(crate::model::Frame {
+            opcode: Some(op),
+            ..f
+        })
+    }
+
+    /// [`baseline`] with every frame at instruction `op`, when given.
+    fn baseline_at(
+        name: &str,
+        interval_us: u64,
+        mode: Mode,
+        capture: CaptureConfig,
+        op: Option<u8>,
+    ) -> PathBuf {
         let path = temp(name);
         let mut t = FrameTable::new();
         let main = py(&mut t, "/app/main.py", "main", 1);
+        let main = maybe_at(&mut t, main, op);
         let work = py(&mut t, "/app/main.py", "work", 3);
+        let work = maybe_at(&mut t, work, op);
         let parse = py(&mut t, "/usr/lib/python3.15/json/decoder.py", "decode", 353);
+        let parse = maybe_at(&mut t, parse, op);
         let gone = py(&mut t, "/app/main.py", "gone", 30);
+        let gone = maybe_at(&mut t, gone, op);
         let mut c = BinaryCollector::new(
             Output::File(path.clone()),
             BinaryOptions {
@@ -445,18 +502,97 @@ mod tests {
     /// The current run: `work` 60 (its line moved), `decode` 10, `main`
     /// itself 5.
     fn current(c: &mut DiffFlamegraphCollector) -> FrameTable {
+        current_at(c, None)
+    }
+
+    /// The opcodes of [`current_at`]'s frames: `main` calling `work`,
+    /// calling `decode` and running itself; `work`; `decode`.
+    struct CurrentOps {
+        main_work: u8,
+        main_decode: u8,
+        main_self: u8,
+        work: u8,
+        decode: u8,
+    }
+
+    /// [`current`], its frames at `ops` when given.
+    fn current_at(c: &mut DiffFlamegraphCollector, ops: Option<&CurrentOps>) -> FrameTable {
         let mut t = FrameTable::new();
         // Other ids than the baseline's, on purpose.
         let _pad = py(&mut t, "/app/other.py", "pad", 1);
         let main = py(&mut t, "/app/main.py", "main", 2);
         let work = py(&mut t, "/app/main.py", "work", 4);
         let parse = py(&mut t, "/usr/lib/python3.15/json/decoder.py", "decode", 360);
-        for (stack, n) in [(&[main, work][..], 60), (&[main, parse], 10), (&[main], 5)] {
+        let stacks = [
+            (
+                [
+                    (main, ops.map(|o| o.main_work)),
+                    (work, ops.map(|o| o.work)),
+                ]
+                .to_vec(),
+                60,
+            ),
+            (
+                [
+                    (main, ops.map(|o| o.main_decode)),
+                    (parse, ops.map(|o| o.decode)),
+                ]
+                .to_vec(),
+                10,
+            ),
+            ([(main, ops.map(|o| o.main_self))].to_vec(), 5),
+        ];
+        for (stack, n) in stacks {
+            let stack: Vec<u32> = stack
+                .into_iter()
+                .map(|(f, op)| maybe_at(&mut t, f, op))
+                .collect();
             for _ in 0..n {
-                c.collect(&sample(stack), &t);
+                c.collect(&sample(&stack), &t);
             }
         }
         t
+    }
+
+    /// The 3.15 table and opcodes for [`current_at`], and the one the
+    /// baseline's frames are at (which this run never is).
+    fn ops_3_15() -> (&'static OpTable, CurrentOps, u8) {
+        let table = crate::opcodes::table(3, 15).unwrap();
+        let op = |name: &str| table.names.iter().position(|n| *n == name).unwrap() as u8;
+        let ops = CurrentOps {
+            main_work: op("CALL_PY_EXACT_ARGS"),
+            main_decode: op("CALL"),
+            main_self: op("LOAD_FAST"),
+            work: op("BINARY_OP_ADD_INT"),
+            decode: op("LOAD_ATTR"),
+        };
+        (table, ops, op("RETURN_VALUE"))
+    }
+
+    /// Per drawn box of `tree` (`tree` or `inverted`) that has opcodes:
+    /// its label, its opcodes' shown names and samples; sorted.
+    fn shown_ops(page: &str, tree: &str) -> Vec<(String, Vec<(String, u64)>)> {
+        let d = Drawn::tree(page, tree);
+        let mut per: Vec<Vec<(String, u64)>> = vec![Vec::new(); d.labels.len()];
+        for o in d.t["ops"].as_array().unwrap().chunks(3) {
+            let name = d.v["opnames"][o[1].as_u64().unwrap().to_string()]
+                .as_str()
+                .unwrap()
+                .to_string();
+            per[o[0].as_u64().unwrap() as usize].push((name, o[2].as_u64().unwrap()));
+        }
+        let mut per: Vec<(String, Vec<(String, u64)>)> = d
+            .labels
+            .into_iter()
+            .zip(per)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(l, mut v)| {
+                v.sort();
+                (l, v)
+            })
+            .collect();
+        per.sort();
+        per
     }
 
     #[test]
@@ -515,6 +651,119 @@ mod tests {
             sum.line(),
             "Differential flame graph: 75 current samples vs 35 baseline samples (×2 = 70); 2 frames grew, 1 shrank; 1 call path only in the baseline (10 samples) not drawn"
         );
+    }
+
+    #[test]
+    fn opcodes_of_this_run_in_its_boxes_and_none_from_the_baseline() {
+        let (table, ops, base_op) = ops_3_15();
+        // The baseline was recorded with opcodes too, every frame at one
+        // instruction this run never is at.
+        let capture = CaptureConfig {
+            opcodes: true,
+            ..CaptureConfig::default()
+        };
+        let path = baseline_at("ops.bin", 1000, Mode::Wall, capture, Some(base_op));
+        let mut c = DiffFlamegraphCollector::new(&path, Output::Stdout)
+            .unwrap()
+            .with_opcodes(Some(table));
+        let _ = std::fs::remove_file(&path);
+        let t = current_at(&mut c, Some(&ops));
+        let (page, _) = c.render(&t, &stats(1000, 75, Mode::Wall)).unwrap().unwrap();
+        let owned = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
+            v.iter().map(|&(n, c)| (n.to_string(), c)).collect()
+        };
+        let main = "main (/app/main.py)".to_string();
+        let work = "work (/app/main.py)".to_string();
+        let decode = "decode (/usr/lib/python3.15/json/decoder.py)".to_string();
+        // This run's instructions, each box's own, specialised forms with
+        // their base; the baseline's are nowhere.
+        assert_eq!(
+            shown_ops(&page, "tree"),
+            [
+                (decode.clone(), owned(&[("LOAD_ATTR", 10)]),),
+                (
+                    main.clone(),
+                    owned(&[
+                        ("CALL", 10),
+                        ("CALL_PY_EXACT_ARGS (CALL)", 60),
+                        ("LOAD_FAST", 5)
+                    ]),
+                ),
+                (
+                    work.clone(),
+                    owned(&[("BINARY_OP_ADD_INT (BINARY_OP)", 60)])
+                ),
+            ]
+        );
+        let v = Drawn::of(&page).v;
+        let names = v["opnames"].as_object().unwrap();
+        assert_eq!(names.len(), 5, "{names:?}");
+        assert!(!names.contains_key(&base_op.to_string()), "{names:?}");
+        // Inverted: work at a root, its caller main above it at the call.
+        let inv = shown_ops(&page, "inverted");
+        let callers: Vec<_> = inv.iter().filter(|(l, _)| *l == main).collect();
+        assert!(
+            callers
+                .iter()
+                .any(|(_, o)| *o == owned(&[("CALL_PY_EXACT_ARGS (CALL)", 60)])),
+            "{inv:?}"
+        );
+        assert!(inv.contains(&(work, owned(&[("BINARY_OP_ADD_INT (BINARY_OP)", 60)]))));
+        // Before the page drops what it does not draw: every node holds
+        // opcodes for exactly this run's samples through it, so the path
+        // only the baseline has (gone) holds none.
+        for inverted in [false, true] {
+            let m = c.merged(&t, inverted);
+            let mut per_node = vec![0u64; m.tree.nodes.len()];
+            for (&(n, op), &count) in &m.ops {
+                assert_ne!(op, base_op);
+                per_node[n as usize] += count;
+            }
+            assert_eq!(per_node[1..], m.cur[1..], "inverted: {inverted}");
+            let gone = (1..m.tree.nodes.len())
+                .filter(|&i| m.cur[i] == 0 && m.base_self[i] > 0)
+                .count();
+            assert!(gone > 0, "the baseline-only path is in the tree");
+        }
+    }
+
+    #[test]
+    fn without_opcodes_the_page_is_what_it_was() {
+        let (_, ops, base_op) = ops_3_15();
+        let capture = CaptureConfig {
+            opcodes: true,
+            ..CaptureConfig::default()
+        };
+        let page = |with_ops: bool, table| {
+            let path = baseline_at(
+                &format!("plain-{with_ops}.bin"),
+                1000,
+                Mode::Wall,
+                capture,
+                with_ops.then_some(base_op),
+            );
+            let mut c = DiffFlamegraphCollector::new(&path, Output::Stdout)
+                .unwrap()
+                .with_opcodes(table);
+            let _ = std::fs::remove_file(&path);
+            let t = current_at(&mut c, with_ops.then_some(&ops));
+            c.render(&t, &stats(1000, 75, Mode::Wall))
+                .unwrap()
+                .unwrap()
+                .0
+        };
+        // Frames with opcodes but no table: the same page, to the byte, as
+        // frames without opcodes, and no opcode data in it.
+        let plain = page(false, None);
+        assert_eq!(page(true, None), plain);
+        let v = Drawn::of(&plain).v;
+        assert!(v.get("opnames").is_none());
+        assert!(v["tree"].get("ops").is_none() && v["inverted"].get("ops").is_none());
+        // A table but no opcodes recorded: nothing to show in the boxes.
+        let (table, _, _) = ops_3_15();
+        let v = Drawn::of(&page(false, Some(table))).v;
+        assert!(v["tree"].get("ops").is_none());
+        assert_eq!(v["opnames"], serde_json::json!({}));
     }
 
     #[test]

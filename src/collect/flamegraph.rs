@@ -60,7 +60,7 @@ type StatusCounts = [u64; 5];
 
 /// Per (node, opcode): the samples whose frame at that node was at that
 /// instruction.
-type OpCounts = IdMap<(u32, u8), u64>;
+pub(super) type OpCounts = IdMap<(u32, u8), u64>;
 
 /// A rendered tree: the call tree, each node's samples over all threads,
 /// its status counts per (node, thread) and its opcode counts.
@@ -133,11 +133,7 @@ impl FlamegraphCollector {
         // Status columns only when there is something to show.
         let show_status = self.saw_gil || self.saw_cpu || self.saw_exception;
         let mut emitted = String::new();
-        let mut used_ops = [false; 256];
         for ((tree, all, status, ops), name) in trees.iter().zip(["tree", "inverted"]) {
-            for &(_, op) in ops.keys() {
-                used_ops[op as usize] = true;
-            }
             let _ = write!(
                 emitted,
                 ",\"{name}\":{}",
@@ -145,15 +141,7 @@ impl FlamegraphCollector {
             );
         }
         if let Some(t) = self.opcodes {
-            // `"opnames":{"OP":"NAME (BASE)",..}` for the opcodes shown.
-            emitted.push_str(",\"opnames\":{");
-            let mut first = true;
-            for op in (0..=255u8).filter(|&op| used_ops[op as usize]) {
-                let sep = if first { "" } else { "," };
-                let _ = write!(emitted, "{sep}\"{op}\":{}", json_str(&t.format(op)));
-                first = false;
-            }
-            emitted.push('}');
+            opnames_json(&mut emitted, t, trees.iter().map(|tree| &tree.3));
         }
         let mut json = String::with_capacity(emitted.len() + 4096);
         json.push_str("{\"kind\":\"flame\"");
@@ -229,27 +217,11 @@ impl FlamegraphCollector {
                 }
             }
         }
-        // Opcodes: walk each stack's path up from its end node.
-        let mut ops = OpCounts::default();
-        if self.opcodes.is_some() {
-            for (cell, &end) in self.counts.cells().iter().zip(&ends) {
-                let stack = self.counts.stack(cell.stack);
-                let mut node = end;
-                // Non-inverted, the end is the leaf (the stack's first
-                // frame); inverted, it is the outermost frame.
-                let n = stack.len();
-                for i in 0..n {
-                    if node == 0 {
-                        break;
-                    }
-                    let f = stack[if inverted { n - 1 - i } else { i }];
-                    if let Some(op) = frames.frame(f).opcode {
-                        *ops.entry((node, op)).or_default() += cell.count;
-                    }
-                    node = tree.nodes[node as usize].parent;
-                }
-            }
-        }
+        let ops = if self.opcodes.is_some() {
+            op_counts(&tree, &self.counts, &ends, frames, inverted)
+        } else {
+            OpCounts::default()
+        };
         (tree, all, status, ops)
     }
 
@@ -387,6 +359,62 @@ impl FlamegraphCollector {
         }
         json.push(']');
     }
+}
+
+/// Per (node, opcode) of `tree`, the samples whose frame at that node was
+/// at that instruction: each stack of `counts` walked from the node it
+/// ended at (`ends`, as [`CallTree::add_stacks`] gave them, one node per
+/// frame) towards the root. Only the stacks of `counts` count, whatever
+/// else the tree holds.
+pub(super) fn op_counts(
+    tree: &CallTree,
+    counts: &StackCounts,
+    ends: &[u32],
+    frames: &FrameTable,
+    inverted: bool,
+) -> OpCounts {
+    let mut ops = OpCounts::default();
+    for (cell, &end) in counts.cells().iter().zip(ends) {
+        let stack = counts.stack(cell.stack);
+        let mut node = end;
+        // Non-inverted, the end is the leaf (the stack's first frame);
+        // inverted, it is the outermost frame.
+        let n = stack.len();
+        for i in 0..n {
+            if node == 0 {
+                break;
+            }
+            let f = stack[if inverted { n - 1 - i } else { i }];
+            if let Some(op) = frames.frame(f).opcode {
+                *ops.entry((node, op)).or_default() += cell.count;
+            }
+            node = tree.nodes[node as usize].parent;
+        }
+    }
+    ops
+}
+
+/// `,"opnames":{"OP":"NAME (BASE)",..}`: the names, from `table`, of the
+/// opcodes the trees' `ops` hold, for the tooltips.
+pub(super) fn opnames_json<'a>(
+    json: &mut String,
+    table: &OpTable,
+    ops: impl IntoIterator<Item = &'a OpCounts>,
+) {
+    let mut used = [false; 256];
+    for o in ops {
+        for &(_, op) in o.keys() {
+            used[op as usize] = true;
+        }
+    }
+    json.push_str(",\"opnames\":{");
+    let mut first = true;
+    for op in (0..=255u8).filter(|&op| used[op as usize]) {
+        let sep = if first { "" } else { "," };
+        let _ = write!(json, "{sep}\"{op}\":{}", json_str(&table.format(op)));
+        first = false;
+    }
+    json.push('}');
 }
 
 /// Hot spots listed for all threads, and for each thread.

@@ -492,6 +492,14 @@ pub fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
+/// With `TACHYON_SCREENSHOTS=DIR`, keep a screenshot there to look at.
+pub fn keep_screenshot(shot: &Path, name: &str) {
+    if let Some(dir) = std::env::var_os("TACHYON_SCREENSHOTS") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(shot, Path::new(&dir).join(name)).unwrap();
+    }
+}
+
 /// Headless Chromium on `url` (a 1400×900 window): the DOM after the
 /// page's scripts ran, or a screenshot. Fails on any console error, and
 /// when Chromium is missing or takes over a minute.
