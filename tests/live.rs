@@ -669,3 +669,56 @@ fn without_a_terminal_it_is_refused_before_anything_starts() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// An asyncio program whose busy task holds the GIL all the time.
+const ASYNC_WORKLOAD: &str = r#"
+import asyncio, sys, time
+
+async def crunch():
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        x = 0
+        for i in range(20000):
+            x += i
+        await asyncio.sleep(0)
+
+async def main():
+    await asyncio.gather(crunch(), asyncio.sleep(0.01))
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn with_async_aware_the_view_shows_tasks_and_no_made_up_thread_states() {
+    let _serial = serial();
+    let dir = RootDir::new(&[("w.py", ASYNC_WORKLOAD)]);
+    let t = Tmux::start(
+        &shell_command(
+            &dir,
+            &["--live", "--async-aware"],
+            &python_target(&dir, "60"),
+        ),
+        140,
+        30,
+    );
+    // The busy task's own frame, under its task, in the table.
+    let s = t.wait_for("the busy task's rows", Duration::from_secs(60), |s| {
+        s.contains("crunch") && s.contains("<task>")
+    });
+    // Task samples carry no GIL state: the header says so rather than
+    // showing the busy thread as having released the GIL all along.
+    let threads = s
+        .lines()
+        .find(|l| l.starts_with("Threads:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        threads.contains("not read with --async-aware") && !threads.contains("released GIL"),
+        "{s}"
+    );
+    assert!(!s.contains("released GIL"), "a thread row says so:\n{s}");
+    t.keys(&["q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    assert_restored(&s);
+}

@@ -445,6 +445,7 @@ fn profile(
             args.opcodes
                 .then(|| super::opcode_table(first.offsets().version))
                 .flatten(),
+            args.async_aware,
         )?),
         false => None,
     };

@@ -159,6 +159,10 @@ pub struct Aggregate {
     pub frame_op: Vec<Option<u8>>,
     /// The target's instruction names, with `--opcodes`.
     pub opcodes: Option<&'static OpTable>,
+    /// The samples are asyncio tasks (`--async-aware`): a task's sample
+    /// carries no GIL or exception state of its thread, so the view shows
+    /// none rather than every thread "released".
+    pub tasks: bool,
     /// Each thread's distinct stacks (frame ids, leaf first), counted.
     pub counts: StackCounts,
     /// In the order first seen.
@@ -185,6 +189,7 @@ impl Aggregate {
             frame_key: Vec::new(),
             frame_op: Vec::new(),
             opcodes: None,
+            tasks: false,
             counts: StackCounts::new(),
             threads: Vec::new(),
             states: StateCounts::default(),
@@ -201,6 +206,12 @@ impl Aggregate {
     /// Name the frames' instructions with `table` (`--opcodes`).
     pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
         self.opcodes = table;
+        self
+    }
+
+    /// The samples will be asyncio tasks' (`--async-aware`).
+    pub fn with_tasks(mut self, tasks: bool) -> Self {
+        self.tasks = tasks;
         self
     }
 

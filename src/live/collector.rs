@@ -24,10 +24,20 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// `opcodes`: the target's instruction names, with `--opcodes`.
-    pub fn new(pid: i32, interval_us: u64, opcodes: Option<&'static OpTable>) -> Arc<Shared> {
+    /// `opcodes`: the target's instruction names, with `--opcodes`;
+    /// `tasks`: the samples are asyncio tasks (`--async-aware`).
+    pub fn new(
+        pid: i32,
+        interval_us: u64,
+        opcodes: Option<&'static OpTable>,
+        tasks: bool,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
-            agg: Mutex::new(Aggregate::new(pid, interval_us).with_opcodes(opcodes)),
+            agg: Mutex::new(
+                Aggregate::new(pid, interval_us)
+                    .with_opcodes(opcodes)
+                    .with_tasks(tasks),
+            ),
         })
     }
 
@@ -180,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_held_lock_delays_the_hand_over_and_loses_nothing() {
-        let shared = Shared::new(1, 1000, None);
+        let shared = Shared::new(1, 1000, None, false);
         let mut c = LiveCollector::new(shared.clone());
         let mut t = FrameTable::new();
         let hot = frame(&mut t, "hot", 3);

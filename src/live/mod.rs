@@ -71,14 +71,17 @@ impl LiveSession {
     /// Take the terminal and start drawing the profile of `pid`, sampled
     /// every `interval`; the collector returned feeds it. With `opcodes`
     /// (`--opcodes`: the target's instruction names) a row of the table can
-    /// be selected and its instructions are shown under it.
+    /// be selected and its instructions are shown under it. With `tasks`
+    /// (`--async-aware`) the samples are asyncio tasks, which carry no
+    /// thread state.
     pub fn start(
         pid: i32,
         interval: Duration,
         opcodes: Option<&'static OpTable>,
+        tasks: bool,
     ) -> Result<(LiveSession, LiveCollector)> {
         require_terminal()?;
-        let shared = Shared::new(pid, interval.as_micros() as u64, opcodes);
+        let shared = Shared::new(pid, interval.as_micros() as u64, opcodes, tasks);
         let for_ui = shared.clone();
         let ui = std::thread::Builder::new()
             .name("tachyon-live".into())

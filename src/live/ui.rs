@@ -551,7 +551,13 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
         ),
     ]));
     let st = &s.states;
-    v.push(Line::raw(format!(
+    if s.tasks {
+        v.push(Line::raw(format!(
+            "Threads: GIL and exception states not read with --async-aware (task stacks) │ {:5.1}% in GC",
+            pct_of(st.gc, st.seen),
+        )));
+    } else {
+        v.push(Line::raw(format!(
         "Threads: {:5.1}% holding GIL │ {:5.1}% released GIL │ {:5.1}% waiting for GIL │ {:5.1}% in exception │ {:5.1}% in GC",
         pct_of(st.gil, st.seen),
         pct_of(st.seen - st.gil.min(st.seen), st.seen),
@@ -559,6 +565,7 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
         pct_of(st.exception, st.seen),
         pct_of(st.gc, st.seen),
     )));
+    }
     v.push(Line::raw(format!(
         "Functions: {} total │ {} executing │ {} on stack only │ {} shown",
         s.functions,
@@ -870,6 +877,7 @@ mod tests {
             failed: 0,
             denominator: 3000,
             states: Default::default(),
+            tasks: false,
             functions: 1,
             executing: 1,
             shown: 1,
@@ -938,6 +946,24 @@ mod tests {
         // Narrow: no time columns, still the row.
         let t = text(&mut ui, &snap(), 70, 20);
         assert!(t.contains("checksum") && !t.contains("tottime"), "{t}");
+    }
+
+    #[test]
+    fn task_samples_show_no_gil_shares() {
+        let mut s = snap();
+        s.states.seen = 3000;
+        s.states.gc = 30;
+        let t = text(&mut Ui::default(), &s, 160, 30);
+        assert!(
+            t.contains("0.0% holding GIL") && t.contains("100.0% released GIL"),
+            "{t}"
+        );
+        s.tasks = true;
+        let t = text(&mut Ui::default(), &s, 160, 30);
+        let line = t.lines().find(|l| l.starts_with("Threads:")).unwrap_or("");
+        assert!(!line.contains("GIL │"), "{t}");
+        assert!(line.contains("not read with --async-aware"), "{t}");
+        assert!(line.contains("1.0% in GC"), "{t}");
     }
 
     #[test]

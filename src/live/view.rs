@@ -189,6 +189,8 @@ pub struct Snapshot {
     pub denominator: u64,
     /// The states of the threads shown.
     pub states: StateCounts,
+    /// The samples are asyncio tasks: `states` holds only GC samples.
+    pub tasks: bool,
     /// Rows with samples in this view, before the filter.
     pub functions: usize,
     /// ... of which some were at the top of a stack.
@@ -476,6 +478,8 @@ pub fn snapshot(
                 "no samples"
             } else if t.last_sample < agg.good {
                 "not sampled"
+            } else if agg.tasks {
+                if t.last_gc { "in GC" } else { "runs tasks" }
             } else {
                 state_word(t.last_status, t.last_gc)
             },
@@ -494,6 +498,7 @@ pub fn snapshot(
         failed: agg.failed,
         denominator,
         states,
+        tasks: agg.tasks,
         functions,
         executing,
         shown,
@@ -552,6 +557,31 @@ mod tests {
 
     fn names(s: &Snapshot) -> Vec<&str> {
         s.rows.iter().map(|r| r.func.as_str()).collect()
+    }
+
+    #[test]
+    fn task_samples_name_no_thread_state() {
+        // The same samples, as --async-aware gives them: the threads' rows
+        // say they run tasks, not that they released the GIL.
+        let mut a = agg().with_tasks(true);
+        a.threads.iter_mut().for_each(|t| t.last_status = 0);
+        let s = snapshot(
+            &a,
+            &opts(SortBy::SelfSamples, None, None),
+            Instant::now(),
+            &mut Trends::default(),
+        );
+        assert!(s.tasks);
+        let states: Vec<&str> = s.threads.iter().map(|t| t.state).collect();
+        assert_eq!(states, ["runs tasks", "runs tasks"]);
+        let plain = snapshot(
+            &agg(),
+            &opts(SortBy::SelfSamples, None, None),
+            Instant::now(),
+            &mut Trends::default(),
+        );
+        assert!(!plain.tasks);
+        assert!(plain.threads.iter().all(|t| t.state == "holds GIL"));
     }
 
     #[test]
