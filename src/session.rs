@@ -152,8 +152,16 @@ struct Shared {
 
 impl Shared {
     fn remember_runtime(&self, pid: i32, rt: &Runtime) {
-        if let (Some(image), Ok(mut m)) = (tree::image(pid), self.runtimes.lock()) {
-            m.insert(pid, (image, rt.clone()));
+        if let Some(image) = tree::image(pid) {
+            self.remember_runtime_of(pid, &image, rt);
+        }
+    }
+
+    /// `rt` is the runtime of `pid` while it runs `image` (as found
+    /// together: an image read later may be another program's already).
+    fn remember_runtime_of(&self, pid: i32, image: &str, rt: &Runtime) {
+        if let Ok(mut m) = self.runtimes.lock() {
+            m.insert(pid, (image.to_string(), rt.clone()));
         }
     }
 
@@ -663,7 +671,7 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
             {
                 tracer.release(pid);
             }
-            let report = look_at_child(pid, inherited, children, shared, config, blocking);
+            let report = look_at_child(pid, inherited, image, children, shared, config, blocking);
             // A held fork is let go once its profile began (or if it has
             // none): this is a no-op for the first.
             if let Some(tracer) = children.tracer {
@@ -694,21 +702,28 @@ const MAX_PROBING: usize = 32;
 
 /// Is the new process `pid` Python (waiting a little for an interpreter
 /// still loading its runtime)? Then profile it, if the bound allows.
+#[allow(clippy::too_many_arguments)]
 fn look_at_child(
     pid: i32,
     inherited: Option<Runtime>,
+    image: String,
     children: &Children<'_>,
     shared: &Shared,
     config: &SampleConfig,
     blocking: bool,
 ) -> Option<ChildReport> {
     let deadline = Instant::now() + EXEC_GRACE;
-    let rt = if inherited.is_some() {
-        inherited
+    let found = if let Some(rt) = inherited {
+        // The parent's runtime, for the image the child had when it was
+        // found: if it execs meanwhile, the profile sees the change.
+        Some((rt, image))
     } else {
         loop {
-            match probe(pid) {
-                Probe::Python(rt) => break Some(*rt),
+            let Some((probe, image)) = probe_image(pid) else {
+                break None;
+            };
+            match probe {
+                Probe::Python(rt) => break Some((*rt, image)),
                 Probe::Refused(e) => {
                     crate::errln!("tachyon: not profiling child process {pid}: {e}");
                     break None;
@@ -728,7 +743,7 @@ fn look_at_child(
         }
     };
     shared.probing.fetch_sub(1, Ordering::SeqCst);
-    let rt = rt?;
+    let (rt, image) = found?;
     // Counted before the check: two children found at once cannot both
     // take the last place.
     if shared.active.fetch_add(1, Ordering::SeqCst) >= children.max {
@@ -740,8 +755,8 @@ fn look_at_child(
         return None;
     }
     crate::errln!("tachyon: profiling child process {pid}");
-    shared.remember_runtime(pid, &rt);
-    let report = profile_child(pid, rt, children, shared, config, blocking);
+    shared.remember_runtime_of(pid, &image, &rt);
+    let report = profile_child(pid, rt, image, children, shared, config, blocking);
     shared.active.fetch_sub(1, Ordering::SeqCst);
     Some(report)
 }
@@ -780,6 +795,18 @@ enum Probe {
     Unready(Error),
 }
 
+/// [`probe`], with the image the answer is about: a process that exec'd
+/// while it was probed is probed again. `None`: it is gone.
+fn probe_image(pid: i32) -> Option<(Probe, String)> {
+    loop {
+        let before = tree::image(pid)?;
+        let p = probe(pid);
+        if tree::image(pid)? == before {
+            return Some((p, before));
+        }
+    }
+}
+
 fn probe(pid: i32) -> Probe {
     let Ok(proc) = LinuxProcess::open(pid) else {
         return Probe::No;
@@ -812,9 +839,11 @@ fn pythonish(pid: i32) -> bool {
 /// One child's whole profile, on its own thread: sampled on the session's
 /// schedule until it exits (followed through an exec into another Python),
 /// the duration is over, or the session ends it; then written.
+#[allow(clippy::too_many_arguments)]
 fn profile_child(
     pid: i32,
     rt: Runtime,
+    image: String,
     children: &Children<'_>,
     shared: &Shared,
     config: &SampleConfig,
@@ -869,8 +898,10 @@ fn profile_child(
     let mut cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
     // One line a second from every child would garble the terminal.
     cfg.realtime_stats = false;
+    // The image `rt` belongs to: the process may have exec'd since, and
+    // then every sample would read another program's memory.
+    let mut image = Some(image);
     loop {
-        let image = tree::image(pid);
         let alive = || {
             let now = tree::image(pid);
             if now.is_some() && now != image {
@@ -899,7 +930,7 @@ fn profile_child(
         // Gone, or exec'd: then it may be Python again (a fork of Python
         // that execs an interpreter, as `subprocess` and `multiprocessing`'s
         // spawn do). The profile goes on into it, one profile a process.
-        let Some(rt) = runtime_after_exec(pid, &shared.cancel) else {
+        let Some((rt, new_image)) = runtime_after_exec(pid, &shared.cancel) else {
             // Exec'd (seen, or still there with another image), and not
             // into Python. One already gone may have exec'd unseen.
             match tree::image(pid) {
@@ -912,7 +943,8 @@ fn profile_child(
         let Ok(proc) = LinuxProcess::open(pid) else {
             break;
         };
-        shared.remember_runtime(pid, &rt);
+        shared.remember_runtime_of(pid, &new_image, &rt);
+        image = Some(new_image);
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
@@ -950,12 +982,12 @@ fn profile_child(
 /// A child's process changed image (or is gone): its new runtime, once an
 /// interpreter has mapped it; `None` when it is gone or runs something
 /// else.
-fn runtime_after_exec(pid: i32, cancel: &AtomicBool) -> Option<Runtime> {
+fn runtime_after_exec(pid: i32, cancel: &AtomicBool) -> Option<(Runtime, String)> {
     let deadline = Instant::now() + EXEC_GRACE;
     while Instant::now() < deadline && !cancel.load(Ordering::SeqCst) {
-        tree::image(pid)?;
-        match probe(pid) {
-            Probe::Python(rt) => return Some(*rt),
+        let (probe, image) = probe_image(pid)?;
+        match probe {
+            Probe::Python(rt) => return Some((*rt, image)),
             Probe::NotYet | Probe::Unready(_) => std::thread::sleep(Duration::from_millis(1)),
             Probe::No | Probe::Refused(_) => return None,
         }

@@ -472,8 +472,14 @@ fn run_profiles_spawned_workers_of_old_pythons() {
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
         for w in pids_after(&stdout, "WORKERS ") {
+            let file = dir.join(format!("out_{w}.txt"));
             assert!(
-                samples_in(&dir.join(format!("out_{w}.txt")), "burn_in_worker") > 0,
+                file.exists(),
+                "{}: worker {w} has no profile:\n{stdout}\n{stderr}",
+                it.name
+            );
+            assert!(
+                samples_in(&file, "burn_in_worker") > 0,
                 "{}: worker {w}'s profile has no burn_in_worker:\n{stderr}",
                 it.name
             );
