@@ -687,7 +687,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         };
         self.used_codes.clear();
         self.code.new_sample();
-        st.pages.borrow_mut().clear();
+        st.pages.clear();
         st.tasks_seen = 0;
         if st.type_flags.len() > 64 {
             st.type_flags.clear();
