@@ -303,18 +303,16 @@ impl<M: ProcessMemory> Reader<'_, M> {
         buf.resize(a.task_size as usize, 0);
         self.mem.read(addr, buf)?;
         let short = || Error::corrupt("short task object");
+        let name_obj = self.ptr(self.scratch.task.u64_at(a.task_name).ok_or_else(short)?);
+        // The name first, as before (its reads leave the task buffer be).
+        let name = self.task_name(name_obj)?;
         let buf = &self.scratch.task;
-        let name_obj = self.ptr(buf.u64_at(a.task_name).ok_or_else(short)?);
-        let coro = self.ptr(buf.u64_at(a.task_coro).ok_or_else(short)?);
-        let is_task = buf.u8_at(a.task_is_task).ok_or_else(short)? != 0;
-        let awaited_by = self.ptr(buf.u64_at(a.task_awaited_by).ok_or_else(short)?);
-        let awaited_by_is_set = buf.u8_at(a.task_awaited_by_is_set).ok_or_else(short)? != 0;
         Ok(TaskFacts {
-            name: self.task_name(name_obj)?,
-            coro,
-            is_task,
-            awaited_by,
-            awaited_by_is_set,
+            name,
+            coro: self.ptr(buf.u64_at(a.task_coro).ok_or_else(short)?),
+            is_task: buf.u8_at(a.task_is_task).ok_or_else(short)? != 0,
+            awaited_by: self.ptr(buf.u64_at(a.task_awaited_by).ok_or_else(short)?),
+            awaited_by_is_set: buf.u8_at(a.task_awaited_by_is_set).ok_or_else(short)? != 0,
         })
     }
 
