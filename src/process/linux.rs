@@ -370,6 +370,17 @@ impl LinuxProcess {
     /// One `process_vm_readv` over up to IOV_MAX ranges. Returns the number
     /// of requests (from the front) that were filled completely.
     fn readv_batch(&self, reqs: &mut [ReadReq<'_>]) -> std::result::Result<usize, Errno> {
+        if let [r] = reqs {
+            // One range (every `read`): no lists to allocate.
+            let len = r.buf.len();
+            let remote = [RemoteIoVec {
+                base: r.addr as usize,
+                len,
+            }];
+            let mut local = [IoSliceMut::new(r.buf)];
+            let n = process_vm_readv(Pid::from_raw(self.pid), &mut local, &remote)?;
+            return Ok(usize::from(n >= len));
+        }
         let remote: Vec<RemoteIoVec> = reqs
             .iter()
             .map(|r| RemoteIoVec {

@@ -18,9 +18,40 @@ pub const PAGE: u64 = 4096;
 /// Most pages kept in one sample (4 MiB).
 pub const MAX_PAGES: usize = 1024;
 
+/// Most page buffers kept from one sample for the next (1 MiB).
+const MAX_SPARE: usize = 256;
+
 /// The pages of one sample: page address to its bytes, or `None` when the
-/// page could not be read whole.
-pub type Pages = RefCell<HashMap<u64, Option<Box<[u8]>>>>;
+/// page could not be read whole. Cleared pages' buffers are kept (up to
+/// [`MAX_SPARE`]) for the next sample's pages, so a steady sample does not
+/// allocate them again.
+#[derive(Default)]
+pub struct Pages {
+    map: RefCell<HashMap<u64, Option<Box<[u8]>>>>,
+    spare: RefCell<Vec<Box<[u8]>>>,
+}
+
+impl Pages {
+    /// Forget every page (before the next sample).
+    pub fn clear(&self) {
+        let mut map = self.map.borrow_mut();
+        let mut spare = self.spare.borrow_mut();
+        for p in map.drain().filter_map(|(_, p)| p) {
+            if spare.len() < MAX_SPARE {
+                spare.push(p);
+            }
+        }
+    }
+
+    /// How many pages this sample holds (read or not).
+    pub fn len(&self) -> usize {
+        self.map.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// A reader that serves reads within one page from `pages`.
 pub struct PageCache<'a> {
@@ -37,17 +68,24 @@ impl ProcessMemory for PageCache<'_> {
         if buf.is_empty() || !fits {
             return self.inner.read(addr, buf);
         }
-        let mut pages = self.pages.borrow_mut();
+        let mut pages = self.pages.map.borrow_mut();
         if !pages.contains_key(&page) {
             if pages.len() >= MAX_PAGES {
                 drop(pages);
                 return self.inner.read(addr, buf);
             }
-            let mut p = vec![0u8; PAGE as usize].into_boxed_slice();
+            let spare = self.pages.spare.borrow_mut().pop();
+            let mut p = spare.unwrap_or_else(|| vec![0u8; PAGE as usize].into_boxed_slice());
             match self.inner.read(page, &mut p) {
                 Ok(()) => pages.insert(page, Some(p)),
-                Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => return Err(e),
-                Err(_) => pages.insert(page, None),
+                Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => {
+                    self.pages.spare.borrow_mut().push(p);
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.pages.spare.borrow_mut().push(p);
+                    pages.insert(page, None)
+                }
             };
         }
         match pages.get(&page) {
@@ -124,5 +162,34 @@ mod tests {
         assert!(c.read(u64::MAX - 7, &mut a).is_err());
         assert!(c.read(u64::MAX - 3, &mut a).is_err());
         assert!(c.read(!(PAGE - 1), &mut b).is_err());
+    }
+
+    #[test]
+    fn cleared_pages_lend_their_buffers_to_the_next_sample() {
+        let fake = Fake {
+            reads: Cell::new(0),
+            end: 400 * PAGE,
+        };
+        let pages = Pages::default();
+        let c = PageCache {
+            inner: &fake,
+            pages: &pages,
+        };
+        let mut a = [0u8; 8];
+        c.read(PAGE + 8, &mut a).unwrap();
+        let first = pages.map.borrow()[&PAGE].as_ref().unwrap().as_ptr();
+        pages.clear();
+        assert!(pages.is_empty());
+        // Another page, the same buffer, its own bytes.
+        c.read(3 * PAGE + 9, &mut a).unwrap();
+        assert_eq!(a[0], 9);
+        let again = pages.map.borrow()[&(3 * PAGE)].as_ref().unwrap().as_ptr();
+        assert_eq!(first, again);
+        // The spare buffers stay bounded.
+        for i in 0..300 {
+            c.read(i * PAGE, &mut a).unwrap();
+        }
+        pages.clear();
+        assert_eq!(pages.spare.borrow().len(), MAX_SPARE);
     }
 }

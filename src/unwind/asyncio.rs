@@ -25,23 +25,24 @@
 //! cycle-checked, each task is granted a few reads, and an impossible value
 //! fails the sample.
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::time::{Duration, Instant};
 
 use super::dict::{decode_int, int_read_size};
 use super::frames::{self, Chunks, Walk};
 use super::names::ThreadKey;
-use super::objects::read_str;
+use super::objects::read_str_raw;
 use super::threads::{InterpFacts, MAX_INTERPRETERS, ThreadFacts};
 use super::{READS_PER_CODE_LOAD, Unwinder, push_ranges};
 use crate::error::{Error, Result};
 use crate::model::{
-    Frame, FrameId, FrameKind, FrameTable, MAX_DEPTH, Sample, ThreadSample, status,
+    Frame, FrameId, FrameKind, FrameTable, MAX_DEPTH, Sample, StrId, ThreadSample, status,
 };
 use crate::offsets::Offsets;
 use crate::offsets::asyncio::{AsyncOffsets, TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS};
 use crate::process::pages::{PageCache, Pages};
 use crate::process::{LocalBytes, Metered, ProcessMemory};
+use std::ops::Range;
 
 /// Which tasks a sample shows (`--async-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,9 @@ const READS_PER_TASK: u32 = 8;
 const BYTES_PER_TASK: u64 = 4 * crate::process::pages::PAGE;
 const READS_PER_CORO: u32 = 3;
 const BYTES_PER_CORO: u64 = 3 * crate::process::pages::PAGE;
+/// Most entries of each task-name cache; a full cache starts over, so
+/// memory stays flat however many tasks come and go.
+const MAX_NAMES: usize = 4096;
 
 /// Async-aware sampling state of an [`Unwinder`].
 pub struct AsyncState {
@@ -92,15 +96,101 @@ pub struct AsyncState {
     tasks_seen: usize,
     /// Per type address, its flags and whether two reads agreed on them.
     type_flags: HashMap<u64, (u64, bool)>,
+    /// Task names already interned, and the per-sample storage, kept so a
+    /// steady sample allocates nothing per task.
+    names: Names,
+    scratch: Scratch,
+    graph: Graph,
+    tstates: Vec<u64>,
+    /// Running mode: the running task's frames and parents.
+    run_frames: Vec<FrameId>,
+    run_outside: Vec<u64>,
+    run_parents: Vec<u64>,
+}
+
+/// Buffers and sets of one sample's reads, cleared rather than re-created.
+#[derive(Default)]
+struct Scratch {
+    task: Vec<u8>,
+    /// A name's head bytes, then (a str) its characters.
+    head: Vec<u8>,
+    /// A str name's cache key.
+    key: Vec<u8>,
+    coro: Vec<u8>,
+    coro_seen: HashSet<u64>,
+    list_seen: HashSet<u64>,
+    set: Vec<u8>,
+    set_entries: Vec<u8>,
+    todo: Vec<u64>,
+}
+
+/// Task names as interned strings, by what was read of them this sample
+/// (never by the name object's address, which a freed name's successor
+/// can reuse): an int name by its value, a str by its kind, its cut and
+/// its raw characters. A hit thus always stands for the text read now.
+#[derive(Default)]
+struct Names {
+    ints: HashMap<u64, StrId>,
+    strs: HashMap<Box<[u8]>, StrId>,
+}
+
+impl Names {
+    /// The name `Task-n` (an int name `n`).
+    fn int(&mut self, n: u64, table: &mut FrameTable) -> StrId {
+        if let Some(&id) = self.ints.get(&n) {
+            return id;
+        }
+        let id = table.intern_str(truncated(format!("Task-{n}")).as_str());
+        if self.ints.len() >= MAX_NAMES {
+            self.ints.clear();
+        }
+        self.ints.insert(n, id);
+        id
+    }
+
+    /// The name of the str at `obj`, read (and checked) into `buf` each
+    /// time; decoded and interned only when its characters are new.
+    fn str(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        o: &Offsets,
+        obj: u64,
+        buf: &mut Vec<u8>,
+        key: &mut Vec<u8>,
+        table: &mut FrameTable,
+    ) -> Result<StrId> {
+        let raw = read_str_raw(mem, o, obj, buf)?;
+        key.clear();
+        key.push(raw.kind as u8 | (raw.ascii as u8) << 3 | (raw.cut as u8) << 4);
+        key.extend_from_slice(raw.data(buf));
+        if let Some(&id) = self.strs.get(&key[..]) {
+            return Ok(id);
+        }
+        let id = table.intern_str(&truncated(raw.decode(buf)?));
+        if self.strs.len() >= MAX_NAMES {
+            self.strs.clear();
+        }
+        self.strs.insert(key[..].into(), id);
+        Ok(id)
+    }
+}
+
+/// A name cut to [`MAX_NAME_CHARS`] characters.
+fn truncated(mut s: String) -> String {
+    if let Some((cut, _)) = s.char_indices().nth(MAX_NAME_CHARS) {
+        s.truncate(cut);
+    }
+    s
 }
 
 /// One task as read: where it was found and what it is.
 struct TaskNode {
     addr: u64,
-    name: String,
-    /// Leaf first.
-    frames: Vec<FrameId>,
-    parents: Vec<u64>,
+    name: StrId,
+    /// Leaf first, in [`Graph::frames`].
+    frames: Range<usize>,
+    /// In [`Graph::parents`].
+    parents: Range<usize>,
     /// The thread it was found on (0: the interpreter's list) and how its
     /// name is looked up.
     key: ThreadKey,
@@ -109,14 +199,35 @@ struct TaskNode {
 }
 
 /// The tasks of one sample, in the order found; a task found again
-/// replaces its earlier record (as the reference's dictionary does).
+/// replaces its earlier record (as the reference's dictionary does). Kept
+/// across samples (cleared) with its scratch, so its storage is reused.
 #[derive(Default)]
 struct Graph {
     nodes: Vec<TaskNode>,
     index: HashMap<u64, usize>,
+    /// The nodes' frames and parents (a replaced record's stay unused).
+    frames: Vec<FrameId>,
+    parents: Vec<u64>,
+    /// Scratch of [`Graph::find_leaves`] and [`Graph::stack`].
+    awaited: HashSet<u64>,
+    leaves: Vec<usize>,
+    seen: HashSet<u64>,
+    /// `"name (N parents)"` per name and N.
+    multi: HashMap<(StrId, usize), StrId>,
 }
 
 impl Graph {
+    fn clear(&mut self) {
+        self.nodes.clear();
+        self.index.clear();
+        self.frames.clear();
+        self.parents.clear();
+    }
+
+    fn parents_of(&self, n: &TaskNode) -> &[u64] {
+        &self.parents[n.parents.clone()]
+    }
+
     fn insert(&mut self, n: TaskNode) {
         match self.index.get(&n.addr) {
             Some(&i) => self.nodes[i] = n,
@@ -134,7 +245,7 @@ impl Graph {
 
 /// What a task object says, before its chain is read.
 struct TaskFacts {
-    name: String,
+    name: StrId,
     coro: u64,
     is_task: bool,
     awaited_by: u64,
@@ -157,6 +268,8 @@ struct Reader<'a, M: ProcessMemory> {
     /// in practice).
     type_flags: &'a mut HashMap<u64, (u64, bool)>,
     tasks_seen: &'a mut usize,
+    names: &'a mut Names,
+    scratch: &'a mut Scratch,
 }
 
 impl<M: ProcessMemory> Reader<'_, M> {
@@ -176,38 +289,46 @@ impl<M: ProcessMemory> Reader<'_, M> {
         Ok(())
     }
 
-    fn read_task(&mut self, addr: u64) -> Result<(Vec<u8>, TaskFacts)> {
+    /// Read the task at `addr` (into `scratch.task`, where [`Reader::list`]
+    /// finds its list link).
+    fn read_task(&mut self, addr: u64) -> Result<TaskFacts> {
         if !frames::plausible(addr) {
             return Err(Error::corrupt(format!(
                 "asyncio task at impossible address {addr:#x}"
             )));
         }
         let a = self.a;
-        let mut buf = vec![0u8; a.task_size as usize];
-        self.mem.read(addr, &mut buf)?;
+        let buf = &mut self.scratch.task;
+        buf.clear();
+        buf.resize(a.task_size as usize, 0);
+        self.mem.read(addr, buf)?;
         let short = || Error::corrupt("short task object");
-        let name_obj = self.ptr(buf.u64_at(a.task_name).ok_or_else(short)?);
-        let facts = TaskFacts {
-            name: self.task_name(name_obj)?,
+        let name_obj = self.ptr(self.scratch.task.u64_at(a.task_name).ok_or_else(short)?);
+        // The name first, as before (its reads leave the task buffer be).
+        let name = self.task_name(name_obj)?;
+        let buf = &self.scratch.task;
+        Ok(TaskFacts {
+            name,
             coro: self.ptr(buf.u64_at(a.task_coro).ok_or_else(short)?),
             is_task: buf.u8_at(a.task_is_task).ok_or_else(short)? != 0,
             awaited_by: self.ptr(buf.u64_at(a.task_awaited_by).ok_or_else(short)?),
             awaited_by_is_set: buf.u8_at(a.task_awaited_by_is_set).ok_or_else(short)? != 0,
-        };
-        Ok((buf, facts))
+        })
     }
 
-    /// A task's name: an int `n` (tasks named by asyncio's counter) shown
-    /// as `Task-n`, or a str.
-    fn task_name(&mut self, obj: u64) -> Result<String> {
+    /// A task's name, interned: an int `n` (tasks named by asyncio's
+    /// counter) shown as `Task-n`, or a str.
+    fn task_name(&mut self, obj: u64) -> Result<StrId> {
         if !frames::plausible(obj) {
             return Err(Error::corrupt(format!(
                 "task name at impossible address {obj:#x}"
             )));
         }
         let oo = &self.o.objects;
-        let mut head = vec![0u8; int_read_size(oo).max(self.o.ob_type as usize + 8)];
-        self.mem.read(obj, &mut head)?;
+        let head = &mut self.scratch.head;
+        head.clear();
+        head.resize(int_read_size(oo).max(self.o.ob_type as usize + 8), 0);
+        self.mem.read(obj, head)?;
         let ty = head
             .u64_at(self.o.ob_type)
             .ok_or_else(|| Error::corrupt("short task name"))?;
@@ -230,23 +351,20 @@ impl<M: ProcessMemory> Reader<'_, M> {
             }
         };
         let decoded = if flags & TPFLAGS_LONG_SUBCLASS != 0 {
-            decode_int(oo, &head)
-                .map(|n| format!("Task-{n}"))
+            decode_int(oo, &self.scratch.head)
+                .map(|n| self.names.int(n, self.table))
                 .ok_or_else(|| Error::corrupt("task name is an int out of range"))
         } else if flags & TPFLAGS_UNICODE_SUBCLASS == 0 {
             Err(Error::corrupt("task name is neither an int nor a str"))
         } else {
-            read_str(self.mem, self.o, obj)
+            let Scratch { head, key, .. } = &mut *self.scratch;
+            self.names.str(self.mem, self.o, obj, head, key, self.table)
         };
         if decoded.is_err() {
             // Perhaps the type was not what was cached: look again next time.
             self.type_flags.remove(&ty);
         }
-        let mut s = decoded?;
-        if let Some((cut, _)) = s.char_indices().nth(MAX_NAME_CHARS) {
-            s.truncate(cut);
-        }
-        Ok(s)
+        decoded
     }
 
     /// The frame of code `exe` at `instr_ptr`, loading the code object
@@ -265,16 +383,32 @@ impl<M: ProcessMemory> Reader<'_, M> {
 
     /// Push the frames of the coroutine at `coro` and of what it awaits,
     /// outermost first.
-    fn coro_chain(&mut self, mut coro: u64, out: &mut Vec<FrameId>) -> Result<()> {
+    fn coro_chain(&mut self, coro: u64, out: &mut Vec<FrameId>) -> Result<()> {
+        let mut seen = std::mem::take(&mut self.scratch.coro_seen);
+        let mut buf = std::mem::take(&mut self.scratch.coro);
+        seen.clear();
+        buf.clear();
+        buf.resize(self.a.gen_size as usize, 0);
+        let r = self.coro_chain_with(coro, out, &mut seen, &mut buf);
+        self.scratch.coro_seen = seen;
+        self.scratch.coro = buf;
+        r
+    }
+
+    fn coro_chain_with(
+        &mut self,
+        mut coro: u64,
+        out: &mut Vec<FrameId>,
+        seen: &mut HashSet<u64>,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let (o, a) = (self.o, self.a);
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut buf = vec![0u8; a.gen_size as usize];
         while coro != 0 {
             if seen.len() >= MAX_CORO_DEPTH || !seen.insert(coro) || !frames::plausible(coro) {
                 return Err(Error::corrupt("coroutine chain too long, cyclic or broken"));
             }
             self.meter.grant(READS_PER_CORO, BYTES_PER_CORO);
-            self.mem.read(coro, &mut buf)?;
+            self.mem.read(coro, buf)?;
             let short = || Error::corrupt("short coroutine object");
             let state = buf.u8_at(a.gen_frame_state).ok_or_else(short)? as i8;
             if state == a.gen_states.cleared {
@@ -319,21 +453,24 @@ impl<M: ProcessMemory> Reader<'_, M> {
         Ok(())
     }
 
-    /// The tasks awaiting a task: one object, or the members of a set.
-    fn waiters(&mut self, t: &TaskFacts) -> Result<Vec<u64>> {
+    /// Push the tasks awaiting a task: one object, or the members of a set.
+    fn waiters(&mut self, t: &TaskFacts, out: &mut Vec<u64>) -> Result<()> {
         if t.awaited_by == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         if !t.awaited_by_is_set {
-            return Ok(vec![t.awaited_by]);
+            out.push(t.awaited_by);
+            return Ok(());
         }
         let a = self.a;
         let set = t.awaited_by;
         if !frames::plausible(set) {
             return Err(Error::corrupt("awaited_by set at impossible address"));
         }
-        let mut sb = vec![0u8; a.set_size as usize];
-        self.mem.read(set, &mut sb)?;
+        let sb = &mut self.scratch.set;
+        sb.clear();
+        sb.resize(a.set_size as usize, 0);
+        self.mem.read(set, sb)?;
         let short = || Error::corrupt("short set object");
         let used = sb.u64_at(a.set_used).ok_or_else(short)?;
         let mask = sb.u64_at(a.set_mask).ok_or_else(short)?;
@@ -343,50 +480,55 @@ impl<M: ProcessMemory> Reader<'_, M> {
                 "awaited_by set with impossible geometry (used {used}, mask {mask})"
             )));
         }
-        let mut entries = vec![0u8; ((mask + 1) * 16) as usize];
+        let entries = &mut self.scratch.set_entries;
+        entries.clear();
+        entries.resize(((mask + 1) * 16) as usize, 0);
         self.meter.grant(1, entries.len() as u64);
-        self.mem.read(table, &mut entries)?;
-        let mut out = Vec::with_capacity(used as usize);
+        self.mem.read(table, entries)?;
+        let mut found = 0u64;
         for e in entries.chunks_exact(16) {
-            if out.len() as u64 >= used {
+            if found >= used {
                 break;
             }
-            let key = self.ptr(e.u64_at(0).unwrap_or(0));
+            let key = e.u64_at(0).unwrap_or(0) & self.o.tag_mask;
             let hash = e.u64_at(8).unwrap_or(0) as i64;
             // Empty slots are NULL; removed ones hold a dummy key, hash -1.
             if key != 0 && hash != -1 {
                 out.push(key);
+                found += 1;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// Read the task at `addr` as a node with its coroutine chain.
+    /// Read the task at `addr` as a node with its coroutine chain, its
+    /// frames and parents pushed onto `graph`'s (the node not inserted).
     fn node(
         &mut self,
+        graph: &mut Graph,
         addr: u64,
         key: ThreadKey,
         status: u32,
         interp_id: i64,
-    ) -> Result<(TaskNode, TaskFacts)> {
+    ) -> Result<TaskNode> {
         self.visit()?;
-        let (_, t) = self.read_task(addr)?;
-        let mut frames = Vec::new();
+        let t = self.read_task(addr)?;
+        let f0 = graph.frames.len();
         if t.is_task && t.coro != 0 {
-            self.coro_chain(t.coro, &mut frames)?;
-            frames.reverse();
+            self.coro_chain(t.coro, &mut graph.frames)?;
+            graph.frames[f0..].reverse();
         }
-        let parents = self.waiters(&t)?;
-        let node = TaskNode {
+        let p0 = graph.parents.len();
+        self.waiters(&t, &mut graph.parents)?;
+        Ok(TaskNode {
             addr,
-            name: t.name.clone(),
-            frames,
-            parents,
+            name: t.name,
+            frames: f0..graph.frames.len(),
+            parents: p0..graph.parents.len(),
             key,
             status,
             interp_id,
-        };
-        Ok((node, t))
+        })
     }
 
     /// Add the task at `addr` and, recursively, every task awaiting it.
@@ -398,13 +540,28 @@ impl<M: ProcessMemory> Reader<'_, M> {
         status: u32,
         interp_id: i64,
     ) -> Result<()> {
-        let mut todo = vec![addr];
+        let mut todo = std::mem::take(&mut self.scratch.todo);
+        todo.clear();
+        todo.push(addr);
+        let r = self.with_waiters_from(graph, &mut todo, key, status, interp_id);
+        self.scratch.todo = todo;
+        r
+    }
+
+    fn with_waiters_from(
+        &mut self,
+        graph: &mut Graph,
+        todo: &mut Vec<u64>,
+        key: ThreadKey,
+        status: u32,
+        interp_id: i64,
+    ) -> Result<()> {
         while let Some(t) = todo.pop() {
             if graph.contains(t) {
                 continue;
             }
-            let (node, _) = self.node(t, key, status, interp_id)?;
-            todo.extend(node.parents.iter().rev().copied());
+            let node = self.node(graph, t, key, status, interp_id)?;
+            todo.extend(graph.parents_of(&node).iter().rev().copied());
             graph.insert(node);
         }
         Ok(())
@@ -422,32 +579,37 @@ impl<M: ProcessMemory> Reader<'_, M> {
         status: u32,
         interp_id: i64,
     ) -> Result<()> {
+        let mut seen = std::mem::take(&mut self.scratch.list_seen);
+        seen.clear();
+        let r = self.list_with(graph, &mut seen, head, first, key, status, interp_id);
+        self.scratch.list_seen = seen;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn list_with(
+        &mut self,
+        graph: &mut Graph,
+        seen: &mut HashSet<u64>,
+        head: u64,
+        first: u64,
+        key: ThreadKey,
+        status: u32,
+        interp_id: i64,
+    ) -> Result<()> {
         let a = self.a;
         let mut node = first;
-        let mut seen: HashSet<u64> = HashSet::new();
         while node != head {
             if node == 0 || !frames::plausible(node) || !seen.insert(node) {
                 return Err(Error::corrupt("asyncio task list broken or cyclic"));
             }
             let task = node.wrapping_sub(a.task_node);
-            self.visit()?;
-            let (buf, t) = self.read_task(task)?;
-            let mut frames = Vec::new();
-            if t.is_task && t.coro != 0 {
-                self.coro_chain(t.coro, &mut frames)?;
-                frames.reverse();
-            }
-            let parents = self.waiters(&t)?;
-            graph.insert(TaskNode {
-                addr: task,
-                name: t.name,
-                frames,
-                parents,
-                key,
-                status,
-                interp_id,
-            });
-            node = buf
+            let n = self.node(graph, task, key, status, interp_id)?;
+            graph.insert(n);
+            // The task's buffer still holds it: nothing read since reuses it.
+            node = self
+                .scratch
+                .task
                 .u64_at(a.task_node + a.llist_next)
                 .ok_or_else(|| Error::corrupt("short task object"))?;
         }
@@ -476,6 +638,13 @@ impl<M: ProcessMemory> Unwinder<M> {
             pages: Pages::default(),
             tasks_seen: 0,
             type_flags: HashMap::new(),
+            names: Names::default(),
+            scratch: Scratch::default(),
+            graph: Graph::default(),
+            tstates: Vec::new(),
+            run_frames: Vec::new(),
+            run_outside: Vec::new(),
+            run_parents: Vec::new(),
         });
     }
 
@@ -492,13 +661,15 @@ impl<M: ProcessMemory> Unwinder<M> {
         let r = self.sample_tasks_with(&mut st, out);
         if r.is_err() {
             st.leaves.clear();
+            out.threads.clear();
         }
         self.asyncio = Some(st);
         r
     }
 
+    /// The sample into `out.threads`, whose entries (and their frame
+    /// lists) are reused.
     fn sample_tasks_with(&mut self, st: &mut AsyncState, out: &mut Sample) -> Result<()> {
-        out.threads.clear();
         st.leaves.clear();
         self.name_keys.clear();
         if st.offsets.is_none() {
@@ -509,17 +680,32 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
         }
         let Some(a) = st.offsets.clone() else {
+            out.threads.clear();
             return Err(Error::AsyncioNotLoaded);
         };
         self.used_codes.clear();
         self.code.new_sample();
-        st.pages.borrow_mut().clear();
+        st.pages.clear();
         st.tasks_seen = 0;
         if st.type_flags.len() > 64 {
             st.type_flags.clear();
         }
         let o = self.runtime.offsets.clone();
-        let mut graph = Graph::default();
+        let mut graph = std::mem::take(&mut st.graph);
+        graph.clear();
+        let r = self.sample_graph(st, &a, &o, &mut graph, out);
+        st.graph = graph;
+        r
+    }
+
+    fn sample_graph(
+        &mut self,
+        st: &mut AsyncState,
+        a: &AsyncOffsets,
+        o: &Offsets,
+        graph: &mut Graph,
+        out: &mut Sample,
+    ) -> Result<()> {
         let mut interp_addr = self.mem.read_u64(
             self.runtime
                 .address
@@ -531,16 +717,17 @@ impl<M: ProcessMemory> Unwinder<M> {
             if n_interps > MAX_INTERPRETERS || !frames::plausible(interp_addr) {
                 return Err(Error::corrupt("interpreter list too long or broken"));
             }
-            let mut reqs = Vec::with_capacity(self.interp_ranges.len());
+            let mut reqs = self.reqs.take();
             push_ranges(
                 &mut reqs,
                 &mut self.interp_buf,
                 interp_addr,
                 &self.interp_ranges,
             );
-            self.mem.read_many(&mut reqs)?;
-            drop(reqs);
-            let interp = InterpFacts::decode(&o, &self.interp_buf, interp_addr, 0)
+            let r = self.mem.read_many(&mut reqs);
+            self.reqs.give(reqs);
+            r?;
+            let interp = InterpFacts::decode(o, &self.interp_buf, interp_addr, 0)
                 .ok_or_else(|| Error::corrupt("short interpreter state"))?;
             if let Some(g) = interp.code_generation
                 && self
@@ -550,10 +737,10 @@ impl<M: ProcessMemory> Unwinder<M> {
             {
                 self.code.clear();
             }
-            self.sample_interp_tasks(st, &a, &o, &interp, &mut graph)?;
+            self.sample_interp_tasks(st, a, o, &interp, graph)?;
             interp_addr = interp.next;
         }
-        self.emit(st, &graph, out)
+        self.emit(st, graph, out)
     }
 
     /// The tasks of one interpreter's threads (and, in mode `all`, of its
@@ -566,11 +753,26 @@ impl<M: ProcessMemory> Unwinder<M> {
         interp: &InterpFacts,
         graph: &mut Graph,
     ) -> Result<()> {
-        let mut tstates = Vec::new();
-        self.list_threads(o, interp.threads_head, &mut tstates)?;
+        let mut tstates = std::mem::take(&mut st.tstates);
+        tstates.clear();
+        let r = self.sample_threads_tasks(st, a, o, interp, graph, &mut tstates);
+        st.tstates = tstates;
+        r
+    }
+
+    fn sample_threads_tasks(
+        &mut self,
+        st: &mut AsyncState,
+        a: &AsyncOffsets,
+        o: &Offsets,
+        interp: &InterpFacts,
+        graph: &mut Graph,
+        tstates: &mut Vec<u64>,
+    ) -> Result<()> {
+        self.list_threads(o, interp.threads_head, tstates)?;
         let tsize = a.thread_size.max(o.tstate_size) as usize;
         st.tstate_buf.resize(tsize, 0);
-        for &tstate in &tstates {
+        for &tstate in tstates.iter() {
             self.mem.read(tstate, &mut st.tstate_buf)?;
             let t = ThreadFacts::decode(o, &st.tstate_buf, self.runtime.none_addr)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
@@ -596,7 +798,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     if running_loop == 0 || task == 0 {
                         continue;
                     }
-                    let frames = self.running_task_frames(st, a, o, interp, tstate, &t, task)?;
+                    self.running_task_frames(st, a, o, interp, tstate, &t, task)?;
                     let pages = PageCache {
                         inner: &self.mem,
                         pages: &st.pages,
@@ -611,13 +813,18 @@ impl<M: ProcessMemory> Unwinder<M> {
                         used_codes: &mut self.used_codes,
                         type_flags: &mut st.type_flags,
                         tasks_seen: &mut st.tasks_seen,
+                        names: &mut st.names,
+                        scratch: &mut st.scratch,
                     };
                     // The running task itself, its frames from the thread.
-                    let (mut node, _) = r.node(task, key, thread_status, interp.id)?;
-                    node.frames = frames;
-                    let parents = node.parents.clone();
+                    let mut node = r.node(graph, task, key, thread_status, interp.id)?;
+                    let f0 = graph.frames.len();
+                    graph.frames.extend_from_slice(&st.run_frames);
+                    node.frames = f0..graph.frames.len();
+                    st.run_parents.clear();
+                    st.run_parents.extend_from_slice(graph.parents_of(&node));
                     graph.insert(node);
-                    for p in parents {
+                    for &p in &st.run_parents {
                         r.with_waiters(graph, p, key, thread_status, interp.id)?;
                     }
                 }
@@ -638,6 +845,8 @@ impl<M: ProcessMemory> Unwinder<M> {
                         used_codes: &mut self.used_codes,
                         type_flags: &mut st.type_flags,
                         tasks_seen: &mut st.tasks_seen,
+                        names: &mut st.names,
+                        scratch: &mut st.scratch,
                     };
                     r.list(graph, head, first, key, thread_status, interp.id)?;
                 }
@@ -666,15 +875,17 @@ impl<M: ProcessMemory> Unwinder<M> {
                 used_codes: &mut self.used_codes,
                 type_flags: &mut st.type_flags,
                 tasks_seen: &mut st.tasks_seen,
+                names: &mut st.names,
+                scratch: &mut st.scratch,
             };
             r.list(graph, head, first, key, status::UNKNOWN, interp.id)?;
         }
         Ok(())
     }
 
-    /// The running task's frames: the thread's stack from its current
-    /// frame down to the frame of the task's coroutine (all of it if that
-    /// frame is not on the stack).
+    /// The running task's frames, into `st.run_frames`: the thread's stack
+    /// from its current frame down to the frame of the task's coroutine
+    /// (all of it if that frame is not on the stack).
     #[allow(clippy::too_many_arguments)]
     fn running_task_frames(
         &mut self,
@@ -685,7 +896,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         tstate: u64,
         t: &ThreadFacts,
         task: u64,
-    ) -> Result<Vec<FrameId>> {
+    ) -> Result<()> {
         if !frames::plausible(task) {
             return Err(Error::corrupt("running task at impossible address"));
         }
@@ -710,8 +921,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         st.chunks
             .load(mem, first, t.current_frame, o.frame_size, &[], &grant_chunk)?;
         let grant = |calls, bytes| mem.grant(calls, bytes);
-        let mut frames = Vec::new();
-        let mut outside = Vec::new();
+        st.run_frames.clear();
+        st.run_outside.clear();
         let mut walk = Walk {
             mem,
             grant: &grant,
@@ -725,81 +936,119 @@ impl<M: ProcessMemory> Unwinder<M> {
             gc_frame: if self.opts.gc { interp.gc_frame } else { 0 },
             used_codes: &mut self.used_codes,
             tstate: (tstate, &st.tstate_buf),
-            outside: &mut outside,
+            outside: &mut st.run_outside,
             stop_at: code,
             entry_previous: None,
             tail: None,
             opcodes: self.opts.opcode_table(o),
         };
-        walk.run(t.current_frame, t.base_frame, &mut frames)?;
-        Ok(frames)
+        walk.run(t.current_frame, t.base_frame, &mut st.run_frames)
     }
 
-    /// One stack per leaf task, leaf first, up through its parents. Fails
-    /// when the stacks would hold more than [`MAX_SAMPLE_FRAMES`] frames
-    /// in all (a corrupt graph: many leaves over one long chain).
-    fn emit(&mut self, st: &mut AsyncState, graph: &Graph, out: &mut Sample) -> Result<()> {
+    /// One stack per leaf task, leaf first, up through its parents, into
+    /// `out.threads` (its entries reused). Fails when the stacks would hold
+    /// more than [`MAX_SAMPLE_FRAMES`] frames in all (a corrupt graph: many
+    /// leaves over one long chain).
+    fn emit(&mut self, st: &mut AsyncState, graph: &mut Graph, out: &mut Sample) -> Result<()> {
         let mut total = 0usize;
-        for leaf in graph.leaves() {
-            let frames = graph.stack(leaf, &mut self.table, self.markers.truncated);
-            total += frames.len();
+        graph.find_leaves();
+        if graph.leaves.is_empty() {
+            out.threads.clear();
+            return Ok(());
+        }
+        let task_file = self.table.intern_str("<task>");
+        for i in 0..graph.leaves.len() {
+            let leaf = graph.leaves[i];
+            if i == out.threads.len() {
+                out.threads.push(ThreadSample::default());
+            }
+            let ts = &mut out.threads[i];
+            graph.stack(
+                leaf,
+                &mut self.table,
+                task_file,
+                self.markers.truncated,
+                &mut ts.frames,
+            );
+            total += ts.frames.len();
             if total > MAX_SAMPLE_FRAMES {
                 return Err(Error::corrupt(format!(
                     "asyncio task stacks of more than {MAX_SAMPLE_FRAMES} frames in one sample"
                 )));
             }
             let n = &graph.nodes[leaf];
-            out.threads.push(ThreadSample {
-                tid: n.key.tid,
-                interpreter_id: n.interp_id,
-                status: n.status,
-                frames,
-                name: None,
-            });
+            ts.tid = n.key.tid;
+            ts.interpreter_id = n.interp_id;
+            ts.status = n.status;
+            ts.name = None;
             self.name_keys.push(n.key);
             st.leaves.push(n.addr);
         }
+        out.threads.truncate(graph.leaves.len());
         Ok(())
     }
 }
 
 impl Graph {
-    /// The tasks no other task awaits, in the order found.
-    fn leaves(&self) -> Vec<usize> {
-        let parents: HashSet<u64> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.parents.iter().copied())
-            .collect();
-        (0..self.nodes.len())
-            .filter(|&i| !parents.contains(&self.nodes[i].addr))
-            .collect()
+    /// The tasks no other task awaits, in the order found, into
+    /// `self.leaves`.
+    fn find_leaves(&mut self) {
+        self.awaited.clear();
+        for n in &self.nodes {
+            self.awaited
+                .extend(self.parents[n.parents.clone()].iter().copied());
+        }
+        self.leaves.clear();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !self.awaited.contains(&n.addr) {
+                self.leaves.push(i);
+            }
+        }
     }
 
-    /// The stack of leaf task `leaf`: its frames, its `<task>` frame, its
-    /// parent's frames and `<task>` frame, up to a task nobody awaits (or
-    /// one not read). A task with several parents is named
-    /// `"name (N parents)"` and continues to the lowest-addressed one. At
-    /// most [`MAX_DEPTH`] frames, the last then `truncated`.
-    fn stack(&self, leaf: usize, table: &mut FrameTable, truncated: FrameId) -> Vec<FrameId> {
-        let task_file = table.intern_str("<task>");
-        let mut frames: Vec<FrameId> = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut cur = Some(&self.nodes[leaf]);
-        while let Some(n) = cur {
-            if !seen.insert(n.addr) || frames.len() > MAX_DEPTH {
+    /// The stack of leaf task `leaf` into `frames`: its frames, its
+    /// `<task>` frame (file `task_file`), its parent's frames and `<task>`
+    /// frame, up to a task nobody awaits (or one not read). A task with
+    /// several parents is named `"name (N parents)"` and continues to the
+    /// lowest-addressed one. At most [`MAX_DEPTH`] frames, the last then
+    /// `truncated`.
+    fn stack(
+        &mut self,
+        leaf: usize,
+        table: &mut FrameTable,
+        task_file: StrId,
+        truncated: FrameId,
+        frames: &mut Vec<FrameId>,
+    ) {
+        frames.clear();
+        self.seen.clear();
+        let mut cur = Some(leaf);
+        while let Some(i) = cur {
+            let n = &self.nodes[i];
+            if !self.seen.insert(n.addr) || frames.len() > MAX_DEPTH {
                 break;
             }
-            frames.extend_from_slice(&n.frames);
-            let (name, next) = match n.parents.len() {
-                0 => (n.name.clone(), None),
-                1 => (n.name.clone(), Some(n.parents[0])),
-                k => (
-                    format!("{} ({k} parents)", n.name),
-                    n.parents.iter().copied().min(),
-                ),
+            frames.extend_from_slice(&self.frames[n.frames.clone()]);
+            let parents = &self.parents[n.parents.clone()];
+            let (func, next) = match parents.len() {
+                0 => (n.name, None),
+                1 => (n.name, Some(parents[0])),
+                k => {
+                    let func = match self.multi.get(&(n.name, k)) {
+                        Some(&id) => id,
+                        None => {
+                            let s = format!("{} ({k} parents)", table.str(n.name));
+                            let id = table.intern_str(&s);
+                            if self.multi.len() >= MAX_NAMES {
+                                self.multi.clear();
+                            }
+                            self.multi.insert((n.name, k), id);
+                            id
+                        }
+                    };
+                    (func, parents.iter().copied().min())
+                }
             };
-            let func = table.intern_str(&name);
             frames.push(table.intern(Frame {
                 kind: FrameKind::Task,
                 file: task_file,
@@ -807,13 +1056,12 @@ impl Graph {
                 location: None,
                 opcode: None,
             }));
-            cur = next.and_then(|p| self.index.get(&p).map(|&i| &self.nodes[i]));
+            cur = next.and_then(|p| self.index.get(&p).copied());
         }
         if frames.len() > MAX_DEPTH {
             frames.truncate(MAX_DEPTH - 1);
             frames.push(truncated);
         }
-        frames
     }
 }
 
@@ -821,12 +1069,25 @@ impl Graph {
 mod tests {
     use super::*;
 
-    fn node(addr: u64, name: &str, parents: &[u64]) -> TaskNode {
-        TaskNode {
+    /// Add a task to `g` as a walk would, its name interned in `t`.
+    fn add(
+        g: &mut Graph,
+        t: &mut FrameTable,
+        addr: u64,
+        name: &str,
+        parents: &[u64],
+        frames: &[FrameId],
+    ) {
+        let f0 = g.frames.len();
+        g.frames.extend_from_slice(frames);
+        let p0 = g.parents.len();
+        g.parents.extend_from_slice(parents);
+        let name = t.intern_str(name);
+        g.insert(TaskNode {
             addr,
-            name: name.into(),
-            frames: Vec::new(),
-            parents: parents.to_vec(),
+            name,
+            frames: f0..g.frames.len(),
+            parents: p0..g.parents.len(),
             key: ThreadKey {
                 tid: 1,
                 ident: 1,
@@ -834,13 +1095,16 @@ mod tests {
             },
             status: 0,
             interp_id: 0,
-        }
+        });
     }
 
     /// The stack of `leaf` as `file:func` text, leaf first.
-    fn text(g: &Graph, leaf: usize, t: &mut FrameTable) -> Vec<String> {
+    fn text(g: &mut Graph, leaf: usize, t: &mut FrameTable) -> Vec<String> {
         let trunc = t.synthetic(FrameKind::Native, "<truncated>");
-        g.stack(leaf, t, trunc)
+        let task_file = t.intern_str("<task>");
+        let mut frames = vec![trunc; 3]; // stale content, replaced
+        g.stack(leaf, t, task_file, trunc, &mut frames);
+        frames
             .iter()
             .map(|&f| {
                 let f = t.frame(f);
@@ -864,50 +1128,199 @@ mod tests {
             location: None,
             opcode: None,
         });
-        g.insert(node(0x10, "Task-1", &[]));
-        g.insert(node(0x30, "a", &[0x10]));
-        g.insert(node(0x20, "b", &[0x10]));
-        let mut shared = node(0x40, "shared", &[0x30, 0x20]);
-        shared.frames = vec![work];
-        g.insert(shared);
-        g.insert(node(0x50, "c", &[0x30]));
-        let leaves: Vec<u64> = g.leaves().iter().map(|&i| g.nodes[i].addr).collect();
-        assert_eq!(leaves, [0x40, 0x50]);
-        assert_eq!(
-            text(&g, 3, &mut t),
-            [
-                "app.py:work",
-                "<task>:shared (2 parents)",
-                "<task>:b",
-                "<task>:Task-1"
-            ]
-        );
-        assert_eq!(
-            text(&g, 4, &mut t),
-            ["<task>:c", "<task>:a", "<task>:Task-1"]
-        );
+        // Twice: a graph cleared and filled again gives the same stacks.
+        for _ in 0..2 {
+            g.clear();
+            add(&mut g, &mut t, 0x10, "Task-1", &[], &[]);
+            add(&mut g, &mut t, 0x30, "a", &[0x10], &[]);
+            add(&mut g, &mut t, 0x20, "b", &[0x10], &[]);
+            add(&mut g, &mut t, 0x40, "shared", &[0x30, 0x20], &[work]);
+            add(&mut g, &mut t, 0x50, "c", &[0x30], &[]);
+            g.find_leaves();
+            let leaves: Vec<u64> = g.leaves.iter().map(|&i| g.nodes[i].addr).collect();
+            assert_eq!(leaves, [0x40, 0x50]);
+            assert_eq!(
+                text(&mut g, 3, &mut t),
+                [
+                    "app.py:work",
+                    "<task>:shared (2 parents)",
+                    "<task>:b",
+                    "<task>:Task-1"
+                ]
+            );
+            assert_eq!(
+                text(&mut g, 4, &mut t),
+                ["<task>:c", "<task>:a", "<task>:Task-1"]
+            );
+        }
     }
 
     #[test]
     fn a_cyclic_graph_ends_and_a_parent_not_read_ends_the_chain() {
         let mut t = FrameTable::new();
         let mut g = Graph::default();
-        g.insert(node(0x10, "x", &[0x20]));
-        g.insert(node(0x20, "y", &[0x10]));
-        g.insert(node(0x30, "leaf", &[0x10]));
-        g.insert(node(0x60, "orphan", &[0x99]));
-        assert_eq!(text(&g, 2, &mut t), ["<task>:leaf", "<task>:x", "<task>:y"]);
-        assert_eq!(text(&g, 3, &mut t), ["<task>:orphan"]);
+        add(&mut g, &mut t, 0x10, "x", &[0x20], &[]);
+        add(&mut g, &mut t, 0x20, "y", &[0x10], &[]);
+        add(&mut g, &mut t, 0x30, "leaf", &[0x10], &[]);
+        add(&mut g, &mut t, 0x60, "orphan", &[0x99], &[]);
+        assert_eq!(
+            text(&mut g, 2, &mut t),
+            ["<task>:leaf", "<task>:x", "<task>:y"]
+        );
+        assert_eq!(text(&mut g, 3, &mut t), ["<task>:orphan"]);
     }
 
     #[test]
     fn a_task_found_twice_keeps_its_last_record() {
+        let mut t = FrameTable::new();
         let mut g = Graph::default();
-        g.insert(node(8, "a", &[]));
-        g.insert(node(16, "b", &[8]));
-        g.insert(node(8, "a2", &[]));
+        add(&mut g, &mut t, 8, "a", &[16], &[]);
+        add(&mut g, &mut t, 16, "b", &[], &[]);
+        add(&mut g, &mut t, 8, "a2", &[], &[]);
         assert_eq!(g.nodes.len(), 2);
-        assert_eq!(g.nodes[0].name, "a2");
+        assert_eq!(t.str(g.nodes[0].name), "a2");
         assert!(g.contains(16));
+        // Only the last record's parents count: 16 is no longer awaited.
+        g.find_leaves();
+        assert_eq!(g.leaves, [0, 1]);
+    }
+
+    /// Memory made of a few regions; anything else is unreadable.
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl ProcessMemory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+            for (base, b) in &self.0 {
+                if addr >= *base && addr + buf.len() as u64 <= base + b.len() as u64 {
+                    let at = (addr - base) as usize;
+                    buf.copy_from_slice(&b[at..at + buf.len()]);
+                    return Ok(());
+                }
+            }
+            Err(Error::corrupt("unmapped"))
+        }
+    }
+
+    /// A compact str object (3.12 layout) of `kind` bytes a character.
+    fn str_obj(s: &str, kind: u32) -> Vec<u8> {
+        let ascii = kind == 1 && s.is_ascii();
+        let mut b = vec![0u8; if ascii { 40 } else { 56 }];
+        b[16..24].copy_from_slice(&(s.chars().count() as u64).to_le_bytes());
+        let state = 1u32 << 5 | (ascii as u32) << 6 | kind << 2;
+        b[32..36].copy_from_slice(&state.to_le_bytes());
+        for c in s.chars().chain(['\0']) {
+            b.extend_from_slice(&(c as u32).to_le_bytes()[..kind as usize]);
+        }
+        // Mapped memory goes on after it (at least a whole header).
+        b.resize(b.len().max(64), 0);
+        b
+    }
+
+    fn offsets_312() -> Offsets {
+        let c = crate::offsets::carried::CARRIED[1];
+        let v = crate::offsets::PyVersion::from_hex(0x030c_01f0);
+        Offsets::from_carried(1, &c.table(v)).unwrap()
+    }
+
+    /// The name of the str at `at` in `mem`, through `names`.
+    fn str_name(names: &mut Names, mem: &Fake, at: u64, t: &mut FrameTable) -> Result<String> {
+        let o = offsets_312();
+        let (mut buf, mut key) = (Vec::new(), Vec::new());
+        let id = names.str(mem, &o, at, &mut buf, &mut key, t)?;
+        Ok(t.str(id).to_owned())
+    }
+
+    #[test]
+    fn a_str_name_is_taken_from_the_cache_only_for_the_same_characters() {
+        let mut t = FrameTable::new();
+        let mut names = Names::default();
+        let at = 0x10_0000;
+        let name = |s: &str, kind| Fake(vec![(at, str_obj(s, kind))]);
+        assert_eq!(
+            str_name(&mut names, &name("worker-1", 1), at, &mut t).unwrap(),
+            "worker-1"
+        );
+        assert_eq!(names.strs.len(), 1);
+        // The same object again: a hit, nothing new interned.
+        let strings = t.strings().len();
+        assert_eq!(
+            str_name(&mut names, &name("worker-1", 1), at, &mut t).unwrap(),
+            "worker-1"
+        );
+        assert_eq!((names.strs.len(), t.strings().len()), (1, strings));
+        // Same address and length, other characters (a freed name's
+        // successor, or a renamed task): not the cached name.
+        assert_eq!(
+            str_name(&mut names, &name("worker-2", 1), at, &mut t).unwrap(),
+            "worker-2"
+        );
+        // Same bytes, another kind: "é" in UCS-1 vs "\u{e9}\0" read as UCS-2.
+        assert_eq!(
+            str_name(&mut names, &name("é", 1), at, &mut t).unwrap(),
+            "é"
+        );
+        assert_eq!(
+            str_name(&mut names, &name("é", 2), at, &mut t).unwrap(),
+            "é"
+        );
+        assert_eq!(
+            str_name(&mut names, &name("ā", 2), at, &mut t).unwrap(),
+            "ā"
+        );
+        // Long names are cut as before, cached or not.
+        let long = "n".repeat(300);
+        for _ in 0..2 {
+            let got = str_name(&mut names, &name(&long, 1), at, &mut t).unwrap();
+            assert_eq!(got, long[..MAX_NAME_CHARS]);
+        }
+        // A broken str fails, whatever the cache holds.
+        let mut torn = str_obj("worker-1", 1);
+        torn[16..24].copy_from_slice(&7u64.to_le_bytes()); // length not at the NUL
+        assert!(str_name(&mut names, &Fake(vec![(at, torn)]), at, &mut t).is_err());
+        let mut bad = str_obj("worker-1", 1);
+        bad[40] = 0xe9; // non-ASCII in an ASCII str
+        assert!(str_name(&mut names, &Fake(vec![(at, bad)]), at, &mut t).is_err());
+    }
+
+    #[test]
+    fn an_int_name_is_cached_by_its_value() {
+        let mut t = FrameTable::new();
+        let mut names = Names::default();
+        let a = names.int(7, &mut t);
+        assert_eq!(t.str(a), "Task-7");
+        assert_eq!(names.int(7, &mut t), a);
+        let b = names.int(8, &mut t);
+        assert_eq!(t.str(b), "Task-8");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_name_caches_stay_bounded() {
+        let mut t = FrameTable::new();
+        let mut names = Names::default();
+        for n in 0..3 * MAX_NAMES as u64 {
+            let id = names.int(n, &mut t);
+            assert_eq!(t.str(id), format!("Task-{n}"));
+            assert!(names.ints.len() <= MAX_NAMES);
+        }
+        let at = 0x10_0000;
+        for n in 0..MAX_NAMES + 10 {
+            let s = format!("w{n}");
+            let mem = Fake(vec![(at, str_obj(&s, 1))]);
+            assert_eq!(str_name(&mut names, &mem, at, &mut t).unwrap(), s);
+            assert!(names.strs.len() <= MAX_NAMES);
+        }
+        // After a reset, names are still right.
+        let one = names.int(1, &mut t);
+        assert_eq!(t.str(one), "Task-1");
+        let mut g = Graph::default();
+        for k in 2..MAX_NAMES + 10 {
+            let ps: Vec<u64> = (1..=k as u64).map(|p| p << 8).collect();
+            g.clear();
+            add(&mut g, &mut t, 0x10, "m", &ps, &[]);
+            let got = text(&mut g, 0, &mut t);
+            assert_eq!(got, [format!("<task>:m ({k} parents)")]);
+            assert!(g.multi.len() <= MAX_NAMES);
+        }
     }
 }

@@ -30,12 +30,53 @@ fn read_head(mem: &dyn ProcessMemory, addr: u64, need: usize, buf: &mut Vec<u8>)
 
 /// Decode a `str` object.
 pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<String> {
+    let mut buf = Vec::new();
+    let raw = read_str_raw(mem, offs, addr, &mut buf)?;
+    raw.decode(&buf)
+}
+
+/// A `str` object's characters as read by [`read_str_raw`]: `kind` bytes
+/// each at `buf[start..start + len]`, at most [`MAX_STR_CHARS`] of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStr {
+    pub kind: u64,
+    pub ascii: bool,
+    /// Longer than [`MAX_STR_CHARS`]: cut, and shown with `...`.
+    pub cut: bool,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl RawStr {
+    /// The characters' bytes in the buffer they were read into.
+    pub fn data<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.start..self.start + self.len]
+    }
+
+    /// The text, as [`read_str`] gives it.
+    pub fn decode(&self, buf: &[u8]) -> Result<String> {
+        let mut s = decode_chars(self.kind, self.ascii, self.data(buf))
+            .ok_or_else(|| Error::corrupt("ASCII string holds non-ASCII bytes"))?;
+        if self.cut {
+            s.push_str("...");
+        }
+        Ok(s)
+    }
+}
+
+/// Read a `str` object into `buf` (reused: no allocation once it is large
+/// enough), checked as [`read_str`] checks it, without decoding it.
+pub fn read_str_raw(
+    mem: &dyn ProcessMemory,
+    offs: &Offsets,
+    addr: u64,
+    buf: &mut Vec<u8>,
+) -> Result<RawStr> {
     if addr == 0 {
         return Err(Error::corrupt("NULL string pointer"));
     }
     let hdr_len = offs.unicode_compact_size as usize;
-    let mut buf = Vec::new();
-    read_head(mem, addr, hdr_len, &mut buf)?;
+    read_head(mem, addr, hdr_len, buf)?;
     let state = buf
         .u32_at(offs.unicode_state)
         .ok_or_else(|| Error::corrupt("short unicode header"))?;
@@ -68,21 +109,20 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
     let whole = chars == length;
     let with_nul = len + if whole { kind as usize } else { 0 };
     if buf.len() < start + with_nul {
-        let mut data = vec![0u8; with_nul];
-        mem.read(addr.wrapping_add(data_off), &mut data)?;
         buf.truncate(start);
-        buf.extend_from_slice(&data);
+        buf.resize(start + with_nul, 0);
+        mem.read(addr.wrapping_add(data_off), &mut buf[start..])?;
     }
     if buf[start + len..start + with_nul].iter().any(|&b| b != 0) {
         return Err(Error::corrupt("string not terminated at its length"));
     }
-    let data = &buf[start..start + len];
-    let mut s = decode_chars(kind, ascii, data)
-        .ok_or_else(|| Error::corrupt("ASCII string holds non-ASCII bytes"))?;
-    if chars < length {
-        s.push_str("...");
-    }
-    Ok(s)
+    Ok(RawStr {
+        kind,
+        ascii,
+        cut: chars < length,
+        start,
+        len,
+    })
 }
 
 /// The text of a compact string's characters (`kind` bytes each); `None`
