@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{
-    RootDir, chromium, keep_screenshot, sid_interpreters, sid_root, tachyon_ok as tachyon,
+    RootDir, body_attr, chromium, keep_screenshot, sid_interpreters, sid_root,
+    tachyon_ok as tachyon,
 };
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
@@ -46,15 +47,6 @@ while time.time() < end:
     crunch(20000)
 t.join()
 ";
-
-/// The value of `name="..."` in the `<body>` tag of a dumped DOM.
-fn body_attr(dom: &str, name: &str) -> Option<String> {
-    let start = dom.find("<body")?;
-    let tag = &dom[start..start + dom[start..].find('>')?];
-    let pat = format!(" {name}=\"");
-    let at = tag.find(&pat)? + pat.len();
-    Some(tag[at..at + tag[at..].find('"')?].to_string())
-}
 
 /// The functions of the hot-spot list, in order.
 fn hot_spots(dom: &str) -> Vec<String> {

@@ -21,8 +21,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, machine_old_interpreters, machine_supported_interpreters, sid_interpreters,
-    spawn, tachyon_bin, tachyon_ok,
+    Interp, RootDir, body_attr, machine_old_interpreters, machine_supported_interpreters,
+    sid_interpreters, spawn, tachyon_bin, tachyon_ok,
 };
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/opcodes_park.py");
@@ -414,15 +414,21 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
     }
 }
 
-#[test]
-fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
+/// The release python3.15 of the sid root, parked on its specialised
+/// instructions (checked with a dump), and a scratch directory `name`.
+fn parked_315(name: &str) -> (Interp, common::Target, Scratch) {
     let it = sid_interpreters()
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .unwrap();
     let t = start_parked(&it);
     parked_dump(&it, t.pid());
-    let dir = tempfile_dir("live");
+    (it, t, tempfile_dir(name))
+}
+
+#[test]
+fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
+    let (_it, t, dir) = parked_315("live");
     let page = dir.join("f.html");
     tachyon_ok(
         &[
@@ -449,15 +455,6 @@ fn a_live_flame_graph_with_opcodes_loads_in_chromium() {
         dom.contains("data-ready="),
         "the page's script did not finish:\n{dom}"
     );
-}
-
-/// The value of `name="..."` in the `<body>` tag of a dumped DOM.
-fn body_attr(dom: &str, name: &str) -> Option<String> {
-    let start = dom.find("<body")?;
-    let tag = &dom[start..start + dom[start..].find('>')?];
-    let pat = format!(" {name}=\"");
-    let at = tag.find(&pat)? + pat.len();
-    Some(tag[at..at + tag[at..].find('"')?].to_string())
 }
 
 /// `html` with a script that points at the first box of each row above
@@ -508,13 +505,7 @@ fn node_opcodes(html: &str) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
-    let it = sid_interpreters()
-        .into_iter()
-        .find(|i| i.minor == 15 && !i.debug)
-        .unwrap();
-    let t = start_parked(&it);
-    parked_dump(&it, t.pid());
-    let dir = tempfile_dir("diff");
+    let (_it, t, dir) = parked_315("diff");
     let at = |f: &str| dir.join(f).to_string_lossy().into_owned();
     let pid = t.pid().to_string();
     let attach = |args: &[&str]| {

@@ -826,6 +826,11 @@ fn run_profiles_a_grandchild_a_fork_from_a_thread_and_an_exec() {
             let pid = pids_after(&stdout, tag)[0];
             let file = dir.outside(&format!("out_{pid}.txt"));
             assert!(
+                file.exists(),
+                "{}: {tag}{pid} has no profile:\n{stdout}\n{stderr}",
+                it.name
+            );
+            assert!(
                 samples_in(&file, function) > 0,
                 "{}: {tag}{pid}'s profile has no {function}:\n{stderr}",
                 it.name

@@ -264,6 +264,26 @@ impl LocalBytes for [u8] {
     }
 }
 
+/// Memory made of a few regions (address, bytes); anything else is
+/// unreadable. For unit tests of what decodes a target's memory.
+#[cfg(test)]
+pub struct Regions(pub Vec<(u64, Vec<u8>)>);
+
+#[cfg(test)]
+impl ProcessMemory for Regions {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        for (base, b) in &self.0 {
+            let end = base.saturating_add(b.len() as u64);
+            if addr >= *base && addr.saturating_add(buf.len() as u64) <= end {
+                let at = (addr - base) as usize;
+                buf.copy_from_slice(&b[at..at + buf.len()]);
+                return Ok(());
+            }
+        }
+        Err(Error::corrupt("unmapped"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1185,21 +1185,7 @@ mod tests {
         assert_eq!(g.leaves, [0, 1]);
     }
 
-    /// Memory made of a few regions; anything else is unreadable.
-    struct Fake(Vec<(u64, Vec<u8>)>);
-
-    impl ProcessMemory for Fake {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
-            for (base, b) in &self.0 {
-                if addr >= *base && addr + buf.len() as u64 <= base + b.len() as u64 {
-                    let at = (addr - base) as usize;
-                    buf.copy_from_slice(&b[at..at + buf.len()]);
-                    return Ok(());
-                }
-            }
-            Err(Error::corrupt("unmapped"))
-        }
-    }
+    use crate::process::Regions as Fake;
 
     /// A compact str object (3.12 layout) of `kind` bytes a character.
     fn str_obj(s: &str, kind: u32) -> Vec<u8> {

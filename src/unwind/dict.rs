@@ -338,21 +338,7 @@ mod tests {
         assert!(keys_geometry(&[0u8; 10]).is_err());
     }
 
-    /// Memory made of a few regions; anything else is unreadable.
-    struct Fake(Vec<(u64, Vec<u8>)>);
-
-    impl ProcessMemory for Fake {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
-            for (base, b) in &self.0 {
-                if addr >= *base && addr + buf.len() as u64 <= base + b.len() as u64 {
-                    let at = (addr - base) as usize;
-                    buf.copy_from_slice(&b[at..at + buf.len()]);
-                    return Ok(());
-                }
-            }
-            Err(Error::corrupt("unmapped"))
-        }
-    }
+    use crate::process::Regions as Fake;
 
     fn ascii_str(s: &str) -> Vec<u8> {
         let mut b = vec![0u8; 40];

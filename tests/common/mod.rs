@@ -492,6 +492,15 @@ pub fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
+/// The value of `name="..."` in the `<body>` tag of a dumped DOM.
+pub fn body_attr(dom: &str, name: &str) -> Option<String> {
+    let start = dom.find("<body")?;
+    let tag = &dom[start..start + dom[start..].find('>')?];
+    let pat = format!(" {name}=\"");
+    let at = tag.find(&pat)? + pat.len();
+    Some(tag[at..at + tag[at..].find('"')?].to_string())
+}
+
 /// With `TACHYON_SCREENSHOTS=DIR`, keep a screenshot there to look at.
 pub fn keep_screenshot(shot: &Path, name: &str) {
     if let Some(dir) = std::env::var_os("TACHYON_SCREENSHOTS") {
