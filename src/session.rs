@@ -824,16 +824,24 @@ fn probe(pid: i32) -> Probe {
     }
 }
 
-/// Does the process map a file named like Python (an interpreter whose
-/// runtime is not mapped yet)?
+/// Does the process run or map a file named like Python (an interpreter
+/// whose runtime is not mapped yet)? Its executable counts too: in the
+/// middle of an exec the new image's maps hold only its stack for an
+/// instant (seen under load: a child that exec'd Python was taken for
+/// another program and its profile dropped).
 fn pythonish(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
-        m.lines().any(|l| {
-            l.rsplit('/')
-                .next()
-                .is_some_and(|b| l.contains('/') && b.contains("python"))
+    let exe_named_python = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("python"))
+    });
+    exe_named_python
+        || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
+            m.lines().any(|l| {
+                l.rsplit('/')
+                    .next()
+                    .is_some_and(|b| l.contains('/') && b.contains("python"))
+            })
         })
-    })
 }
 
 /// One child's whole profile, on its own thread: sampled on the session's
