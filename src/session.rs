@@ -796,15 +796,21 @@ enum Probe {
 }
 
 /// [`probe`], with the image the answer is about: a process that exec'd
-/// while it was probed is probed again. `None`: it is gone.
+/// while it was probed is probed again, a few times; one that keeps
+/// changing is "not yet" (the callers' deadlines bound the waiting).
+/// `None`: it is gone.
 fn probe_image(pid: i32) -> Option<(Probe, String)> {
-    loop {
-        let before = tree::image(pid)?;
+    const TRIES: usize = 8;
+    let mut before = tree::image(pid)?;
+    for _ in 0..TRIES {
         let p = probe(pid);
-        if tree::image(pid)? == before {
+        let after = tree::image(pid)?;
+        if after == before {
             return Some((p, before));
         }
+        before = after;
     }
+    Some((Probe::NotYet, before))
 }
 
 fn probe(pid: i32) -> Probe {
