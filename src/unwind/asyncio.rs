@@ -921,11 +921,13 @@ impl<M: ProcessMemory> Unwinder<M> {
         st.chunks
             .load(mem, first, t.current_frame, o.frame_size, &[], &grant_chunk)?;
         let grant = |calls, bytes| mem.grant(calls, bytes);
+        let grant_frame = super::frame_grant(mem, &self.frame_grants, o.frame_size);
         st.run_frames.clear();
         st.run_outside.clear();
         let mut walk = Walk {
             mem,
             grant: &grant,
+            grant_frame: &grant_frame,
             seen: &mut self.seen,
             offs: o,
             code: &mut self.code,

@@ -31,8 +31,22 @@ const MAX_STACK_BYTES: usize = 8 * 1024 * 1024;
 pub use crate::model::MAX_DEPTH;
 
 /// Most frames outside the data stack remembered per thread for the next
-/// sample's prefetch.
-pub const MAX_PREFETCH: usize = 16;
+/// sample's prefetch: a chain of generators delegating to one another
+/// (`yield from`, `await`) has one per generator, and a 500-deep one is a
+/// real stack. Read in one system call, they are one instant's frames.
+pub const MAX_PREFETCH: usize = 1024;
+/// Frames remembered beyond those the last walk visited: generators come
+/// and go (an encoder's per-container generators), and a new one often
+/// takes the memory of one that just ended, so recent addresses are worth
+/// reading again.
+pub const KEEP_STALE: usize = 32;
+/// Frames outside the data stack a sample may read one by one beyond its
+/// budget (a deep generator chain's first sample, before its frames are
+/// prefetched): a read and a frame's bytes each.
+pub const MAX_GRANTED_FRAMES: usize = 1024;
+/// The largest `_PyInterpreterFrame` we read (the offsets table's frame
+/// size is checked against it).
+pub const MAX_FRAME_BYTES: u64 = 512;
 
 /// Local copies of one thread's data-stack chunks, and of frames that live
 /// elsewhere but were seen last time (entry frames on the C stack,
@@ -519,6 +533,10 @@ pub struct Walk<'a> {
     /// Adds to the sample's read budget (calls, bytes) before a code
     /// object is loaded: those reads are bounded by the load itself.
     pub grant: &'a dyn Fn(u32, u64),
+    /// Adds one frame's read to the budget before a frame outside the data
+    /// stack is read alone; the caller caps these per sample
+    /// ([`MAX_GRANTED_FRAMES`]).
+    pub grant_frame: &'a dyn Fn(),
     pub offs: &'a Offsets,
     pub code: &'a mut CodeCache,
     pub table: &'a mut FrameTable,
@@ -615,7 +633,7 @@ impl Walk<'_> {
         &'b self,
         addr: u64,
         in_chunk: Option<&'b [u8]>,
-        local: &'b mut [u8; 512],
+        local: &'b mut [u8; MAX_FRAME_BYTES as usize],
     ) -> Result<(&'b [u8], bool)> {
         if let Some(b) = in_chunk {
             return Ok((b, false));
@@ -626,6 +644,7 @@ impl Walk<'_> {
         let buf = local
             .get_mut(..self.offs.frame_size as usize)
             .ok_or_else(|| Error::corrupt("frame size larger than 512 bytes"))?;
+        (self.grant_frame)();
         match self.mem.read(addr, buf) {
             Ok(()) => Ok((buf, false)),
             Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => Err(e),
@@ -734,7 +753,7 @@ impl Walk<'_> {
         // The last frame shown was pushed by the eval loop, not from C.
         let mut callee_inline = false;
         let fsize = o.frame_size;
-        let mut local = [0u8; 512];
+        let mut local = [0u8; MAX_FRAME_BYTES as usize];
         let mut addr = current;
         let mut last_addr = 0u64;
         let mut last_was_entry = false;

@@ -9,9 +9,10 @@
 //! fresh and reads again what did not hold. A wrong guess costs reads,
 //! never a wrong stack. Every map here is bounded.
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
 use super::code::{self, CodeCache};
+use super::frames::{KEEP_STALE, MAX_PREFETCH};
 use super::threads::{MAX_INTERPRETERS, MAX_THREADS};
 use crate::offsets::Offsets;
 use crate::process::ReadReq;
@@ -160,12 +161,27 @@ impl Prefetch {
         self.frames.entry(tstate).or_default()
     }
 
-    /// Replace the list of `tstate`, if it has one, by `walked` (whose old
-    /// contents come back in `walked`).
-    pub fn replace(&mut self, tstate: u64, walked: &mut Vec<u64>) {
-        if let Some(p) = self.frames.get_mut(&tstate) {
-            std::mem::swap(p, walked);
-        }
+    /// Replace the list of `tstate`, if it has one, by `walked`, the
+    /// frames its walk visited outside the data stack (`seen` holds them
+    /// all), whose old contents come back in `walked`. Some of the old
+    /// frames stay behind the new: [`KEEP_STALE`] of them after a complete
+    /// walk, all after a failed one (a walk cut short by a frame that
+    /// changed under it saw only the frames down to that one, and the
+    /// retry needs the rest too).
+    pub fn replace(
+        &mut self,
+        tstate: u64,
+        walked: &mut Vec<u64>,
+        seen: &HashSet<u64>,
+        complete: bool,
+    ) {
+        let Some(p) = self.frames.get_mut(&tstate) else {
+            return;
+        };
+        let keep = if complete { KEEP_STALE } else { MAX_PREFETCH };
+        let room = MAX_PREFETCH.saturating_sub(walked.len()).min(keep);
+        walked.extend(p.iter().filter(|a| !seen.contains(a)).take(room));
+        std::mem::swap(p, walked);
     }
 
     pub fn bound(&mut self) {
@@ -332,13 +348,40 @@ mod tests {
     fn prefetch_lists_swap_with_the_walk() {
         let mut p = Prefetch::default();
         assert!(p.get(0x10).is_empty());
+        let seen = |v: &[u64]| v.iter().copied().collect::<HashSet<u64>>();
         let mut walked = vec![0xa0, 0xb0];
-        p.replace(0x10, &mut walked); // no list yet: nothing kept
+        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true); // no list yet: nothing kept
         assert!(p.get(0x10).is_empty());
         p.entry(0x10);
-        p.replace(0x10, &mut walked);
+        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true);
         assert_eq!(p.get(0x10), &[0xa0, 0xb0]);
         assert!(walked.is_empty());
+    }
+
+    #[test]
+    fn prefetch_keeps_old_frames_behind_the_walked_ones() {
+        let mut p = Prefetch::default();
+        p.entry(0x10).extend((1..=100u64).map(|i| i * 0x100));
+        let seen = |v: &[u64]| v.iter().copied().collect::<HashSet<u64>>();
+        // A complete walk that saw one old frame and one new: the walked
+        // ones first, then KEEP_STALE of the others, none twice.
+        let mut walked = vec![0x200, 0x9999_0000];
+        p.replace(0x10, &mut walked, &seen(&[0x200, 0x9999_0000]), true);
+        let got = p.get(0x10).to_vec();
+        assert_eq!(&got[..2], &[0x200, 0x9999_0000]);
+        assert_eq!(got.len(), 2 + KEEP_STALE);
+        assert_eq!(got.iter().filter(|a| **a == 0x200).count(), 1);
+        // A failed walk keeps all the old ones (up to MAX_PREFETCH).
+        let mut walked = vec![0x7777_0000];
+        p.replace(0x10, &mut walked, &seen(&[0x7777_0000]), false);
+        assert_eq!(p.get(0x10).len(), 1 + got.len());
+        // Never more than MAX_PREFETCH.
+        let mut walked: Vec<u64> = (0..MAX_PREFETCH as u64)
+            .map(|i| 0x1_0000_0000 + i * 8)
+            .collect();
+        let s = seen(&walked);
+        p.replace(0x10, &mut walked, &s, false);
+        assert_eq!(p.get(0x10).len(), MAX_PREFETCH);
     }
 
     #[test]

@@ -77,6 +77,13 @@ impl Default for UnwindOptions {
 /// few more. Past the budget the sample fails with
 /// [`Error::ReadBudget`], whatever the memory holds.
 pub const READ_BUDGET: u32 = 48;
+/// Tries one sample gets when the target changes its stack under the
+/// reads (a torn chain). A generator's frame lives a short while between a
+/// resume and a yield, often shorter than the time between the read of the
+/// thread state that names it and the read of the frame: then a try fails
+/// whatever we do, and the next, a few microseconds later, meets the
+/// target elsewhere. Every try is within the one sample's read budget.
+pub const SAMPLE_TRIES: u32 = 8;
 /// Bytes one sample may read, before the grants below.
 pub const BYTE_BUDGET: u64 = 32 << 20;
 /// Granted per thread in the list (all-threads mode; the first
@@ -89,7 +96,9 @@ pub const BUDGET_THREADS: usize = 256;
 /// [`frames::MAX_GRANTED_CHUNKS`] of a sample): a deep stack's first
 /// sample, before the chunks are read speculatively.
 pub const READS_PER_CHUNK: u32 = 2;
-pub use frames::{BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, READS_PER_CODE_LOAD};
+pub use frames::{
+    BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, MAX_GRANTED_FRAMES, READS_PER_CODE_LOAD,
+};
 /// Granted to a sample after which thread names are resolved (rarely: see
 /// [`names`]); a resolution that needs more falls back to `comm`.
 pub const NAME_READS: u32 = 512;
@@ -108,6 +117,7 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
 /// the code objects it loaded (each load is bounded by itself).
 pub fn max_reads(code_loads: u64) -> u64 {
     read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+        + MAX_GRANTED_FRAMES as u64
         + NAME_READS as u64
         + frames::OPCODE_READS_PER_WALK as u64 * MAX_THREADS as u64
 }
@@ -118,6 +128,7 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
         + BYTES_PER_THREAD * BUDGET_THREADS as u64
         + BYTES_PER_CODE_LOAD * code_loads
         + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
+        + frames::MAX_FRAME_BYTES * MAX_GRANTED_FRAMES as u64
         + NAME_BYTES
         + frames::OPCODE_BYTES_PER_WALK * MAX_THREADS as u64
 }
@@ -160,6 +171,8 @@ pub struct Unwinder<M: ProcessMemory> {
     scratch: ThreadScratch,
     /// Older chunks granted reads in this sample.
     chunk_grants: Cell<usize>,
+    /// Frames read alone this sample with a grant (see [`frame_grant`]).
+    frame_grants: Cell<usize>,
     /// Thread names, resolved after a sample, rarely.
     names: ThreadNames,
     /// Per thread of the sample being taken, what its name is keyed by.
@@ -297,6 +310,21 @@ impl RuntimeHead {
 
 /// The grant for an older chunk read alone: [`READS_PER_CHUNK`] reads, for
 /// the first [`MAX_GRANTED_CHUNKS`] of a sample.
+/// The grant of one frame read alone (see [`Walk::grant_frame`]), the
+/// first [`MAX_GRANTED_FRAMES`] of a sample.
+fn frame_grant<'a, M: ProcessMemory>(
+    mem: &'a Metered<M>,
+    granted: &'a Cell<usize>,
+    frame_size: u64,
+) -> impl Fn() + 'a {
+    move || {
+        if granted.get() < MAX_GRANTED_FRAMES {
+            granted.set(granted.get() + 1);
+            mem.grant(1, frame_size);
+        }
+    }
+}
+
 fn chunk_grant<'a, M: ProcessMemory>(
     mem: &'a Metered<M>,
     granted: &'a Cell<usize>,
@@ -412,6 +440,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             reqs: ReqPool::default(),
             scratch: ThreadScratch::default(),
             chunk_grants: Cell::new(0),
+            frame_grants: Cell::new(0),
             names: ThreadNames::new(),
             name_keys: Vec::new(),
             asyncio: None,
@@ -460,20 +489,25 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// Take one sample of the selected threads into `out.threads`
     /// (cleared first; its buffers are reused). Every stack in it is
-    /// complete; a torn one fails the sample (after one retry), and so
+    /// complete; a torn one fails the sample (after [`SAMPLE_TRIES`]), and so
     /// does a sample that needs more reads than its budget.
     pub fn sample(&mut self, out: &mut Sample) -> Result<()> {
         self.mem.start(READ_BUDGET, BYTE_BUDGET);
         self.chunk_grants.set(0);
+        self.frame_grants.set(0);
         let mut r = self.sample_checked(out);
-        if let Err(e) = &r
+        let mut tries = 1;
+        while let Err(e) = &r
             && !e.is_fatal()
             && !self.mem.spent()
+            && tries < SAMPLE_TRIES
         {
-            // Torn: the target moved while we read. Once more at once,
-            // within the same budget; what the first try learnt (thread
-            // states, chunks) makes the second cheap, and much less
-            // likely to meet the same moment.
+            // Torn: the target moved while we read. Again at once, within
+            // the same budget; what the failed try learnt (thread states,
+            // chunks, frames outside the data stack) is read in the next
+            // one's first system call, which meets the target at another
+            // moment.
+            tries += 1;
             r = self.sample_checked(out);
         }
         if self.mem.spent() {
@@ -1105,9 +1139,11 @@ impl<M: ProcessMemory> Unwinder<M> {
         let opcodes = self.opts.opcode_table(o);
         let mem = &self.mem;
         let grant = |calls, bytes| mem.grant(calls, bytes);
+        let grant_frame = frame_grant(mem, &self.frame_grants, o.frame_size);
         let mut walk = Walk {
             mem,
             grant: &grant,
+            grant_frame: &grant_frame,
             seen: &mut self.seen,
             offs: o,
             code: &mut self.code,
@@ -1125,7 +1161,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             tail: (opcodes.is_none() && idx < reuse::MAX_KEPT_THREADS).then_some(&mut ts.tail),
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
-        self.prefetch.replace(tstate, &mut self.outside);
+        self.prefetch
+            .replace(tstate, &mut self.outside, &self.seen, walked.is_ok());
         walked?;
         if self.opts.gc
             && interp.gc_collecting
