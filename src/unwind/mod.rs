@@ -83,7 +83,7 @@ pub const READ_BUDGET: u32 = 48;
 /// thread state that names it and the read of the frame: then a try fails
 /// whatever we do, and the next, a few microseconds later, meets the
 /// target elsewhere. Every try is within the one sample's read budget.
-pub const SAMPLE_TRIES: u32 = 8;
+pub const SAMPLE_TRIES: u32 = 16;
 /// Bytes one sample may read, before the grants below.
 pub const BYTE_BUDGET: u64 = 32 << 20;
 /// Granted per thread in the list (all-threads mode; the first
