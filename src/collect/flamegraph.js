@@ -242,6 +242,19 @@
     ctx.globalAlpha = 1;
     body.dataset.boxes = boxes;
     crumbs();
+    keepRootInView();
+  }
+  // The root row in sight whenever the view or the canvas's height
+  // changes (opening, flame/icicle, zoom, thread): a deep stack makes the
+  // canvas taller than its pane, and the flame view's root, at its
+  // bottom, would open below the fold with only the deepest frames shown.
+  var shown = "";
+  function keepRootInView() {
+    var shape = (st.icicle ? "icicle " : "flame ") + height;
+    if (shape === shown) return;
+    shown = shape;
+    var pane = $("main");
+    pane.scrollTop = st.icicle ? 0 : pane.scrollHeight;
   }
   function hit(ev) {
     var r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;

@@ -10,7 +10,9 @@
 //!   GIL, CPU and exception shares when the run recorded them; the call
 //!   tree or the inverted one (the functions that ran at the roots, their
 //!   callers stacked on them); flame (root at the bottom) or icicle (root
-//!   at the top); labels by file path or module name; a thread filter
+//!   at the top), the graph in its own pane that opens (and stays, when
+//!   the view, zoom or thread changes its height) scrolled to the root, so
+//!   the widest boxes are on the first screen however deep the stacks; labels by file path or module name; a thread filter
 //!   (threads by name when known, else by id; all threads by default); a
 //!   sidebar with the run's summary (samples, duration, rate, error rate,
 //!   missed samples, mode), GIL held/waiting/released, on-CPU, garbage
