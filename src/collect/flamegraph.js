@@ -349,6 +349,7 @@
       if (b.vanished) h += "<dt>Not drawn</dt><dd>" + b.vanished + " call path" + (b.vanished === 1 ? "" : "s") + " only in the baseline (" + (+b.vanished_samples.toFixed(2)) + " samples)</dd>";
     }
     h += "</dl>";
+    if (s.shutdown) h += "<p class=\"note\" id=\"s-shutdown\">" + fmt(s.shutdown) + " sample" + (s.shutdown === 1 ? "" : "s") + " during interpreter shutdown, not shown.</p>";
     if (T.dropped) h += "<p class=\"note\">" + fmt(T.dropped) + " call paths under " + T.threshold + "% of the samples are not drawn; their samples count in their " + (st.inverted ? "callees" : "callers") + ".</p>";
     h += "</section>";
     var gcs = 0;
