@@ -234,6 +234,10 @@ pub struct RunStats {
     pub attempts: u64,
     /// Samples that failed (torn or unreadable stacks).
     pub failures: u64,
+    /// Samples taken while the runtime finalised (interpreter shutdown:
+    /// its exit-time garbage collection, module teardown), counted among
+    /// the attempts but left out of the profile.
+    pub shutdown_samples: u64,
     pub mode: Mode,
     /// Sampling ended on Ctrl-C/SIGTERM rather than by time or exit.
     pub interrupted: bool,

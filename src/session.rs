@@ -436,6 +436,7 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.mode = part.mode;
     total.attempts += part.attempts;
     total.failures += part.failures;
+    total.shutdown_samples += part.shutdown_samples;
     total.duration_s += part.duration_s;
     total.interrupted = part.interrupted;
 }
@@ -449,6 +450,7 @@ fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
     for c in children.iter().filter(|c| c.error.is_none()) {
         total.attempts += c.stats.attempts;
         total.failures += c.stats.failures;
+        total.shutdown_samples += c.stats.shutdown_samples;
         total.duration_s = total.duration_s.max(c.stats.duration_s);
         total.processes += 1;
         total.process_seconds += c.stats.duration_s;

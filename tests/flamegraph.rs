@@ -7,7 +7,9 @@
 //! highlights matches, shows tooltips and zooms; the differential page of a recording against itself loads the
 //! same way. A recording made by the reference, drawn by both, gives the
 //! same samples per thread, GIL held and waiting counts and hottest
-//! function on both pages. A synthetic profile of 20,000 distinct stacks (also as a
+//! function on both pages. A profile with an 80-frame stack, taller than
+//! the window, opens on its widest boxes in the flame and icicle views
+//! (measured on the canvas's pixels inside the first viewport). A synthetic profile of 20,000 distinct stacks (also as a
 //! differential page) stays small and loads; its size and load-to-
 //! interactive time are printed, not asserted.
 
@@ -552,5 +554,134 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
         // A page that stays small: well under the reference's (~640 KB).
         assert!(html.len() < 400_000, "{what}: {} bytes", html.len());
         assert!(drawn > 100, "{what}: {drawn} nodes drawn");
+    }
+}
+
+/// A page with a probe appended: after the page's own script, the share of
+/// the first viewport's width that drawn boxes cover, per pixel row of the
+/// canvas inside it (below the sticky header): the best row's share, and
+/// how many pixel rows are at least 80% covered; and how far the canvas's
+/// pane is scrolled.
+fn with_viewport_probe(html: &str) -> String {
+    html.replace(
+        "</body>",
+        "<script>(function(){var c=document.getElementById('fg'),r=c.getBoundingClientRect(),\
+         hb=document.querySelector('header').getBoundingClientRect().bottom,\
+         top=Math.max(r.top,hb),bot=Math.min(r.bottom,innerHeight),dpr=window.devicePixelRatio||1,\
+         best=0,full=0;\
+         if(bot>top){var W=c.width,y0=Math.floor((top-r.top)*dpr),h=Math.floor((bot-top)*dpr),\
+         px=c.getContext('2d').getImageData(0,y0,W,h).data;\
+         for(var y=0;y<h;y++){var n=0;for(var x=0;x<W;x++)if(px[4*(y*W+x)+3]>0)n++;\
+         var f=n/W;if(f>best)best=f;if(f>=0.8)full++;}}\
+         var b=document.body.dataset;b.cover=best.toFixed(3);b.fullrows=full/dpr;b.scrolled=Math.round(document.getElementById('main').scrollTop);\
+         b.canvasheight=Math.round(r.height);})();</script></body>",
+    )
+}
+
+/// A profile like the quick start's: most samples in a shallow program,
+/// a tenth in an 80-frame chain of start-up imports. Opened in a
+/// 1400×900 window, the first screen shows the widest boxes (the root and
+/// the program's frames), in the flame view (the default, root at the
+/// bottom) as in the icicle; the canvas is taller than the window.
+#[test]
+fn a_deep_profile_opens_on_its_widest_frames() {
+    let dir = std::env::temp_dir().join(format!("tachyon-flame-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Clean<'a>(&'a Path);
+    impl Drop for Clean<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _clean = Clean(&dir);
+
+    let mut t = FrameTable::new();
+    let mut py = |file: &str, func: &str, line: i32| {
+        let file = t.intern_str(file);
+        let func = t.intern_str(func);
+        t.intern(Frame {
+            opcode: None,
+            kind: FrameKind::Python,
+            file,
+            func,
+            location: Some(Location {
+                line,
+                end_line: line,
+                col: 0,
+                end_col: 4,
+            }),
+        })
+    };
+    let module = py("/app/report.py", "<module>", 40);
+    let main = py("/app/report.py", "main", 30);
+    let leaves = [
+        py("/app/report.py", "parse", 10),
+        py("/app/report.py", "render", 20),
+    ];
+    let imports: Vec<u32> = (0..79)
+        .map(|i| {
+            let f = [
+                "_find_and_load",
+                "_load_unlocked",
+                "exec_module",
+                "<module>",
+            ][i % 4];
+            py("<frozen importlib._bootstrap>", f, 1000 + i as i32)
+        })
+        .collect();
+    let leaf_first = |root_first: Vec<u32>| root_first.into_iter().rev().collect::<Vec<u32>>();
+    let mut stacks = vec![
+        (1000, leaf_first(vec![module, main, leaves[0]]), 500),
+        (1000, leaf_first(vec![module, main, leaves[1]]), 400),
+    ];
+    let deep: Vec<u32> = std::iter::once(module).chain(imports).collect();
+    assert_eq!(deep.len(), 80);
+    stacks.push((1000, leaf_first(deep), 100));
+    let page = dir.join("deep.html");
+    let mut c = FlamegraphCollector::new(Output::File(page.clone()));
+    let n = feed(&mut c, &t, &stacks, &[]);
+    c.finish(&t, &run_stats(n)).unwrap();
+    let probe = dir.join("probe.html");
+    std::fs::write(
+        &probe,
+        with_viewport_probe(&std::fs::read_to_string(&page).unwrap()),
+    )
+    .unwrap();
+    keep_screenshot(&page, "deep.html");
+    let url = format!("file://{}", probe.display());
+
+    for view in ["", "#icicle"] {
+        let dom = chromium(&format!("{url}{view}"), None);
+        ready(&dom);
+        let at = |name| body_attr(&dom, name).unwrap_or_else(|| panic!("no {name}"));
+        let (cover, full): (f64, f64) = (
+            at("data-cover").parse().unwrap(),
+            at("data-fullrows").parse().unwrap(),
+        );
+        let height: f64 = at("data-canvasheight").parse().unwrap();
+        eprintln!(
+            "view {view:?}: {} · canvas {height} px, scrolled {} px; best row covers {cover}, {full} px rows over 80%",
+            at("data-view"),
+            at("data-scrolled")
+        );
+        assert!(
+            height > 900.0,
+            "the canvas ({height} px) is taller than the window"
+        );
+        // The root, <module> and main are each as wide as the profile.
+        assert!(
+            cover > 0.95 && full >= 3.0 * 17.0,
+            "{view:?}: the first screen's boxes cover {cover} of its width at best, \
+             {full} px rows over 80%"
+        );
+        let shot = dir.join("shot.png");
+        chromium(&format!("{url}{view}"), Some(&shot));
+        keep_screenshot(
+            &shot,
+            &format!(
+                "deep-{}.png",
+                if view.is_empty() { "flame" } else { "icicle" }
+            ),
+        );
     }
 }

@@ -297,6 +297,13 @@ const SPEC: &[(&str, Kind)] = &[
             size: "runtime_state.size",
         },
     ),
+    (
+        "runtime_state.finalizing",
+        Field {
+            width: 8,
+            size: "runtime_state.size",
+        },
+    ),
     ("interpreter_state.size", Size),
     (
         "interpreter_state.id",

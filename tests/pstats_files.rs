@@ -201,3 +201,37 @@ fn marked_file_fails_in_older_pstats() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("TypeError"));
 }
+
+/// A frame without a file (`<GC>`, `<native>`) is keyed `("~", 0, name)`
+/// as in the reference's file, which Python's `pstats` prints by name
+/// (`{GC}`), never as `~:0(...)` (tachyon's own table names it `<GC>`;
+/// see the unit tests in `collect/pstats.rs`).
+#[test]
+fn frames_without_a_file_read_as_names_in_pstats() {
+    let root = sid_root();
+    let tmp = RootTmp::new(&root, "names");
+    let sc = fixtures::scenarios()
+        .into_iter()
+        .find(|s| s.name == "basic")
+        .expect("the basic scenario");
+    write_file(&sc, &tmp.dir.join("b.prof"), false);
+    const PRINT: &str = "import pstats, sys; pstats.Stats(sys.argv[1]).print_stats()";
+    let shown = [
+        python(
+            Some(&root),
+            "/usr/bin/python3.15",
+            PRINT,
+            &[tmp.inside("b.prof")],
+        ),
+        python(
+            None,
+            "/usr/bin/python3.11",
+            PRINT,
+            &[tmp.dir.join("b.prof").display().to_string()],
+        ),
+    ];
+    for text in shown {
+        assert!(!text.contains("~:0"), "{text}");
+        assert!(text.contains("{GC}") && text.contains("{native}"), "{text}");
+    }
+}

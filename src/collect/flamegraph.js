@@ -242,6 +242,19 @@
     ctx.globalAlpha = 1;
     body.dataset.boxes = boxes;
     crumbs();
+    keepRootInView();
+  }
+  // The root row in sight whenever the view or the canvas's height
+  // changes (opening, flame/icicle, zoom, thread): a deep stack makes the
+  // canvas taller than its pane, and the flame view's root, at its
+  // bottom, would open below the fold with only the deepest frames shown.
+  var shown = "";
+  function keepRootInView() {
+    var shape = (st.icicle ? "icicle " : "flame ") + height;
+    if (shape === shown) return;
+    shown = shape;
+    var pane = $("main");
+    pane.scrollTop = st.icicle ? 0 : pane.scrollHeight;
   }
   function hit(ev) {
     var r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
@@ -336,6 +349,7 @@
       if (b.vanished) h += "<dt>Not drawn</dt><dd>" + b.vanished + " call path" + (b.vanished === 1 ? "" : "s") + " only in the baseline (" + (+b.vanished_samples.toFixed(2)) + " samples)</dd>";
     }
     h += "</dl>";
+    if (s.shutdown) h += "<p class=\"note\" id=\"s-shutdown\">" + fmt(s.shutdown) + " sample" + (s.shutdown === 1 ? "" : "s") + " during interpreter shutdown, not shown.</p>";
     if (T.dropped) h += "<p class=\"note\">" + fmt(T.dropped) + " call paths under " + T.threshold + "% of the samples are not drawn; their samples count in their " + (st.inverted ? "callees" : "callers") + ".</p>";
     h += "</section>";
     var gcs = 0;

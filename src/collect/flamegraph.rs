@@ -10,10 +10,13 @@
 //!   GIL, CPU and exception shares when the run recorded them; the call
 //!   tree or the inverted one (the functions that ran at the roots, their
 //!   callers stacked on them); flame (root at the bottom) or icicle (root
-//!   at the top); labels by file path or module name; a thread filter
+//!   at the top), the graph in its own pane that opens (and stays, when
+//!   the view, zoom or thread changes its height) scrolled to the root, so
+//!   the widest boxes are on the first screen however deep the stacks; labels by file path or module name; a thread filter
 //!   (threads by name when known, else by id; all threads by default); a
 //!   sidebar with the run's summary (samples, duration, rate, error rate,
-//!   missed samples, mode), GIL held/waiting/released, on-CPU, garbage
+//!   missed samples, mode, and how many samples were taken during
+//!   interpreter shutdown and are not shown), GIL held/waiting/released, on-CPU, garbage
 //!   collection and exception shares, and the top functions by self
 //!   samples (click one to highlight it). The state can be given in the
 //!   address after `#` (`#inverted&icicle&thread=TID&search=RE&labels=module`).
@@ -648,7 +651,7 @@ impl<'k> PageData<'k> {
         };
         let _ = write!(
             json,
-            ",\"title\":{},\"stats\":{{\"samples\":{samples},\"attempts\":{},\"failures\":{},\"duration\":{:.3},\"rate\":{:.2},\"error_pct\":{:.2},\"missed_pct\":{:.2},\"interval_us\":{},\"mode\":\"{}\",\"threads\":{threads}}}",
+            ",\"title\":{},\"stats\":{{\"samples\":{samples},\"attempts\":{},\"failures\":{},\"duration\":{:.3},\"rate\":{:.2},\"error_pct\":{:.2},\"missed_pct\":{:.2},\"interval_us\":{},\"mode\":\"{}\",\"threads\":{threads},\"shutdown\":{}}}",
             json_str(title),
             stats.attempts,
             stats.failures,
@@ -658,6 +661,7 @@ impl<'k> PageData<'k> {
             finite(missed),
             stats.interval_us,
             stats.mode.as_str(),
+            stats.shutdown_samples,
         );
     }
 

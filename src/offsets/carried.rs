@@ -38,6 +38,9 @@ const PY311: Carried = Carried {
         // _PyRuntimeState: sizeof is 166688; only leading fields and the
         // GIL are read.
         ("runtime_state.size", 166_688),
+        // `_finalizing`: the thread state finalizing the runtime, NULL
+        // while the program runs.
+        ("runtime_state.finalizing", 24),
         ("runtime_state.interpreters_head", 40),
         ("runtime_state.interpreters_main", 48),
         ("runtime_state.main_thread", 80),
@@ -125,6 +128,7 @@ const PY312: Carried = Carried {
         // in 3.12.1, 459280 in 3.12.10) after the fields used here; this is
         // the larger.
         ("runtime_state.size", 459_944),
+        ("runtime_state.finalizing", 24),
         ("runtime_state.interpreters_head", 40),
         ("runtime_state.interpreters_main", 48),
         ("runtime_state.main_thread", 64),
@@ -238,6 +242,7 @@ impl Offsets {
         let minor = raw.version.minor;
         let rt_size = v.size("runtime_state", 64, MAX_RUNTIME)?;
         let runtime_interpreters_head = v.field("runtime_state.interpreters_head", 8, rt_size)?;
+        let runtime_finalizing = v.field("runtime_state.finalizing", 8, rt_size)?;
 
         let interp_size = v.size("interpreter_state", 64, super::MAX_INTERP)?;
         let inf = |name: &str, width| v.field(name, width, interp_size);
@@ -385,6 +390,7 @@ impl Offsets {
         Ok(Offsets {
             version: raw.version,
             runtime_interpreters_head,
+            runtime_finalizing,
             interp_size,
             interp_id,
             interp_next,

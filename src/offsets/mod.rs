@@ -103,6 +103,9 @@ pub struct Offsets {
     pub version: PyVersion,
 
     pub runtime_interpreters_head: u64,
+    /// `_PyRuntime._finalizing`: the thread state finalizing the runtime
+    /// (interpreter shutdown), NULL while the program runs.
+    pub runtime_finalizing: u64,
 
     pub interp_size: u64,
     pub interp_id: u64,
@@ -358,6 +361,7 @@ impl Offsets {
 
         let rt_size = v.size("runtime_state", 8, u64::MAX / 2)?;
         let runtime_interpreters_head = v.field("runtime_state.interpreters_head", 8, rt_size)?;
+        let runtime_finalizing = v.field("runtime_state.finalizing", 8, rt_size)?;
 
         let interp_size = v.size("interpreter_state", 64, MAX_INTERP)?;
         let interp_id = v.field("interpreter_state.id", 8, interp_size)?;
@@ -584,6 +588,7 @@ impl Offsets {
         Ok(Offsets {
             version: raw.version,
             runtime_interpreters_head,
+            runtime_finalizing,
             interp_size,
             interp_id,
             interp_next,

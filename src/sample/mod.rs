@@ -188,6 +188,8 @@ pub fn run<M: ProcessMemory>(
             None => unwinder.sample(&mut sample),
         };
         match taken {
+            // Interpreter shutdown: counted, not the program's profile.
+            Ok(()) if unwinder.in_shutdown() => stats.shutdown_samples += 1,
             Ok(()) => {
                 sample.timestamp_us = epoch_start + now.duration_since(start).as_micros() as u64;
                 filter_by_mode(&mut sample, cfg.mode);
@@ -257,6 +259,9 @@ pub fn print_summary(stats: &RunStats) {
         crate::outln!("Sample rate: {rate:.2} samples/sec");
     }
     crate::outln!("Error rate: {:.2}", stats.error_rate_pct());
+    if let Some(line) = shutdown_line(stats) {
+        crate::outln!("{line}");
+    }
     let expected = stats.expected();
     if n < expected && !stats.interrupted {
         crate::outln!(
@@ -265,6 +270,16 @@ pub fn print_summary(stats: &RunStats) {
             stats.missed_pct()
         );
     }
+}
+
+/// The summary's word on samples taken during interpreter shutdown, when
+/// there were any.
+pub fn shutdown_line(stats: &RunStats) -> Option<String> {
+    let n = stats.shutdown_samples;
+    (n > 0).then(|| {
+        let s = if n == 1 { "" } else { "s" };
+        format!("{n} sample{s} during interpreter shutdown, not shown")
+    })
 }
 
 /// `--realtime-stats`: the achieved rate, once a second, on one line.

@@ -18,6 +18,7 @@ pub mod linetable;
 pub mod names;
 pub mod objects;
 pub mod reuse;
+pub mod shutdown;
 pub mod threads;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -180,6 +181,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Async-aware sampling (`--async-aware`): task stacks instead of
     /// thread stacks (see [`asyncio`]).
     asyncio: Option<asyncio::AsyncState>,
+    /// The last sample found the runtime finalising ([`shutdown`]).
+    in_shutdown: bool,
 }
 
 /// All-threads mode: per-sample lists, kept so that their allocations are
@@ -444,6 +447,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             names: ThreadNames::new(),
             name_keys: Vec::new(),
             asyncio: None,
+            in_shutdown: false,
         }
     }
 
@@ -519,6 +523,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             out.threads.clear();
             return r;
         }
+        // The runtime finalising: not the program's sample (see [`shutdown`]).
+        self.in_shutdown = shutdown::may_be_shutdown(&out.threads, &self.table) && {
+            self.mem.grant(1, 8);
+            shutdown::finalizing(&self.mem, self.runtime.address, &self.runtime.offsets)
+        };
+        if self.in_shutdown {
+            out.threads.clear();
+            return r;
+        }
         // Names, after the sample is decided: their reads are granted on
         // top of its budget, and failing them costs only names.
         self.name_keys.truncate(out.threads.len());
@@ -548,6 +561,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         n.why
             .as_deref()
             .filter(|_| !n.ever_read && n.failures >= min_failures)
+    }
+
+    /// The last sample found the runtime finalising (interpreter
+    /// shutdown): it holds no threads, and is not the program's.
+    pub fn in_shutdown(&self) -> bool {
+        self.in_shutdown
     }
 
     /// How many times thread names were read from the target so far.
