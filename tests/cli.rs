@@ -475,12 +475,16 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    // tachyon writes the updates to stderr (the reference: stdout), each
-    // one overwriting the line before it.
+    // tachyon writes the updates to stderr (the reference: stdout). Not
+    // on a terminal (here a pipe), each is a whole line: no escape codes,
+    // nothing for the program's output to glue onto.
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
     let updates: Vec<&str> = stderr
-        .split("\r\x1b[K")
-        .skip(1)
-        .map(str::trim_end)
+        .lines()
+        .filter(|l| l.starts_with("Stats: "))
         .collect();
     assert!(updates.len() >= 2, "fewer than two updates: {stderr:?}");
     for u in &updates {
@@ -492,8 +496,8 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
         assert!(hz > 0.0 && u.contains("N="), "{u:?}");
     }
     assert!(
-        stderr.ends_with('\n'),
-        "the last update is not ended: {stderr:?}"
+        stderr.ends_with('\n') && !stderr.ends_with("\n\n"),
+        "the last update is not ended by one newline: {stderr:?}"
     );
     assert!(!stdout.contains("Stats:"), "{stdout}");
     let captured = stdout
@@ -655,6 +659,20 @@ fn bad_arguments_give_one_clear_line() {
     // with clap's suggestion, not "script not found: --flamgraph".
     assert_usage_error(&["run", "--flamgraph", "x.py"], "--flamgraph");
     assert_usage_error(&["run", "-x", "x.py"], "'-x'");
+    // python's own option before the script: the tip is the command form.
+    let host = Dir::on_host("dash-c");
+    let out = tachyon(
+        &["run", "-c", "pass"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tip: -c is an option of python")
+            && err.contains("tachyon run -- python3 -c pass"),
+        "{err}"
+    );
     // The heatmap is a directory: an existing file at -o is refused before
     // anything runs, and left as it was.
     let host = Dir::on_host("heatmap-file");
@@ -693,6 +711,61 @@ fn bad_arguments_give_one_clear_line() {
     let pid = sleeper.child.id().to_string();
     assert_usage_error(&["attach", "-d", "1", &pid], "not a Python process");
     drop(sleeper);
+}
+
+#[test]
+fn py_spy_spellings_rate_and_pid_are_accepted() {
+    let t = idle_target();
+    let host = Dir::on_host("pyspy");
+    let pid = t.pid().to_string();
+    // `--rate` is --sampling-rate, `--pid PID` the PID: no "similar
+    // argument" error, a profile.
+    for args in [
+        vec![
+            "attach",
+            "--rate",
+            "100",
+            "-d",
+            "0.5",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+            &pid,
+        ],
+        vec![
+            "attach",
+            "--pid",
+            &pid,
+            "-d",
+            "0.5",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+        ],
+        vec!["dump", "--pid", &pid],
+    ] {
+        let out = tachyon(&args, &host.outside, Duration::from_secs(20));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
+        assert!(
+            stderr.is_empty() || !stderr.contains("error"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Both a PID and --pid: one line says they conflict.
+    assert_usage_error(&["attach", "--pid", "1", "2"], "cannot be used with");
+    // The help names the spellings.
+    let out = tachyon(
+        &["attach", "--help"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("--rate") && help.contains("--pid <PID>"),
+        "{help}"
+    );
+    drop(t);
 }
 
 #[test]
@@ -890,6 +963,34 @@ fn browser_opens_the_html_output_once_written() {
     let err = text(&out.stderr);
     assert!(err.contains("no browser to open"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+
+    // No $BROWSER, and xdg-open finds no way to open it (it exits 3, as it
+    // does on a machine without a desktop): said in one line that names the
+    // page to open, the page written all the same.
+    std::fs::remove_file(&page).unwrap();
+    let xdg = bin.join("xdg-open");
+    std::fs::write(
+        &xdg,
+        "#!/bin/sh\necho \"xdg-open: no method available for opening '$1'\" >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = tachyon_run_cmd(
+        &["--flamegraph", "--browser", "-o", page.to_str().unwrap()],
+        &dir.inside("short.py"),
+        &dir.outside,
+    );
+    let path = format!("{}:/bin:/usr/bin", bin.display());
+    cmd.env("PATH", &path).env_remove("BROWSER");
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(page.is_file(), "no page written");
+    let err = text(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("could not open a browser"), "{err}");
+    assert!(lines[0].contains("exit status 3"), "{err}");
+    assert!(lines[0].contains(page.to_str().unwrap()), "{err}");
 
     assert_usage_error(&["run", "--collapsed", "--browser", "x.py"], "--browser");
 }

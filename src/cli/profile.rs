@@ -52,7 +52,8 @@ impl From<ModeArg> for Mode {
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
-    #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
+    /// (--rate, py-spy's spelling, is the same option)
+    #[arg(short = 'r', long = "sampling-rate", visible_alias = "rate", value_name = "RATE", default_value = "1khz",
           value_parser = sample::parse_rate)]
     rate: Duration,
     /// Stop after this many seconds (fractions allowed); default: until the target exits or Ctrl-C
@@ -152,8 +153,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 pub struct AttachArgs {
     #[command(flatten)]
     sample: SampleArgs,
-    /// Process ID of the Python interpreter
-    pid: i32,
+    #[command(flatten)]
+    pid: super::PidArg,
 }
 
 #[derive(Args, Debug)]
@@ -565,7 +566,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     a.sample.check_output()?;
     signals::install();
-    let mut unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
+    let mut unwinder = tachyon::attach(super::process_id(a.pid.get()), a.sample.unwind_options())?;
     a.sample.enable_async(&mut unwinder)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
@@ -574,6 +575,43 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     profile(unwinder, &a.sample, None, None, None)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Options of python itself, which `tachyon run` does not take before the
+/// script: `run -c CODE` is meant as `run -- python3 -c CODE`.
+const PYTHON_OPTIONS: &[&str] = &[
+    "-c", "-X", "-W", "-O", "-OO", "-u", "-I", "-B", "-E", "-s", "-S", "-P", "-q", "-b", "-bb",
+    "-d", "-i", "-v", "-x",
+];
+
+/// The tip for `run -c pass`: the whole command after `--`.
+fn python_option_tip(python: &std::ffi::OsStr, target: &[OsString]) -> Option<String> {
+    let first = target.first()?.to_str()?;
+    let known = PYTHON_OPTIONS.contains(&first)
+        || ["-c", "-X", "-W"]
+            .iter()
+            .any(|o| first.starts_with(o) && first.len() > 2);
+    if !known {
+        return None;
+    }
+    let quote = |w: &str| -> String {
+        let plain = !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        if plain {
+            w.to_string()
+        } else {
+            format!("'{}'", w.replace('\'', "'\\''"))
+        }
+    };
+    let words: Vec<String> = std::iter::once(python.to_string_lossy().into_owned())
+        .chain(target.iter().map(|w| w.to_string_lossy().into_owned()))
+        .map(|w| quote(&w))
+        .collect();
+    Some(format!(
+        "{first} is an option of python: give the whole command after --: tachyon run -- {}",
+        words.join(" ")
+    ))
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
@@ -618,7 +656,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         };
         // Options after the script are the script's; one before it is ours.
         if first.to_string_lossy().starts_with('-') && first != "-" {
-            super::unknown_option("run", first);
+            let tip = python_option_tip(&a.python, &a.target);
+            super::unknown_option("run", first, tip.as_deref());
         }
         let mut argv = vec![a.python.clone()];
         if a.module {
