@@ -714,6 +714,68 @@ fn bad_arguments_give_one_clear_line() {
 }
 
 #[test]
+fn a_target_killed_under_attach_is_said_and_its_profile_kept() {
+    let mut t = idle_target();
+    let host = Dir::on_host("killed");
+    let pid = t.pid().to_string();
+    let out_file = host.outside("prof.txt");
+    let mut cmd = tachyon_cmd(
+        &[
+            "attach",
+            "--collapsed",
+            "-o",
+            out_file.to_str().unwrap(),
+            &pid,
+        ],
+        &host.outside,
+    );
+    let run = Running::start(cmd);
+    // Let it sample a while, then kill the target. The test is its parent
+    // and does not reap it yet: its exit status is there to be read.
+    std::thread::sleep(Duration::from_millis(700));
+    t.child.kill().unwrap();
+    let out = run.finish(Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("exited")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with(&format!(
+            "tachyon: target process {pid} exited (killed by SIGKILL) after "
+        )),
+        "{err}"
+    );
+    assert!(said[0].ends_with(" s"), "{err}");
+    let profile = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(!profile.trim().is_empty(), "no profile written: {err}");
+    drop(t);
+}
+
+#[test]
+fn a_program_killed_under_run_is_said() {
+    let dir = Dir::in_root(
+        "run-killed",
+        &[(
+            "k.py",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        )],
+    );
+    let cmd = tachyon_run_cmd(
+        &["--collapsed", "-o", "/dev/null"],
+        &dir.inside("k.py"),
+        &dir.outside,
+    );
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l == "tachyon: the program was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn py_spy_spellings_rate_and_pid_are_accepted() {
     let t = idle_target();
     let host = Dir::on_host("pyspy");

@@ -2,6 +2,7 @@
 //! `python -m profiling.sampling`, so its users feel at home.
 
 mod async_aware;
+pub(crate) mod diagnose;
 mod install;
 mod output;
 mod profile;
