@@ -719,7 +719,7 @@ fn a_target_killed_under_attach_is_said_and_its_profile_kept() {
     let host = Dir::on_host("killed");
     let pid = t.pid().to_string();
     let out_file = host.outside("prof.txt");
-    let mut cmd = tachyon_cmd(
+    let cmd = tachyon_cmd(
         &[
             "attach",
             "--collapsed",

@@ -451,6 +451,11 @@ fn profile(
         )?),
         false => None,
     };
+    // What the view reads of the first target's Python: its instructions'
+    // names, whether it reports threads waiting for the GIL.
+    if let Some((_, view)) = &mut live {
+        view.target_version(first.offsets().version);
+    }
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
