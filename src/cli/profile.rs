@@ -603,8 +603,19 @@ fn describe_status(status: std::process::ExitStatus) -> String {
 /// of `/proc/PID/stat`. `None` once it is gone: the status is then its
 /// parent's to know, and is not guessed.
 fn zombie_status(pid: i32) -> Option<std::process::ExitStatus> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_zombie_status(&stat)
+    // Sampling may see the exit (its memory gone) a moment before the
+    // kernel makes the process a zombie: give it that moment.
+    let deadline = std::time::Instant::now() + Duration::from_millis(300);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        if let Some(status) = parse_zombie_status(&stat) {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn parse_zombie_status(stat: &str) -> Option<std::process::ExitStatus> {
