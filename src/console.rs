@@ -57,6 +57,30 @@ pub fn print_err(args: std::fmt::Arguments<'_>) {
     let _ = err.write_fmt(args).and_then(|()| err.flush());
 }
 
+/// A status line that takes the place of the one before it (the
+/// `--realtime-stats` rate): on a terminal rewritten in place (`\r` and
+/// erase-line), anywhere else (a file, a pipe, a CI log) a whole line of
+/// its own, so that the program's output cannot glue onto it and no escape
+/// codes land in a log. Returns whether it was written in place, that is
+/// whether a newline must end the last one.
+pub fn status_line(text: &str) -> bool {
+    use std::io::IsTerminal;
+    let in_place = std::io::stderr().is_terminal();
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(status_bytes(text, in_place).as_bytes());
+    let _ = err.flush();
+    in_place
+}
+
+/// What [`status_line`] writes, on a terminal (`in_place`) or not.
+fn status_bytes(text: &str, in_place: bool) -> String {
+    if in_place {
+        format!("\r\x1b[K{text}")
+    } else {
+        format!("{text}\n")
+    }
+}
+
 /// Did standard output fail for a reason other than a closed pipe? The
 /// first such error, taken (so it is reported once).
 pub fn stdout_error() -> Option<std::io::Error> {
@@ -90,4 +114,15 @@ macro_rules! errln {
     ($($arg:tt)*) => {
         $crate::console::print_err(format_args!("{}\n", format_args!($($arg)*)))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_line_is_a_whole_line_off_a_terminal() {
+        assert_eq!(status_bytes("Stats: 1Hz", false), "Stats: 1Hz\n");
+        assert_eq!(status_bytes("Stats: 1Hz", true), "\r\x1b[KStats: 1Hz");
+    }
 }

@@ -13,7 +13,14 @@ fn main() -> ExitCode {
     }
     let code = match cli::run() {
         Ok(code) => code,
-        Err(e) => {
+        Err(mut e) => {
+            // Why reading was refused depends on the target as much as on
+            // tachyon: diagnosed here, where the PID is known.
+            if let Some(tachyon::Error::PermissionDenied { pid, hint }) =
+                e.downcast_mut::<tachyon::Error>()
+            {
+                *hint = cli::diagnose::why_denied(*pid);
+            }
             tachyon::errln!("tachyon: error: {e:#}");
             ExitCode::from(1)
         }

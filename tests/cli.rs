@@ -475,12 +475,16 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    // tachyon writes the updates to stderr (the reference: stdout), each
-    // one overwriting the line before it.
+    // tachyon writes the updates to stderr (the reference: stdout). Not
+    // on a terminal (here a pipe), each is a whole line: no escape codes,
+    // nothing for the program's output to glue onto.
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
     let updates: Vec<&str> = stderr
-        .split("\r\x1b[K")
-        .skip(1)
-        .map(str::trim_end)
+        .lines()
+        .filter(|l| l.starts_with("Stats: "))
         .collect();
     assert!(updates.len() >= 2, "fewer than two updates: {stderr:?}");
     for u in &updates {
@@ -492,8 +496,8 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
         assert!(hz > 0.0 && u.contains("N="), "{u:?}");
     }
     assert!(
-        stderr.ends_with('\n'),
-        "the last update is not ended: {stderr:?}"
+        stderr.ends_with('\n') && !stderr.ends_with("\n\n"),
+        "the last update is not ended by one newline: {stderr:?}"
     );
     assert!(!stdout.contains("Stats:"), "{stdout}");
     let captured = stdout
@@ -655,6 +659,20 @@ fn bad_arguments_give_one_clear_line() {
     // with clap's suggestion, not "script not found: --flamgraph".
     assert_usage_error(&["run", "--flamgraph", "x.py"], "--flamgraph");
     assert_usage_error(&["run", "-x", "x.py"], "'-x'");
+    // python's own option before the script: the tip is the command form.
+    let host = Dir::on_host("dash-c");
+    let out = tachyon(
+        &["run", "-c", "pass"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tip: -c is an option of python")
+            && err.contains("tachyon run -- python3 -c pass"),
+        "{err}"
+    );
     // The heatmap is a directory: an existing file at -o is refused before
     // anything runs, and left as it was.
     let host = Dir::on_host("heatmap-file");
@@ -693,6 +711,123 @@ fn bad_arguments_give_one_clear_line() {
     let pid = sleeper.child.id().to_string();
     assert_usage_error(&["attach", "-d", "1", &pid], "not a Python process");
     drop(sleeper);
+}
+
+#[test]
+fn a_target_killed_under_attach_is_said_and_its_profile_kept() {
+    let mut t = idle_target();
+    let host = Dir::on_host("killed");
+    let pid = t.pid().to_string();
+    let out_file = host.outside("prof.txt");
+    let cmd = tachyon_cmd(
+        &[
+            "attach",
+            "--collapsed",
+            "-o",
+            out_file.to_str().unwrap(),
+            &pid,
+        ],
+        &host.outside,
+    );
+    let run = Running::start(cmd);
+    // Let it sample a while, then kill the target. The test is its parent
+    // and does not reap it yet: its exit status is there to be read.
+    std::thread::sleep(Duration::from_millis(700));
+    t.child.kill().unwrap();
+    let out = run.finish(Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("exited")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with(&format!(
+            "tachyon: target process {pid} exited (killed by SIGKILL) after "
+        )),
+        "{err}"
+    );
+    assert!(said[0].ends_with(" s"), "{err}");
+    let profile = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(!profile.trim().is_empty(), "no profile written: {err}");
+    drop(t);
+}
+
+#[test]
+fn a_program_killed_under_run_is_said() {
+    let dir = Dir::in_root(
+        "run-killed",
+        &[(
+            "k.py",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        )],
+    );
+    let cmd = tachyon_run_cmd(
+        &["--collapsed", "-o", "/dev/null"],
+        &dir.inside("k.py"),
+        &dir.outside,
+    );
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l == "tachyon: the program was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn py_spy_spellings_rate_and_pid_are_accepted() {
+    let t = idle_target();
+    let host = Dir::on_host("pyspy");
+    let pid = t.pid().to_string();
+    // `--rate` is --sampling-rate, `--pid PID` the PID: no "similar
+    // argument" error, a profile.
+    for args in [
+        vec![
+            "attach",
+            "--rate",
+            "100",
+            "-d",
+            "0.5",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+            &pid,
+        ],
+        vec![
+            "attach",
+            "--pid",
+            &pid,
+            "-d",
+            "0.5",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+        ],
+        vec!["dump", "--pid", &pid],
+    ] {
+        let out = tachyon(&args, &host.outside, Duration::from_secs(20));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
+        assert!(
+            stderr.is_empty() || !stderr.contains("error"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Both a PID and --pid: one line says they conflict.
+    assert_usage_error(&["attach", "--pid", "1", "2"], "cannot be used with");
+    // The help names the spellings.
+    let out = tachyon(
+        &["attach", "--help"],
+        &host.outside,
+        Duration::from_secs(20),
+    );
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("--rate") && help.contains("--pid <PID>"),
+        "{help}"
+    );
+    drop(t);
 }
 
 #[test]
@@ -890,6 +1025,34 @@ fn browser_opens_the_html_output_once_written() {
     let err = text(&out.stderr);
     assert!(err.contains("no browser to open"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+
+    // No $BROWSER, and xdg-open finds no way to open it (it exits 3, as it
+    // does on a machine without a desktop): said in one line that names the
+    // page to open, the page written all the same.
+    std::fs::remove_file(&page).unwrap();
+    let xdg = bin.join("xdg-open");
+    std::fs::write(
+        &xdg,
+        "#!/bin/sh\necho \"xdg-open: no method available for opening '$1'\" >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = tachyon_run_cmd(
+        &["--flamegraph", "--browser", "-o", page.to_str().unwrap()],
+        &dir.inside("short.py"),
+        &dir.outside,
+    );
+    let path = format!("{}:/bin:/usr/bin", bin.display());
+    cmd.env("PATH", &path).env_remove("BROWSER");
+    let out = Running::start(cmd).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(page.is_file(), "no page written");
+    let err = text(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("could not open a browser"), "{err}");
+    assert!(lines[0].contains("exit status 3"), "{err}");
+    assert!(lines[0].contains(page.to_str().unwrap()), "{err}");
 
     assert_usage_error(&["run", "--collapsed", "--browser", "x.py"], "--browser");
 }

@@ -437,3 +437,52 @@ fn permission_denied_says_what_to_do() {
     );
     println!("{line}");
 }
+
+/// tachyon as root, but without CAP_SYS_PTRACE (setpriv drops it from the
+/// bounding set, so the exec'd tachyon cannot have it).
+fn dump_without_ptrace_rights(pid: i32) -> Output {
+    tachyon(&[pid.to_string()], |cmd| {
+        let prog = cmd.get_program().to_owned();
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+        *cmd = Command::new("/usr/bin/setpriv");
+        cmd.args(["--bounding-set=-sys_ptrace", "--"])
+            .arg(prog)
+            .args(args);
+    })
+}
+
+#[test]
+fn a_refusal_names_its_real_cause_and_blames_seccomp_only_on_evidence() {
+    assert!(
+        nix::unistd::geteuid().is_root() && Path::new("/usr/bin/setpriv").exists(),
+        "the permission check needs root and /usr/bin/setpriv"
+    );
+    // Root without CAP_SYS_PTRACE, a target holding it: the kernel refuses
+    // for the capability, which is what the line must say; tachyon runs
+    // under no seccomp filter here, so seccomp is not blamed.
+    let interp = &sid_interpreters()[4]; // sid 3.15
+    let mut t = spawn(interp, SLEEPER, &[], &[]);
+    t.wait_for("READY ", Duration::from_secs(30));
+    let pid = t.pid();
+    let line = assert_error(
+        &dump_without_ptrace_rights(pid),
+        &[
+            &format!("permission denied reading process {pid}"),
+            "CAP_SYS_PTRACE",
+        ],
+    );
+    assert!(!line.contains("seccomp"), "{line}");
+    // A Python target is not taken for another program.
+    assert!(!line.contains("names no Python"), "{line}");
+    drop(t);
+
+    // The same refusal of a process that is not Python says so too: the
+    // PID may be the wrong one.
+    let mut sleeper = Group::start(Command::new("sleep").arg("30"));
+    sleeper.cleanup.clear();
+    let line = assert_error(
+        &dump_without_ptrace_rights(sleeper.pid()),
+        &["CAP_SYS_PTRACE", "(sleep 30) names no Python"],
+    );
+    assert!(!line.contains("seccomp"), "{line}");
+}

@@ -345,6 +345,87 @@ fn the_view_shows_the_hottest_function_sorts_switches_threads_and_quits() {
     assert!(!s.contains("Interrupted"), "q is no interruption:\n{s}");
 }
 
+/// The percentages of the "Top 3:" line.
+fn top_shares(screen: &str) -> Vec<(String, f64)> {
+    let Some(line) = screen.lines().find_map(|l| l.strip_prefix("Top 3: ")) else {
+        return Vec::new();
+    };
+    line.split(" │ ")
+        .filter_map(|e| {
+            let (name, rest) = e.trim().split_once(". ")?.1.rsplit_once(" (")?;
+            Some((name.to_string(), rest.strip_suffix("%)")?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The percentages of the thread list.
+fn thread_shares(screen: &str) -> Vec<f64> {
+    screen
+        .lines()
+        .filter_map(|l| {
+            l.split_once("% of ")
+                .filter(|(_, after)| after.contains("samples"))
+        })
+        .filter_map(|(before, _)| before.split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn with_all_threads_in_wall_mode_the_shares_add_up_and_a_function_is_listed_once() {
+    let _serial = serial();
+    let dir = RootDir::new(&[("w.py", WORKLOAD)]);
+    let target = python_target(&dir, "120");
+    let t = Tmux::start(&shell_command(&dir, &["--live", "-a"], &target), 160, 45);
+    // Both threads are in every sample: each function's share is of the
+    // two threads' samples, and each thread's too, so neither reads 100%.
+    let s = t.still("the top functions and both threads", |s| {
+        top_shares(s).len() == 3 && thread_shares(s).len() == 2
+    });
+    let top = top_shares(&s);
+    let total: f64 = top.iter().map(|(_, p)| p).sum();
+    assert!(total <= 100.5, "the top shares add up to {total}%:\n{s}");
+    let names: Vec<&str> = top.iter().map(|(n, _)| n.as_str()).collect();
+    let mut unique = names.clone();
+    unique.dedup();
+    assert_eq!(names.len(), unique.len(), "a function twice:\n{s}");
+    let threads = thread_shares(&s);
+    assert!(
+        threads.iter().all(|&p| p < 99.0) && (threads.iter().sum::<f64>() - 100.0).abs() < 0.5,
+        "thread shares {threads:?}:\n{s}"
+    );
+    // 3.15 says whether a thread waits for the GIL.
+    assert!(!s.contains("n/a waiting for GIL"), "{s}");
+    t.keys(&["q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+}
+
+#[test]
+fn on_python_3_12_waiting_for_the_gil_is_not_known_and_says_so() {
+    let _serial = serial();
+    let py312 = common::machine_old_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 12)
+        .expect("pyenv python3.12");
+    // Attached: `run` of a 3.12 is slow to find its interpreter in a
+    // debug build, which this test is not about.
+    let target = common::spawn(&py312, WORKLOAD, &[], &["120"]);
+    let command = format!(
+        "{} attach --live {}; echo TACHYON-EXIT=$?; echo TTY-MODE=$(stty -a | grep -o -- '-\\?icanon'); sleep 600",
+        tachyon_bin().display(),
+        target.pid()
+    );
+    let t = Tmux::start(&command, 160, 45);
+    let s = t.still("the threads line", |s| {
+        s.contains("waiting for GIL") && s.contains("hot_main")
+    });
+    assert!(s.contains("n/a waiting for GIL"), "{s}");
+    t.keys(&["q"]);
+    let (s, code) = after_exit(&t);
+    assert_eq!(code, 0, "{s}");
+    drop(target);
+}
+
 #[test]
 fn the_final_view_stays_after_the_target_exits_and_the_file_is_written() {
     let _serial = serial();

@@ -2,6 +2,7 @@
 //! `python -m profiling.sampling`, so its users feel at home.
 
 mod async_aware;
+pub(crate) mod diagnose;
 mod install;
 mod output;
 mod profile;
@@ -50,8 +51,8 @@ enum Command {
 
 #[derive(Args)]
 struct DumpArgs {
-    /// Process ID of the Python interpreter
-    pid: i32,
+    #[command(flatten)]
+    pid: PidArg,
     /// Dump all threads (default: the main thread only)
     #[arg(short = 'a', long)]
     all_threads: bool,
@@ -82,6 +83,26 @@ struct DumpArgs {
     snapshot: Option<std::path::PathBuf>,
 }
 
+/// The process to read: `PID`, or `--pid PID` as py-spy's users type it.
+#[derive(Args, Debug, Clone)]
+#[group(required = true, multiple = false)]
+pub(crate) struct PidArg {
+    /// Process ID of the Python interpreter (or --pid PID, as py-spy takes it)
+    #[arg(value_name = "PID")]
+    pid: Option<i32>,
+    /// Process ID of the Python interpreter, given as an option (py-spy's
+    /// spelling; the same as PID)
+    #[arg(long = "pid", value_name = "PID")]
+    pid_option: Option<i32>,
+}
+
+impl PidArg {
+    pub(crate) fn get(&self) -> i32 {
+        // clap's group makes exactly one of the two present.
+        self.pid.or(self.pid_option).unwrap_or(0)
+    }
+}
+
 pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
@@ -102,7 +123,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         cpu_status: true,
         opcodes: a.opcodes,
     };
-    let pid = process_id(a.pid);
+    let pid = process_id(a.pid.get());
     // With --snapshot, every range the samples read is kept.
     let proc = LinuxProcess::open(pid)?;
     let rt = tachyon::runtime::locate(&proc)?;
@@ -246,7 +267,8 @@ pub(crate) fn usage_error(sub: &str, msg: &str) -> ! {
 /// before the script. The script's own options come after it, so this is
 /// a typo of ours: report it as clap would, with its suggestion, instead
 /// of taking it for the script's name.
-pub(crate) fn unknown_option(sub: &str, token: &std::ffi::OsStr) -> ! {
+/// `tip`, when given, replaces clap's own tip.
+pub(crate) fn unknown_option(sub: &str, token: &std::ffi::OsStr, tip: Option<&str>) -> ! {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     cmd.build();
@@ -258,10 +280,16 @@ pub(crate) fn unknown_option(sub: &str, token: &std::ffi::OsStr) -> ! {
             // clap's tip to pass the option "as a value" after `--` would
             // make it a command here: leave it out.
             let text = e.render().to_string();
-            let kept: Vec<&str> = text
+            let mut kept: Vec<String> = text
                 .lines()
                 .filter(|l| !l.contains("as a value, use '--"))
+                .map(str::to_owned)
                 .collect();
+            if let Some(tip) = tip {
+                kept.retain(|l| !l.trim_start().starts_with("tip:"));
+                let at = kept.iter().position(|l| l.is_empty()).map_or(1, |i| i + 1);
+                kept.insert(at.min(kept.len()), format!("  tip: {tip}"));
+            }
             tachyon::errln!("{}", kept.join("\n"));
             std::process::exit(2)
         }

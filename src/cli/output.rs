@@ -295,9 +295,10 @@ fn child_path(p: &Path, pid: u32) -> PathBuf {
 
 /// Open `page` in the user's browser: each command of `$BROWSER` (a
 /// `:`-separated list, `%s` standing for the page, else the page appended)
-/// in turn, else `xdg-open`, else `open`. The browser is left running, in
-/// its own process group; when none starts, say so: the file is written
-/// either way.
+/// in turn, else `xdg-open`. The browser is left running, in its own
+/// process group; an opener that exits at once with a failure (`xdg-open`
+/// finding no browser exits 3) counts as none. When none opens the page,
+/// say so in one line with the page's path: the file is written either way.
 fn open_in_browser(page: &Path) {
     let page_str = page.to_string_lossy();
     let mut commands: Vec<Vec<String>> = Vec::new();
@@ -314,29 +315,76 @@ fn open_in_browser(page: &Path) {
             commands.push(words);
         }
     }
-    for opener in ["xdg-open", "open"] {
-        commands.push(vec![opener.to_string(), page_str.to_string()]);
-    }
-    use std::os::unix::process::CommandExt;
+    // (`open` is macOS's; on Linux it is xdg-open or openvt.)
+    commands.push(vec!["xdg-open".to_string(), page_str.to_string()]);
+    let mut failed: Option<String> = None;
     for words in &commands {
-        // In a process group of its own: a signal to tachyon's job (a
-        // `timeout` around it, the shell's job control) is not the
-        // browser's.
-        let started = std::process::Command::new(&words[0])
-            .args(&words[1..])
-            .process_group(0)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        if started.is_ok() {
-            return;
+        match try_opener(words) {
+            Opened::Yes => return,
+            Opened::NotFound => {}
+            Opened::Failed(why) => {
+                failed.get_or_insert(why);
+            }
         }
     }
-    tachyon::errln!(
-        "tachyon: no browser to open {}: set $BROWSER or install xdg-open (the file is written)",
-        page.display()
-    );
+    match failed {
+        Some(why) => tachyon::errln!(
+            "tachyon: could not open a browser ({why}); the file is written: open {} yourself, or set $BROWSER",
+            page.display()
+        ),
+        None => tachyon::errln!(
+            "tachyon: no browser to open {}: set $BROWSER or install xdg-open (the file is written)",
+            page.display()
+        ),
+    }
+}
+
+enum Opened {
+    Yes,
+    NotFound,
+    /// It ran and failed: why, for the message.
+    Failed(String),
+}
+
+/// How long an opener may take to fail. One still running then is taken
+/// for a browser that started (xdg-open can wait for the browser).
+const OPENER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Start one opener command and see whether it fails at once.
+fn try_opener(words: &[String]) -> Opened {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // In a process group of its own: a signal to tachyon's job (a
+    // `timeout` around it, the shell's job control) is not the browser's.
+    let started = std::process::Command::new(&words[0])
+        .args(&words[1..])
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = started else {
+        return Opened::NotFound;
+    };
+    let deadline = std::time::Instant::now() + OPENER_GRACE;
+    while std::time::Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Opened::Yes,
+            Ok(Some(status)) => {
+                let how = match (status.code(), status.signal()) {
+                    (Some(3), _) if words[0] == "xdg-open" => {
+                        "xdg-open found no method to open it: exit status 3".to_string()
+                    }
+                    (Some(code), _) => format!("{} exited with status {code}", words[0]),
+                    (None, Some(sig)) => format!("{} was killed by signal {sig}", words[0]),
+                    _ => format!("{} failed", words[0]),
+                };
+                return Opened::Failed(how);
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(_) => return Opened::Yes,
+        }
+    }
+    Opened::Yes
 }
 
 #[cfg(test)]

@@ -52,7 +52,8 @@ impl From<ModeArg> for Mode {
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Sampling rate: a number with an optional hz, khz (k) or mhz suffix
-    #[arg(short = 'r', long = "sampling-rate", value_name = "RATE", default_value = "1khz",
+    /// (--rate, py-spy's spelling, is the same option)
+    #[arg(short = 'r', long = "sampling-rate", visible_alias = "rate", value_name = "RATE", default_value = "1khz",
           value_parser = sample::parse_rate)]
     rate: Duration,
     /// Stop after this many seconds (fractions allowed); default: until the target exits or Ctrl-C
@@ -152,8 +153,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 pub struct AttachArgs {
     #[command(flatten)]
     sample: SampleArgs,
-    /// Process ID of the Python interpreter
-    pid: i32,
+    #[command(flatten)]
+    pid: super::PidArg,
 }
 
 #[derive(Args, Debug)]
@@ -430,6 +431,7 @@ fn profile(
     next: Option<&NextProcess<'_>>,
     root: Option<i32>,
     tracer: Option<&Follower>,
+    attached: bool,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
     // The output (a file, or the table on stdout), unless --live alone.
@@ -449,6 +451,11 @@ fn profile(
         )?),
         false => None,
     };
+    // What the view reads of the first target's Python: its instructions'
+    // names, whether it reports threads waiting for the GIL.
+    if let Some((_, view)) = &mut live {
+        view.target_version(first.offsets().version);
+    }
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
@@ -517,6 +524,9 @@ fn profile(
             tachyon::errln!("tachyon: {e}");
         }
     }
+    if attached && reason == StopReason::TargetExited {
+        say_target_exited(first_pid, total.duration_s);
+    }
     if reason == StopReason::Interrupted && !user_quit() {
         if signals::received() == Some(nix::sys::signal::Signal::SIGHUP) {
             tachyon::errln!(
@@ -538,6 +548,87 @@ fn profile(
     }
     args.out.open_browser(first_pid as u32);
     Ok(reason)
+}
+
+/// `attach`: the target ended the profile by exiting; say so, with how it
+/// ended when that can still be known (see [`zombie_status`]).
+fn say_target_exited(pid: i32, seconds: f64) {
+    match zombie_status(pid) {
+        Some(status) => tachyon::errln!(
+            "tachyon: target process {pid} exited ({}) after {seconds:.1} s",
+            describe_status(status)
+        ),
+        None => tachyon::errln!("tachyon: target process {pid} exited after {seconds:.1} s"),
+    }
+}
+
+/// `run`: a program killed by a signal says nothing itself; say it (its
+/// exit status, 128 + the signal, is passed on).
+fn say_if_killed(status: std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = status.signal() {
+        let name = signal_name(sig)
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
+        let core = if status.core_dumped() {
+            ", core dumped"
+        } else {
+            ""
+        };
+        tachyon::errln!("tachyon: the program was killed by signal {sig}{name}{core}");
+    }
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    nix::sys::signal::Signal::try_from(sig)
+        .ok()
+        .map(|s| s.as_str())
+}
+
+/// "exit status 3", "killed by SIGKILL".
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => match signal_name(sig) {
+            Some(name) => format!("killed by {name}"),
+            None => format!("killed by signal {sig}"),
+        },
+        _ => "status unknown".into(),
+    }
+}
+
+/// How process `pid`, not our child, ended: known only while it is a
+/// zombie its parent has not reaped, from the `exit_code` field (the 52nd)
+/// of `/proc/PID/stat`. `None` once it is gone: the status is then its
+/// parent's to know, and is not guessed.
+fn zombie_status(pid: i32) -> Option<std::process::ExitStatus> {
+    // Sampling may see the exit (its memory gone) a moment before the
+    // kernel makes the process a zombie: give it that moment.
+    let deadline = std::time::Instant::now() + Duration::from_millis(300);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        if let Some(status) = parse_zombie_status(&stat) {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn parse_zombie_status(stat: &str) -> Option<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    // Fields after the command name, which may hold spaces and ')': the
+    // state is field 3, exit_code field 52.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    if !matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    let raw: i32 = fields.get(52 - 3)?.parse().ok()?;
+    Some(std::process::ExitStatus::from_raw(raw))
 }
 
 /// One line per child profile on standard error: its samples, or why it
@@ -565,15 +656,52 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     a.sample.check_output()?;
     signals::install();
-    let mut unwinder = tachyon::attach(super::process_id(a.pid), a.sample.unwind_options())?;
+    let mut unwinder = tachyon::attach(super::process_id(a.pid.get()), a.sample.unwind_options())?;
     a.sample.enable_async(&mut unwinder)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
     if a.sample.blocking {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
-    profile(unwinder, &a.sample, None, None, None)?;
+    profile(unwinder, &a.sample, None, None, None, true)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Options of python itself, which `tachyon run` does not take before the
+/// script: `run -c CODE` is meant as `run -- python3 -c CODE`.
+const PYTHON_OPTIONS: &[&str] = &[
+    "-c", "-X", "-W", "-O", "-OO", "-u", "-I", "-B", "-E", "-s", "-S", "-P", "-q", "-b", "-bb",
+    "-d", "-i", "-v", "-x",
+];
+
+/// The tip for `run -c pass`: the whole command after `--`.
+fn python_option_tip(python: &std::ffi::OsStr, target: &[OsString]) -> Option<String> {
+    let first = target.first()?.to_str()?;
+    let known = PYTHON_OPTIONS.contains(&first)
+        || ["-c", "-X", "-W"]
+            .iter()
+            .any(|o| first.starts_with(o) && first.len() > 2);
+    if !known {
+        return None;
+    }
+    let quote = |w: &str| -> String {
+        let plain = !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        if plain {
+            w.to_string()
+        } else {
+            format!("'{}'", w.replace('\'', "'\\''"))
+        }
+    };
+    let words: Vec<String> = std::iter::once(python.to_string_lossy().into_owned())
+        .chain(target.iter().map(|w| w.to_string_lossy().into_owned()))
+        .map(|w| quote(&w))
+        .collect();
+    Some(format!(
+        "{first} is an option of python: give the whole command after --: tachyon run -- {}",
+        words.join(" ")
+    ))
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
@@ -618,7 +746,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         };
         // Options after the script are the script's; one before it is ours.
         if first.to_string_lossy().starts_with('-') && first != "-" {
-            super::unknown_option("run", first);
+            let tip = python_option_tip(&a.python, &a.target);
+            super::unknown_option("run", first, tip.as_deref());
         }
         let mut argv = vec![a.python.clone()];
         if a.module {
@@ -667,6 +796,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         command.then_some(&next as &NextProcess<'_>),
         command.then_some(root),
         tracer.as_ref(),
+        false,
     );
     // No process stays traced past the profile; the tracer has the
     // program's exit status if it exited meanwhile (and reaped it).
@@ -686,6 +816,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(file) = program_errors {
         show_program_errors(file);
     }
+    if !ended_by_us {
+        say_if_killed(status);
+    }
     let reason = reason?;
     // The duration was over (or the user quit the live view) and tachyon
     // ended the program: a complete profile, a success (as the reference).
@@ -695,4 +828,25 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         ended_by_us,
         complete,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_tells_how_it_ended() {
+        let tail = |state: &str, code: i32| {
+            let mut f = vec![state.to_string()];
+            f.extend((4..52).map(|_| "0".to_string()));
+            f.push(code.to_string());
+            format!("42 (a) b) {}", f.join(" "))
+        };
+        let killed = parse_zombie_status(&tail("Z", 9)).unwrap();
+        assert_eq!(describe_status(killed), "killed by SIGKILL");
+        let exited = parse_zombie_status(&tail("Z", 3 << 8)).unwrap();
+        assert_eq!(describe_status(exited), "exit status 3");
+        assert!(parse_zombie_status(&tail("S", 9)).is_none());
+        assert!(parse_zombie_status("42 (short) Z 1").is_none());
+    }
 }

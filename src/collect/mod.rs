@@ -78,6 +78,11 @@ pub trait Collector: Send {
     /// Python process, once the first has exited).
     fn target_changed(&mut self, _pid: i32) {}
 
+    /// The samples that follow come from a process running Python
+    /// `version` (told after [`Collector::target_changed`]): the live
+    /// view names its instructions with that version's opcode table.
+    fn target_version(&mut self, _version: crate::offsets::PyVersion) {}
+
     /// In a merged profile (`--subprocesses --merge`), the samples with
     /// `pid` come from the process that runs `command` (its command line,
     /// e.g. `python3 script.py`). Told once per process, before its first

@@ -32,6 +32,12 @@ impl Collector for Tee<'_> {
         }
     }
 
+    fn target_version(&mut self, version: crate::offsets::PyVersion) {
+        for c in &mut self.0 {
+            c.target_version(version);
+        }
+    }
+
     fn process_named(&mut self, pid: u32, command: &str) {
         for c in &mut self.0 {
             c.process_named(pid, command);

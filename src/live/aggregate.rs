@@ -105,6 +105,16 @@ pub struct Pending {
     pub failed: u64,
     /// The process the samples now come from, when it changed.
     pub pid: Option<i32>,
+    /// The instruction a thread's leaf frame was at (`--opcodes`):
+    /// (thread, frame, opcode table of its process, opcode) → samples.
+    /// Counted per sample, not per frame: frames are interned across the
+    /// processes a run follows, where one byte names different
+    /// instructions.
+    pub leaf_ops: HashMap<LeafOp, u64>,
+    /// The Pythons the samples came from since the last merge, each told
+    /// when the process sampled changed: its opcode table, and whether it
+    /// reports threads waiting for the GIL.
+    pub pythons: Vec<PythonInfo>,
     /// The first sample's time, when this batch holds the run's first.
     pub first_sample: Option<Instant>,
 }
@@ -112,6 +122,8 @@ pub struct Pending {
 impl Pending {
     pub fn is_empty(&self) -> bool {
         self.frames.is_empty()
+            && self.leaf_ops.is_empty()
+            && self.pythons.is_empty()
             && self.counts.is_empty()
             && self.threads.is_empty()
             && self.good == 0
@@ -130,6 +142,33 @@ impl Pending {
             }
         };
         &mut self.threads[i].1
+    }
+}
+
+/// A leaf frame's instruction in the samples of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeafOp {
+    pub tid: u64,
+    pub frame: u32,
+    /// Index into [`Aggregate::tables`].
+    pub table: u16,
+    pub op: u8,
+}
+
+/// What the view needs to know of the Python of the process sampled.
+#[derive(Debug, Clone, Copy)]
+pub struct PythonInfo {
+    pub opcodes: Option<&'static OpTable>,
+    /// 3.13+ report a thread waiting for the GIL; 3.11 and 3.12 cannot.
+    pub gil_wait: bool,
+}
+
+impl PythonInfo {
+    pub fn of(major: u8, minor: u8) -> PythonInfo {
+        PythonInfo {
+            opcodes: crate::opcodes::table(major as u32, minor as u32),
+            gil_wait: (major, minor) >= (3, 13),
+        }
     }
 }
 
@@ -159,6 +198,14 @@ pub struct Aggregate {
     pub frame_op: Vec<Option<u8>>,
     /// The target's instruction names, with `--opcodes`.
     pub opcodes: Option<&'static OpTable>,
+    /// The opcode table of each Python the run sampled, in order (the
+    /// first target's first): what [`LeafOp::table`] indexes.
+    pub tables: Vec<Option<&'static OpTable>>,
+    /// Leaf instructions (`--opcodes`), counted per thread.
+    pub leaf_ops: HashMap<LeafOp, u64>,
+    /// The Python sampled now reports threads waiting for the GIL (else
+    /// the view shows n/a, not 0%).
+    pub gil_wait: bool,
     /// The samples are asyncio tasks (`--async-aware`): a task's sample
     /// carries no GIL or exception state of its thread, so the view shows
     /// none rather than every thread "released".
@@ -189,6 +236,9 @@ impl Aggregate {
             frame_key: Vec::new(),
             frame_op: Vec::new(),
             opcodes: None,
+            tables: vec![None],
+            leaf_ops: HashMap::new(),
+            gil_wait: true,
             tasks: false,
             counts: StackCounts::new(),
             threads: Vec::new(),
@@ -206,6 +256,7 @@ impl Aggregate {
     /// Name the frames' instructions with `table` (`--opcodes`).
     pub fn with_opcodes(mut self, table: Option<&'static OpTable>) -> Self {
         self.opcodes = table;
+        self.tables = vec![table];
         self
     }
 
@@ -231,6 +282,14 @@ impl Aggregate {
             self.frame_key.push(k);
         }
         p.ops.clear();
+        // Tables are indexed in the order the collector was told them.
+        for py in p.pythons.drain(..) {
+            self.gil_wait = py.gil_wait;
+            self.tables.push(py.opcodes);
+        }
+        for (k, n) in p.leaf_ops.drain() {
+            *self.leaf_ops.entry(k).or_insert(0) += n;
+        }
         for cell in p.counts.cells() {
             self.counts
                 .add_stack(cell.tid, p.counts.stack(cell.stack), cell.count);
@@ -275,6 +334,7 @@ impl Aggregate {
     /// Forget the counts (the `r` key): frames, rows and thread names stay.
     pub fn reset(&mut self, now: Instant) {
         self.counts = StackCounts::new();
+        self.leaf_ops.clear();
         for t in &mut self.threads {
             t.states = StateCounts::default();
             t.last_sample = 0;

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::model::{FrameKind, FrameTable, RunStats, Sample, StrId};
 use crate::opcodes::OpTable;
 
-use super::aggregate::{Aggregate, Pending, RowKey};
+use super::aggregate::{Aggregate, LeafOp, Pending, PythonInfo, RowKey};
 
 /// How often a batch is offered to the view: well under its redraw period,
 /// so the numbers it draws are fresh.
@@ -58,6 +58,9 @@ pub struct LiveCollector {
     names: Vec<(u64, Option<StrId>)>,
     last_hand_over: Instant,
     started: bool,
+    /// The index of the current process's opcode table in the
+    /// aggregate's `tables` (0: the first target's).
+    table: u16,
 }
 
 impl LiveCollector {
@@ -69,6 +72,7 @@ impl LiveCollector {
             names: Vec::new(),
             last_hand_over: Instant::now(),
             started: false,
+            table: 0,
         }
     }
 
@@ -91,6 +95,11 @@ impl LiveCollector {
             self.pending.ops.push(f.opcode);
         }
         self.frames_seen = self.frames_seen.max(all.len());
+    }
+
+    /// One sample of a thread whose leaf was at an instruction.
+    fn count_leaf_op(&mut self, k: LeafOp) {
+        *self.pending.leaf_ops.entry(k).or_insert(0) += 1;
     }
 
     /// Hand the batch over if it is time and the view is not reading.
@@ -150,6 +159,17 @@ impl Collector for LiveCollector {
             if !t.frames.is_empty() {
                 self.pending.counts.add_stack(t.tid, &t.frames, 1);
             }
+            let leaf = t.frames.first().copied();
+            if let Some((frame, Some(op))) =
+                leaf.map(|f| (f, frames.frames().get(f as usize).and_then(|x| x.opcode)))
+            {
+                self.count_leaf_op(LeafOp {
+                    tid: t.tid,
+                    frame,
+                    table: self.table,
+                    op,
+                });
+            }
         }
         self.offer(now);
     }
@@ -161,6 +181,13 @@ impl Collector for LiveCollector {
 
     fn target_changed(&mut self, pid: i32) {
         self.pending.pid = Some(pid);
+    }
+
+    fn target_version(&mut self, version: crate::offsets::PyVersion) {
+        self.pending
+            .pythons
+            .push(PythonInfo::of(version.major, version.minor));
+        self.table = self.table.saturating_add(1);
     }
 
     /// Nothing to write: the last batch goes to the view for its final

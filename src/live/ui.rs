@@ -557,11 +557,16 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             pct_of(st.gc, st.seen),
         )));
     } else {
+        // 3.11 and 3.12 do not say a thread waits for the GIL: n/a, not 0%.
+        let waiting = if s.gil_wait {
+            format!("{:5.1}%", pct_of(st.waiting, st.seen))
+        } else {
+            "  n/a".to_string()
+        };
         v.push(Line::raw(format!(
-        "Threads: {:5.1}% holding GIL │ {:5.1}% released GIL │ {:5.1}% waiting for GIL │ {:5.1}% in exception │ {:5.1}% in GC",
+        "Threads: {:5.1}% holding GIL │ {:5.1}% released GIL │ {waiting} waiting for GIL │ {:5.1}% in exception │ {:5.1}% in GC",
         pct_of(st.gil, st.seen),
         pct_of(st.seen - st.gil.min(st.seen), st.seen),
-        pct_of(st.waiting, st.seen),
         pct_of(st.exception, st.seen),
         pct_of(st.gc, st.seen),
     )));
@@ -630,10 +635,10 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
                 };
                 let name = t.name.as_deref().unwrap_or("-");
                 let text = format!(
-                    " {mark} {:<10} {:<24} {:5.1}% of samples  {}",
+                    " {mark} {:<10} {:<24} {:5.1}% of thread samples  {}",
                     t.tid,
                     fit(name, 24),
-                    pct_of(t.samples, s.good),
+                    pct_of(t.samples, s.thread_samples),
                     t.state
                 );
                 let style = if ui.opts.thread == Some(t.tid) {
@@ -876,6 +881,8 @@ mod tests {
             good: 3000,
             failed: 0,
             denominator: 3000,
+            thread_samples: 3010,
+            gil_wait: true,
             states: Default::default(),
             tasks: false,
             functions: 1,

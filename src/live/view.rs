@@ -185,8 +185,17 @@ pub struct Snapshot {
     pub elapsed: Duration,
     pub good: u64,
     pub failed: u64,
-    /// What percentages are of: good samples, or the thread's samples.
+    /// What percentages are of: the thread's samples when one is shown;
+    /// for all threads the good samples, or, when several threads were
+    /// sampled at once (`-a`), the thread samples with a stack, so that
+    /// the shares add up to 100% rather than each thread's reading 100%.
     pub denominator: u64,
+    /// The thread list's percentages are of this: the listed threads'
+    /// samples together (each thread's share of them).
+    pub thread_samples: u64,
+    /// The Python sampled reports threads waiting for the GIL (3.13+);
+    /// else the header says n/a.
+    pub gil_wait: bool,
     /// The states of the threads shown.
     pub states: StateCounts,
     /// The samples are asyncio tasks: `states` holds only GC samples.
@@ -197,7 +206,9 @@ pub struct Snapshot {
     pub executing: usize,
     /// Rows that pass the filter.
     pub shown: usize,
-    /// The three rows with the most self samples (after the filter).
+    /// The three functions with the most self samples (after the
+    /// filter), the rows of one function (its lines) together; a name
+    /// that two files define carries its file.
     pub top: Vec<(String, u64)>,
     pub rows: Vec<Row>,
     pub threads: Vec<ThreadRow>,
@@ -334,17 +345,89 @@ pub fn short_file(path: &str) -> &str {
     path
 }
 
-/// A row's instructions, most samples first (then by opcode), named with
-/// `table` (a byte it does not know shows as `<N>`).
-fn op_counts(table: Option<&OpTable>, v: &mut [(u8, u64)]) -> Vec<OpCount> {
-    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    v.iter()
-        .map(|&(op, samples)| OpCount {
-            name: table.map_or_else(|| format!("<{op}>"), |t| t.format(op)),
-            specialised: table.is_some_and(|t| t.base_of(op).is_some()),
-            samples,
+/// The three functions with the most self samples among rows `keep`: the
+/// rows (lines) of one function and file counted together, since a user
+/// asks which function is hot; ties go to the function seen first.
+fn top_functions(agg: &Aggregate, keep: &[usize], self_n: &[u64]) -> Vec<(String, u64)> {
+    let mut by: Vec<(&str, &str, u64, usize)> = Vec::new();
+    for &k in keep.iter().filter(|&&k| self_n[k] > 0) {
+        let key = &agg.keys[k];
+        match by
+            .iter_mut()
+            .find(|(f, file, _, _)| *f == &*key.func && *file == &*key.file)
+        {
+            Some(e) => e.2 += self_n[k],
+            None => by.push((&key.func, &key.file, self_n[k], k)),
+        }
+    }
+    by.sort_by(|a, b| b.2.cmp(&a.2).then(a.3.cmp(&b.3)));
+    by.truncate(3);
+    by.iter()
+        .map(|&(func, file, n, _)| {
+            let twice = by.iter().filter(|e| e.0 == func).count() > 1;
+            let name = if twice {
+                format!("{func} ({})", short_file(file))
+            } else {
+                func.to_string()
+            };
+            (name, n)
         })
         .collect()
+}
+
+/// Each row's leaf instructions (`--opcodes`) in the thread shown (or all):
+/// (the opcode table of the process it was sampled in, opcode) → samples.
+fn leaf_ops_by_row(agg: &Aggregate, opts: &ViewOptions) -> Vec<Vec<(Named, u64)>> {
+    if !opts.opcodes {
+        return Vec::new();
+    }
+    let mut by: HashMap<(u32, u16, u8), u64> = HashMap::new();
+    for (k, &count) in &agg.leaf_ops {
+        if opts.thread.is_some_and(|t| t != k.tid) {
+            continue;
+        }
+        if let Some(&row) = agg.frame_key.get(k.frame as usize) {
+            *by.entry((row, k.table, k.op)).or_insert(0) += count;
+        }
+    }
+    let mut ops_of: Vec<Vec<(Named, u64)>> = vec![Vec::new(); agg.keys.len()];
+    for ((row, table, op), count) in by {
+        let table = agg.tables.get(table as usize).copied().flatten();
+        if let Some(v) = ops_of.get_mut(row as usize) {
+            v.push((Named { table, op }, count));
+        }
+    }
+    ops_of
+}
+
+/// An opcode byte and the table of the Python it was read from.
+#[derive(Debug, Clone, Copy)]
+struct Named {
+    table: Option<&'static OpTable>,
+    op: u8,
+}
+
+/// A row's instructions, most samples first (then by name), each named
+/// with the table of the process it was sampled in (a byte the table does
+/// not know shows as `<N>`); the same instruction from two processes is
+/// one line.
+fn op_counts(v: &mut [(Named, u64)]) -> Vec<OpCount> {
+    let mut out: Vec<OpCount> = Vec::new();
+    for &(n, samples) in v.iter() {
+        let name = n
+            .table
+            .map_or_else(|| format!("<{}>", n.op), |t| t.format(n.op));
+        match out.iter_mut().find(|o| o.name == name) {
+            Some(o) => o.samples += samples,
+            None => out.push(OpCount {
+                name,
+                specialised: n.table.is_some_and(|t| t.base_of(n.op).is_some()),
+                samples,
+            }),
+        }
+    }
+    out.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
+    out
 }
 
 /// Compute the screen for `opts` from `agg` (read under its lock).
@@ -363,8 +446,6 @@ pub fn snapshot(
     // Threads with a stack: one that never had one (a thread state whose
     // OS thread has not started yet) is not listed.
     let mut with_stacks: Vec<u64> = Vec::new();
-    // With opcodes: (row, instruction) → samples as the leaf.
-    let mut leaf_ops: HashMap<(u32, u8), u64> = HashMap::new();
     let mut last_tid = None;
     for (i, cell) in agg.counts.cells().iter().enumerate() {
         if last_tid != Some(cell.tid) && !with_stacks.contains(&cell.tid) {
@@ -378,12 +459,6 @@ pub fn snapshot(
             let Some(&k) = agg.frame_key.get(f as usize) else {
                 continue;
             };
-            if depth == 0
-                && opts.opcodes
-                && let Some(&Some(op)) = agg.frame_op.get(f as usize)
-            {
-                *leaf_ops.entry((k, op)).or_insert(0) += cell.count;
-            }
             let k = k as usize;
             if depth == 0 {
                 self_n[k] += cell.count;
@@ -399,7 +474,7 @@ pub fn snapshot(
         .and_then(|tid| agg.threads.iter().find(|t| t.tid == tid));
     let (denominator, states) = match thread {
         Some(t) => (t.states.seen, t.states),
-        None => (agg.good, agg.states),
+        None => (agg.good.max(agg.counts.total()), agg.states),
     };
     let marks = trends.update((agg.generation, opts.thread), now, denominator, &self_n);
     let needle = opts.filter.as_ref().map(|f| f.to_lowercase());
@@ -421,13 +496,7 @@ pub fn snapshot(
         }
     }
     let shown = keep.len();
-    let mut top: Vec<usize> = keep.iter().copied().filter(|&k| self_n[k] > 0).collect();
-    top.sort_by(|&a, &b| self_n[b].cmp(&self_n[a]).then(a.cmp(&b)));
-    let top = top
-        .iter()
-        .take(3)
-        .map(|&k| (agg.keys[k].func.to_string(), self_n[k]))
-        .collect();
+    let top = top_functions(agg, &keep, &self_n);
     let (first, second) = if opts.sort.cumulative() {
         (&cum_n, &self_n)
     } else {
@@ -439,19 +508,14 @@ pub fn snapshot(
             .then(second[b].cmp(&second[a]))
             .then(a.cmp(&b))
     });
-    let mut ops_of: Vec<Vec<(u8, u64)>> = vec![Vec::new(); if opts.opcodes { n } else { 0 }];
-    for (&(k, op), &count) in &leaf_ops {
-        if let Some(v) = ops_of.get_mut(k as usize) {
-            v.push((op, count));
-        }
-    }
+    let mut ops_of = leaf_ops_by_row(agg, opts);
     let rows = keep
         .iter()
         .take(opts.limit)
         .map(|&k| {
             let key = &agg.keys[k];
             let ops = match ops_of.get_mut(k) {
-                Some(v) => op_counts(agg.opcodes, v),
+                Some(v) => op_counts(v),
                 None => Vec::new(),
             };
             Row {
@@ -466,10 +530,9 @@ pub fn snapshot(
             }
         })
         .collect();
-    let threads = agg
-        .threads
-        .iter()
-        .filter(|t| with_stacks.contains(&t.tid))
+    let listed = || agg.threads.iter().filter(|t| with_stacks.contains(&t.tid));
+    let thread_samples = listed().map(|t| t.states.seen).sum();
+    let threads = listed()
         .map(|t| ThreadRow {
             tid: t.tid,
             name: t.name.clone(),
@@ -497,6 +560,8 @@ pub fn snapshot(
         good: agg.good,
         failed: agg.failed,
         denominator,
+        thread_samples,
+        gil_wait: agg.gil_wait,
         states,
         tasks: agg.tasks,
         functions,
@@ -512,7 +577,7 @@ pub fn snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::aggregate::{Pending, RowKey};
+    use crate::live::aggregate::{LeafOp, Pending, RowKey};
 
     /// Frames 0 `leaf`, 1 `mid`, 2 `main`, 3 `worker`, 4 `other`.
     fn agg() -> Aggregate {
@@ -599,8 +664,10 @@ mod tests {
         );
         assert_eq!((s.functions, s.executing, s.shown), (5, 3, 5));
         assert_eq!(s.top[0], ("leaf".to_string(), 6));
-        assert_eq!(s.denominator, 8);
-        assert!((s.pct(6) - 75.0).abs() < 1e-9);
+        // Two threads sampled at once: of their 12 stacks, not the 8
+        // samples.
+        assert_eq!(s.denominator, 12);
+        assert!((s.pct(6) - 50.0).abs() < 1e-9);
 
         let s = snapshot(&a, &opts(SortBy::CumTime, None, None), now, &mut t);
         assert_eq!(names(&s), ["mid", "main", "leaf", "other", "worker"]);
@@ -702,6 +769,116 @@ mod tests {
         assert!(s.rows.iter().all(|r| r.trend == Trend::Flat));
     }
 
+    /// Count `n` samples of thread `tid` at `frames` in a batch, as the
+    /// collector does: the stack, and its leaf's instruction (the frame's
+    /// opcode) read with opcode table `table`.
+    fn stack(p: &mut Pending, tid: u64, frames: &[u32], n: u64, table: u16) {
+        p.counts.add_stack(tid, frames, n);
+        // Frames of this batch are numbered from 0 (one batch per test).
+        if let Some(Some(op)) = p.ops.get(frames[0] as usize) {
+            let k = LeafOp {
+                tid,
+                frame: frames[0],
+                table,
+                op: *op,
+            };
+            *p.leaf_ops.entry(k).or_insert(0) += n;
+        }
+    }
+
+    #[test]
+    fn instructions_are_named_with_the_table_of_the_process_they_came_from() {
+        // `run` followed from a 3.13 process into a 3.15 one; both ran the
+        // same line at the same byte, interned as one frame: 3.13's and
+        // 3.15's names for that byte differ, and each sample is named with
+        // its own process's.
+        let t13 = crate::opcodes::table(3, 13).unwrap();
+        let t15 = crate::opcodes::table(3, 15).unwrap();
+        let byte = (0..=255u8)
+            .find(|&b| {
+                let (a, b2) = (t13.format(b), t15.format(b));
+                !a.starts_with('<') && !b2.starts_with('<') && a != b2
+            })
+            .expect("a byte the two versions name differently");
+        let mut a = Aggregate::new(1, 1000).with_opcodes(Some(t13));
+        let mut p = Pending::default();
+        p.frames.push(RowKey {
+            func: "hot".into(),
+            file: "w.py".into(),
+            line: 3,
+        });
+        p.ops.push(Some(byte));
+        p.pythons
+            .push(crate::live::aggregate::PythonInfo::of(3, 13));
+        stack(&mut p, 1, &[0], 5, 1);
+        p.pythons
+            .push(crate::live::aggregate::PythonInfo::of(3, 15));
+        stack(&mut p, 1, &[0], 3, 2);
+        p.good = 8;
+        a.merge(&mut p);
+        let mut o = opts(SortBy::SelfSamples, None, None);
+        o.opcodes = true;
+        let s = snapshot(&a, &o, Instant::now(), &mut Trends::default());
+        let got: Vec<(String, u64)> = s.rows[0]
+            .ops
+            .iter()
+            .map(|o| (o.name.clone(), o.samples))
+            .collect();
+        assert_eq!(got, [(t13.format(byte), 5), (t15.format(byte), 3)]);
+        assert!(s.gil_wait, "3.15 reports GIL waits");
+    }
+
+    #[test]
+    fn several_threads_share_the_percentages_and_a_function_is_one_top_entry() {
+        // -a in wall mode: two threads in every one of 10 samples. Thread 1
+        // at two lines of `iterencode`, thread 2 waiting in `wait`.
+        let mut a = Aggregate::new(1, 1000);
+        let mut p = Pending::default();
+        for (f, line) in [("iterencode", 10), ("iterencode", 20), ("wait", 5)] {
+            p.frames.push(RowKey {
+                func: f.into(),
+                file: if f == "wait" {
+                    "threading.py"
+                } else {
+                    "json/encoder.py"
+                }
+                .into(),
+                line,
+            });
+        }
+        p.counts.add_stack(1, &[0], 6);
+        p.counts.add_stack(1, &[1], 4);
+        p.counts.add_stack(2, &[2], 10);
+        for tid in [1, 2] {
+            let d = p.thread(tid);
+            for _ in 0..10 {
+                d.states.add(0, false);
+            }
+            d.last_sample = 10;
+        }
+        p.good = 10;
+        p.pythons
+            .push(crate::live::aggregate::PythonInfo::of(3, 11));
+        a.merge(&mut p);
+        let s = snapshot(
+            &a,
+            &opts(SortBy::SelfSamples, None, None),
+            Instant::now(),
+            &mut Trends::default(),
+        );
+        // Shares of the thread samples: 50% each, not 100% each.
+        assert_eq!(s.denominator, 20);
+        assert_eq!(s.pct(10), 50.0);
+        assert_eq!(s.thread_samples, 20);
+        // `iterencode` once, its two lines together.
+        assert_eq!(
+            s.top,
+            [("iterencode".to_string(), 10), ("wait".to_string(), 10)]
+        );
+        // 3.11 cannot tell a thread waiting for the GIL.
+        assert!(!s.gil_wait);
+    }
+
     #[test]
     fn with_opcodes_a_row_counts_the_instructions_it_was_at_as_the_leaf() {
         let table = crate::opcodes::table(3, 15).unwrap();
@@ -724,12 +901,12 @@ mod tests {
             });
             p.ops.push(o);
         }
-        p.counts.add_stack(1, &[0, 2], 5);
-        p.counts.add_stack(1, &[1, 2], 3);
-        p.counts.add_stack(1, &[3, 2], 2);
+        stack(&mut p, 1, &[0, 2], 5, 0);
+        stack(&mut p, 1, &[1, 2], 3, 0);
+        stack(&mut p, 1, &[3, 2], 2, 0);
         // `hot` below the leaf: its instruction is not counted for it.
-        p.counts.add_stack(1, &[2, 0], 7);
-        p.counts.add_stack(2, &[1, 2], 4);
+        stack(&mut p, 1, &[2, 0], 7, 0);
+        stack(&mut p, 2, &[1, 2], 4, 0);
         p.good = 21;
         a.merge(&mut p);
         assert_eq!(a.frame_op, [Some(add), Some(store), Some(call), None]);
@@ -778,7 +955,7 @@ mod tests {
             line: 1,
         });
         p.ops.push(Some(255));
-        p.counts.add_stack(1, &[0], 1);
+        stack(&mut p, 1, &[0], 1, 0);
         b.merge(&mut p);
         let s = snapshot(&b, &o, now, &mut t);
         assert!(s.rows.is_empty(), "thread 2 has no samples here");

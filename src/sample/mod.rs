@@ -9,7 +9,6 @@
 
 pub mod signals;
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::collect::Collector;
@@ -291,6 +290,7 @@ struct RealtimeStats {
     max_hz: f64,
     sum_hz: f64,
     n: u64,
+    /// The last update was written in place and needs a newline to end it.
     printed: bool,
 }
 
@@ -328,16 +328,12 @@ impl RealtimeStats {
             .is_none_or(|p| now.duration_since(p) >= Duration::from_secs(1));
         if due && self.n >= 2 {
             let mean = self.sum_hz / self.n as f64;
-            let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "\r\x1b[KStats: {mean:.1}Hz ({:.1}µs) Min: {:.1}Hz Max: {:.1}Hz N={total}",
+            self.printed = crate::console::status_line(&format!(
+                "Stats: {mean:.1}Hz ({:.1}µs) Min: {:.1}Hz Max: {:.1}Hz N={total}",
                 1e6 / mean,
                 self.min_hz,
                 self.max_hz
-            );
-            let _ = err.flush();
-            self.printed = true;
+            ));
             self.last_print = Some(now);
             self.min_hz = f64::INFINITY;
             self.max_hz = 0.0;
