@@ -304,6 +304,13 @@ impl ProcessMemory for Relinked<'_> {
     }
 }
 
+/// Whether a failure reading one task's coroutine chain is that task's
+/// alone (odd or torn memory), not the sample's (the process gone, the
+/// sample's read budget spent).
+fn task_local(e: &Error) -> bool {
+    !e.is_fatal() && !matches!(e, Error::ReadBudget { .. })
+}
+
 /// One task as read: where it was found and what it is.
 struct TaskNode {
     addr: u64,
@@ -317,6 +324,9 @@ struct TaskNode {
     key: ThreadKey,
     status: u32,
     interp_id: i64,
+    /// Its coroutine chain could not be read: no stack through it is
+    /// shown (each one left out is counted).
+    broken: bool,
 }
 
 /// The tasks of one sample, in the order found; a task found again
@@ -692,9 +702,17 @@ impl<M: ProcessMemory> Reader<'_, M> {
         self.visit()?;
         let t = self.read_task(addr)?;
         let f0 = graph.frames.len();
+        let mut broken = false;
         if t.is_task && t.coro != 0 {
-            self.coro_chain(t.coro, &mut graph.frames)?;
-            graph.frames[f0..].reverse();
+            match self.coro_chain(t.coro, &mut graph.frames) {
+                Ok(()) => graph.frames[f0..].reverse(),
+                // One task's torn or odd chain costs its own stacks only.
+                Err(e) if task_local(&e) => {
+                    graph.frames.truncate(f0);
+                    broken = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
         let p0 = graph.parents.len();
         self.waiters(&t, &mut graph.parents)?;
@@ -706,6 +724,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
             key,
             status,
             interp_id,
+            broken,
         })
     }
 
@@ -826,6 +845,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             run_outside: Vec::new(),
             run_parents: Vec::new(),
         });
+    }
+
+    /// Async-aware sampling: how many task stacks the last sample left out
+    /// because a task on them could not be read whole.
+    pub fn broken_task_stacks(&self) -> Option<usize> {
+        self.asyncio.as_ref().map(|s| s.broken)
     }
 
     /// Async-aware sampling: per stack of the last sample, the address of
@@ -1006,6 +1031,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     let f0 = graph.frames.len();
                     graph.frames.extend_from_slice(&st.run_frames);
                     node.frames = f0..graph.frames.len();
+                    node.broken = false;
                     st.run_parents.clear();
                     st.run_parents.extend_from_slice(graph.parents_of(&node));
                     graph.insert(node);
@@ -1168,19 +1194,24 @@ impl<M: ProcessMemory> Unwinder<M> {
             return Ok(());
         }
         let task_file = self.table.intern_str("<task>");
+        let mut n_out = 0;
         for i in 0..graph.leaves.len() {
             let leaf = graph.leaves[i];
-            if i == out.threads.len() {
+            if n_out == out.threads.len() {
                 out.threads.push(ThreadSample::default());
             }
-            let ts = &mut out.threads[i];
-            graph.stack(
+            let ts = &mut out.threads[n_out];
+            let whole = graph.stack(
                 leaf,
                 &mut self.table,
                 task_file,
                 self.markers.truncated,
                 &mut ts.frames,
             );
+            if !whole {
+                st.broken += 1;
+                continue;
+            }
             total += ts.frames.len();
             if total > MAX_SAMPLE_FRAMES {
                 return Err(Error::corrupt(format!(
@@ -1194,8 +1225,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             ts.name = None;
             self.name_keys.push(n.key);
             st.leaves.push(n.addr);
+            n_out += 1;
         }
-        out.threads.truncate(graph.leaves.len());
+        out.threads.truncate(n_out);
         Ok(())
     }
 }
@@ -1222,7 +1254,8 @@ impl Graph {
     /// frame, up to a task nobody awaits (or one not read). A task with
     /// several parents is named `"name (N parents)"` and continues to the
     /// lowest-addressed one. At most [`MAX_DEPTH`] frames, the last then
-    /// `truncated`.
+    /// `truncated`. False (the stack not whole) when a task on it is
+    /// broken.
     fn stack(
         &mut self,
         leaf: usize,
@@ -1230,7 +1263,7 @@ impl Graph {
         task_file: StrId,
         truncated: FrameId,
         frames: &mut Vec<FrameId>,
-    ) {
+    ) -> bool {
         frames.clear();
         self.seen.clear();
         let mut cur = Some(leaf);
@@ -1238,6 +1271,10 @@ impl Graph {
             let n = &self.nodes[i];
             if !self.seen.insert(n.addr) || frames.len() > MAX_DEPTH {
                 break;
+            }
+            if n.broken {
+                frames.clear();
+                return false;
             }
             frames.extend_from_slice(&self.frames[n.frames.clone()]);
             let parents = &self.parents[n.parents.clone()];
@@ -1273,6 +1310,7 @@ impl Graph {
             frames.truncate(MAX_DEPTH - 1);
             frames.push(truncated);
         }
+        true
     }
 }
 
@@ -1306,6 +1344,7 @@ mod tests {
             },
             status: 0,
             interp_id: 0,
+            broken: false,
         });
     }
 
@@ -1379,6 +1418,63 @@ mod tests {
             ["<task>:leaf", "<task>:x", "<task>:y"]
         );
         assert_eq!(text(&mut g, 3, &mut t), ["<task>:orphan"]);
+    }
+
+    #[test]
+    fn a_broken_task_costs_only_the_stacks_through_it() {
+        let mut t = FrameTable::new();
+        let mut g = Graph::default();
+        add(&mut g, &mut t, 0x10, "root", &[], &[]);
+        add(&mut g, &mut t, 0x20, "bad", &[0x10], &[]);
+        add(&mut g, &mut t, 0x30, "under-bad", &[0x20], &[]);
+        add(&mut g, &mut t, 0x40, "fine", &[0x10], &[]);
+        g.nodes[1].broken = true;
+        g.find_leaves();
+        assert_eq!(g.leaves, [2, 3]);
+        let trunc = t.synthetic(FrameKind::Native, "<truncated>");
+        let task_file = t.intern_str("<task>");
+        let mut frames = vec![trunc];
+        assert!(!g.stack(2, &mut t, task_file, trunc, &mut frames));
+        assert!(frames.is_empty());
+        assert_eq!(text(&mut g, 3, &mut t), ["<task>:fine", "<task>:root"]);
+    }
+
+    #[test]
+    fn awaitables_are_told_apart_by_their_type_name() {
+        assert_eq!(AwaitKind::from_name(b"coroutine"), AwaitKind::Coroutine);
+        assert_eq!(
+            AwaitKind::from_name(b"async_generator"),
+            AwaitKind::AsyncGen
+        );
+        for n in [&b"async_generator_asend"[..], b"async_generator_athrow"] {
+            assert_eq!(AwaitKind::from_name(n), AwaitKind::AsyncGenAwaitable);
+        }
+        for n in [&b"_asyncio.Future"[..], b"coroutine_wrapper", b""] {
+            assert_eq!(AwaitKind::from_name(n), AwaitKind::Other);
+        }
+    }
+
+    #[test]
+    fn a_relinked_read_changes_only_the_link_word() {
+        let at = 0x10_0000u64;
+        let mem = Fake(vec![(at, vec![0xaa; 64])]);
+        let r = Relinked {
+            inner: &mem,
+            at: at + 8,
+            to: 0x1122_3344_5566_7788,
+        };
+        let mut whole = [0u8; 24];
+        r.read(at, &mut whole).unwrap();
+        assert_eq!(&whole[..8], &[0xaa; 8]);
+        assert_eq!(u64::from_le_bytes(whole[8..16].try_into().unwrap()), r.to);
+        assert_eq!(&whole[16..], &[0xaa; 8]);
+        // A read of part of the word gets that part.
+        let mut part = [0u8; 4];
+        r.read(at + 12, &mut part).unwrap();
+        assert_eq!(part, [0x44, 0x33, 0x22, 0x11]);
+        let mut before = [0u8; 8];
+        r.read(at, &mut before).unwrap();
+        assert_eq!(before, [0xaa; 8]);
     }
 
     #[test]
