@@ -265,9 +265,9 @@ impl<M: ProcessMemory> Grant for Metered<M> {
     }
 }
 
-/// Memory as a running task's walk sees it: the word at `at` (the task
-/// coroutine frame's link to its caller) reads as `to` (the thread's base
-/// frame, or 0), so the walk ends at that frame, wherever its code recurs.
+/// Memory as a running task's walk sees it: the word at `at` (a frame's
+/// link to its caller) reads as `to`, so the walk ends right below the
+/// task coroutine's frame, wherever its code recurs (`at` 0: no change).
 struct Relinked<'a> {
     inner: &'a dyn ProcessMemory,
     at: u64,
@@ -276,6 +276,9 @@ struct Relinked<'a> {
 
 impl Relinked<'_> {
     fn patch(&self, addr: u64, buf: &mut [u8]) {
+        if self.at == 0 {
+            return;
+        }
         let to = self.to.to_le_bytes();
         for (i, b) in to.iter().enumerate() {
             let a = self.at.wrapping_add(i as u64);
@@ -1129,11 +1132,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             0
         };
         let metered = &self.mem;
-        let base = t.base_frame.filter(|&b| b != 0);
+        let (at, to) = self.task_frame_cut(o, task_frame, t.base_frame)?;
         let relinked = Relinked {
             inner: metered,
-            at: task_frame.wrapping_add(o.frame_previous),
-            to: base.unwrap_or(0),
+            at,
+            to,
         };
         let mem: &dyn ProcessMemory = &relinked;
         let granted = &self.chunk_grants;
@@ -1163,6 +1166,33 @@ impl<M: ProcessMemory> Unwinder<M> {
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)
+    }
+
+    /// Where the walk of a running task is cut (see [`Relinked`]): with a
+    /// base frame (3.15), the task frame links to it; without (3.14), the
+    /// entry frame the task frame was called from links to nothing. No
+    /// cut (address 0) when the task frame is not running.
+    fn task_frame_cut(
+        &self,
+        o: &Offsets,
+        task_frame: u64,
+        base: Option<u64>,
+    ) -> Result<(u64, u64)> {
+        let link = task_frame.wrapping_add(o.frame_previous);
+        if let Some(b) = base.filter(|&b| b != 0) {
+            return Ok((link, b));
+        }
+        let caller = self.mem.read_u64(link)? & o.tag_mask;
+        if caller == 0 || !frames::plausible(caller) {
+            return Ok((0, 0));
+        }
+        let mut owner = [0u8; 1];
+        self.mem
+            .read(caller.wrapping_add(o.frame_owner), &mut owner)?;
+        if !o.owners.is_entry(owner[0]) {
+            return Ok((0, 0));
+        }
+        Ok((caller.wrapping_add(o.frame_previous), 0))
     }
 
     /// The generator whose frame runs for a task's coroutine object
