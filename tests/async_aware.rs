@@ -653,3 +653,237 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
         }
     }
 }
+
+/// Async generators and a recursive coroutine, each in a named task
+/// blocked in `asyncio.sleep`: a task whose coroutine is an `anext()`
+/// awaitable, an `async for` over an async generator, an `aclose()` that
+/// awaits in the generator's `finally`, `rec` awaiting itself three deep;
+/// and one running task, a recursive coroutine that loops.
+const AGEN_PY: &str = r#"
+import asyncio
+
+async def agen():
+    await asyncio.sleep(3600)  # agen waits
+    yield 1
+
+async def agen2():
+    await asyncio.sleep(3600)  # agen2 waits
+    yield 2
+
+async def consumer():
+    async for x in agen2():  # consumer iterates
+        pass
+
+async def closer_gen():
+    try:
+        yield 1
+    finally:
+        await asyncio.sleep(3600)  # closer_gen finally waits
+
+async def closer():
+    g = closer_gen()
+    await anext(g)
+    await g.aclose()  # closer closes
+
+async def rec(n):
+    if n == 0:
+        await asyncio.sleep(3600)  # rec bottom waits
+        return
+    await rec(n - 1)  # rec recurses
+
+async def rec_busy(n):
+    if n == 0:
+        while True:
+            sum(range(2000))  # rec_busy spins
+            await asyncio.sleep(0)
+    await rec_busy(n - 1)  # rec_busy recurses
+
+async def main():
+    ts = [
+        asyncio.create_task(anext(agen()), name="anext-task"),
+        asyncio.create_task(consumer(), name="consumer"),
+        asyncio.create_task(closer(), name="closer"),
+        asyncio.create_task(rec(3), name="rec"),
+        asyncio.create_task(rec_busy(3), name="rec-busy"),
+    ]
+    await asyncio.sleep(0.2)
+    print("ready", flush=True)
+    await asyncio.gather(*ts)  # main gathers
+
+asyncio.run(main())
+"#;
+
+/// `target.py:func:N` for the line of [`AGEN_PY`] marked `# mark`.
+fn agen_frame(func: &str, mark: &str) -> String {
+    let n = AGEN_PY
+        .lines()
+        .position(|l| l.ends_with(&format!("# {mark}")))
+        .unwrap_or_else(|| panic!("no line marked {mark:?}"))
+        + 1;
+    format!("target.py:{func}:{n}")
+}
+
+fn start_agen(it: &Interp) -> Target {
+    let mut t = spawn(it, AGEN_PY, &[], &[]);
+    t.wait_for("ready", Duration::from_secs(120));
+    t
+}
+
+/// The blocked tasks' stacks of [`AGEN_PY`] in mode `all`, collapsed
+/// without tids and with the standard library's lines left out.
+fn expected_agen_blocked() -> BTreeSet<String> {
+    let main = format!("<task>:Task-1:0;{}", agen_frame("main", "main gathers"));
+    let sleep = "tasks.py:sleep";
+    let rec = agen_frame("rec", "rec recurses");
+    [
+        format!(
+            "{main};<task>:anext-task:0;{};{sleep}",
+            agen_frame("agen", "agen waits")
+        ),
+        format!(
+            "{main};<task>:consumer:0;{};{};{sleep}",
+            agen_frame("consumer", "consumer iterates"),
+            agen_frame("agen2", "agen2 waits")
+        ),
+        format!(
+            "{main};<task>:closer:0;{};{};{sleep}",
+            agen_frame("closer", "closer closes"),
+            agen_frame("closer_gen", "closer_gen finally waits")
+        ),
+        format!(
+            "{main};<task>:rec:0;{rec};{rec};{rec};{};{sleep}",
+            agen_frame("rec", "rec bottom waits")
+        ),
+    ]
+    .into_iter()
+    .collect()
+}
+
+fn agen_blocked(stacks: &BTreeSet<String>) -> BTreeSet<String> {
+    stacks
+        .iter()
+        .filter(|s| !s.contains("<task>:rec-busy:0"))
+        .map(|s| without_stdlib_lines(strip_tid(s)))
+        .collect()
+}
+
+/// Mode `running`: the spinning task's stacks that show its loop hold all
+/// four `rec_busy` frames and nothing of the event loop below them (with
+/// `every`, each one; else at least one: the reference reads without
+/// checking, and now and then shows a torn stack).
+fn check_agen_running(who: &str, stacks: &BTreeSet<String>, every: bool) {
+    let spin = agen_frame("rec_busy", "rec_busy spins");
+    let rec = agen_frame("rec_busy", "rec_busy recurses");
+    let want = format!(
+        "<task>:Task-1:0;{};<task>:rec-busy:0;{rec};{rec};{rec};{spin}",
+        agen_frame("main", "main gathers")
+    );
+    let spinning: Vec<&str> = stacks
+        .iter()
+        .map(|s| strip_tid(s))
+        .filter(|s| s.contains(&spin))
+        .collect();
+    assert!(
+        !spinning.is_empty(),
+        "{who}: the spinning task never showed its loop:\n{stacks:#?}"
+    );
+    if every {
+        for s in spinning {
+            assert_eq!(s, want, "{who}: the recursive task's running stack");
+        }
+    } else {
+        assert!(
+            spinning.contains(&want.as_str()),
+            "{who}: no running stack of the recursive task is {want:?}:\n{spinning:#?}"
+        );
+    }
+}
+
+#[test]
+fn async_generators_and_recursion_equal_the_references_on_3_15() {
+    let it = interp(15, false);
+    let t = start_agen(&it);
+    let all = ["--async-aware", "--async-mode", "all"];
+    let ours = tachyon_collapsed(&t, &all);
+    let theirs = reference_collapsed(&t, &all);
+    assert_eq!(agen_blocked(&ours), expected_agen_blocked(), "tachyon");
+    assert_eq!(agen_blocked(&theirs), expected_agen_blocked(), "reference");
+    let blocked = |s: &BTreeSet<String>| -> BTreeSet<String> {
+        s.iter()
+            .filter(|x| !x.contains("<task>:rec-busy:0"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(blocked(&ours), blocked(&theirs), "the same run, whole");
+
+    let ours = tachyon_collapsed(&t, &["--async-aware", "--async-mode", "running"]);
+    let theirs = reference_collapsed(&t, &["--async-aware", "--async-mode", "running"]);
+    check_agen_running("tachyon", &ours, true);
+    check_agen_running("reference", &theirs, false);
+}
+
+#[test]
+fn a_dump_with_an_anext_task_shows_every_task_as_the_reference() {
+    let it = interp(15, false);
+    let t = start_agen(&it);
+    let pid = t.pid().to_string();
+    let ours = run_ok(
+        "tachyon dump",
+        Command::new(tachyon_bin())
+            .args(["dump", "--async-aware", &pid])
+            .current_dir("/"),
+    );
+    let theirs = run_ok(
+        "the reference's dump",
+        Command::new("chroot").arg(common::sid_root()).args([
+            "python3.15",
+            "-m",
+            "profiling.sampling",
+            "dump",
+            "--async-aware",
+            &pid,
+        ]),
+    );
+    let ours = dump_sections("tachyon", &ours);
+    let theirs = dump_sections("reference", &theirs);
+    assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
+    let anext = ours
+        .iter()
+        .find(|s| s.1.contains("\"<task>\", in anext-task"))
+        .unwrap_or_else(|| panic!("no anext task:\n{ours:#?}"));
+    let under = anext.1.split_once("in anext-task\n").unwrap().1;
+    let first = under.lines().next().unwrap_or("");
+    assert!(
+        first.contains("target.py\", line") && first.ends_with(", in agen"),
+        "agen's frame is not right under its task:\n{}",
+        anext.1
+    );
+    for (id, lines) in &ours {
+        if lines.contains("\"<task>\", in rec-busy") {
+            continue;
+        }
+        let reference = &theirs
+            .iter()
+            .find(|s| s.0 == *id)
+            .unwrap_or_else(|| panic!("task {id} not in the reference's dump"))
+            .1;
+        assert_eq!(lines, reference, "task {id}");
+    }
+}
+
+#[test]
+fn async_generators_and_recursion_on_3_14_and_the_debug_builds() {
+    for (minor, debug) in [(14, false), (14, true), (15, true)] {
+        let it = interp(minor, debug);
+        let t = start_agen(&it);
+        let all = ["--async-aware", "--async-mode", "all"];
+        assert_eq!(
+            agen_blocked(&tachyon_collapsed(&t, &all)),
+            expected_agen_blocked(),
+            "{}",
+            it.name
+        );
+        let running = tachyon_collapsed(&t, &["--async-aware", "--async-mode", "running"]);
+        check_agen_running(&it.name, &running, true);
+    }
+}

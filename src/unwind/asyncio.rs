@@ -96,6 +96,12 @@ pub struct AsyncState {
     tasks_seen: usize,
     /// Per type address, its flags and whether two reads agreed on them.
     type_flags: HashMap<u64, (u64, bool)>,
+    /// Per type address, what kind of awaitable it is and whether two
+    /// reads of its name agreed (see [`kind_of`]).
+    kinds: HashMap<u64, (AwaitKind, bool)>,
+    /// Stacks left out of the last sample because a task on them could
+    /// not be read whole.
+    broken: usize,
     /// Task names already interned, and the per-sample storage, kept so a
     /// steady sample allocates nothing per task.
     names: Names,
@@ -183,6 +189,131 @@ fn truncated(mut s: String) -> String {
     s
 }
 
+/// What an object in a task's await chain is, told by its type's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AwaitKind {
+    /// `coroutine`: a frame, and what it awaits.
+    Coroutine,
+    /// `generator` (a `types.coroutine` one): a frame; followed only from
+    /// a generator.
+    Generator,
+    /// `async_generator`: a frame, and what it awaits.
+    AsyncGen,
+    /// `async_generator_asend` (`anext()`, `asend()`) or
+    /// `async_generator_athrow` (`athrow()`, `aclose()`): no frame, the
+    /// async generator it drives right after its object head.
+    AsyncGenAwaitable,
+    /// Anything else (a future, an iterator): the chain ends.
+    Other,
+}
+
+impl AwaitKind {
+    fn from_name(name: &[u8]) -> AwaitKind {
+        match name {
+            b"coroutine" => AwaitKind::Coroutine,
+            b"generator" => AwaitKind::Generator,
+            b"async_generator" => AwaitKind::AsyncGen,
+            b"async_generator_asend" | b"async_generator_athrow" => AwaitKind::AsyncGenAwaitable,
+            _ => AwaitKind::Other,
+        }
+    }
+}
+
+/// Longest type name [`kind_of`] reads (the names it knows are shorter).
+const MAX_KIND_NAME: usize = 32;
+
+/// The kind of the type at `ty`, by its `tp_name`. Cached in `kinds` once
+/// two reads agree (a torn read must not stay); a name that cannot be read
+/// is `Other`, not an error: it only ends the chain.
+fn kind_of(
+    meter: &dyn Grant,
+    mem: &dyn ProcessMemory,
+    o: &Offsets,
+    kinds: &mut HashMap<u64, (AwaitKind, bool)>,
+    ty: u64,
+) -> Result<AwaitKind> {
+    let cached = kinds.get(&ty).copied();
+    if let Some((k, true)) = cached {
+        return Ok(k);
+    }
+    if !frames::plausible(ty) {
+        return Ok(AwaitKind::Other);
+    }
+    meter.grant_reads(2, 2 * crate::process::pages::PAGE);
+    let name_ptr = mem.read_u64(ty.wrapping_add(o.type_tp_name))?;
+    let mut name = [0u8; MAX_KIND_NAME];
+    if name_ptr == 0 || mem.read(name_ptr, &mut name).is_err() {
+        return Ok(AwaitKind::Other);
+    }
+    let Some(len) = name.iter().position(|&b| b == 0) else {
+        return Ok(AwaitKind::Other);
+    };
+    let k = AwaitKind::from_name(&name[..len]);
+    let confirmed = cached.is_some_and(|(old, _)| old == k);
+    kinds.insert(ty, (k, confirmed));
+    Ok(k)
+}
+
+/// Granting reads to a sample's budget (a [`Metered`] memory's).
+trait Grant {
+    fn grant_reads(&self, calls: u32, bytes: u64);
+}
+
+impl<M: ProcessMemory> Grant for Metered<M> {
+    fn grant_reads(&self, calls: u32, bytes: u64) {
+        self.grant(calls, bytes);
+    }
+}
+
+/// Memory as a running task's walk sees it: the word at `at` (a frame's
+/// link to its caller) reads as `to`, so the walk ends right below the
+/// task coroutine's frame, wherever its code recurs (`at` 0: no change).
+struct Relinked<'a> {
+    inner: &'a dyn ProcessMemory,
+    at: u64,
+    to: u64,
+}
+
+impl Relinked<'_> {
+    fn patch(&self, addr: u64, buf: &mut [u8]) {
+        if self.at == 0 {
+            return;
+        }
+        let to = self.to.to_le_bytes();
+        for (i, b) in to.iter().enumerate() {
+            let a = self.at.wrapping_add(i as u64);
+            if let Some(off) = a.checked_sub(addr)
+                && let Some(slot) = buf.get_mut(off as usize)
+            {
+                *slot = *b;
+            }
+        }
+    }
+}
+
+impl ProcessMemory for Relinked<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read(addr, buf)?;
+        self.patch(addr, buf);
+        Ok(())
+    }
+
+    fn read_many(&self, reqs: &mut [crate::process::ReadReq<'_>]) -> Result<()> {
+        self.inner.read_many(reqs)?;
+        for r in reqs.iter_mut() {
+            self.patch(r.addr, r.buf);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a failure reading one task's coroutine chain is that task's
+/// alone (odd or torn memory), not the sample's (the process gone, the
+/// sample's read budget spent).
+fn task_local(e: &Error) -> bool {
+    !e.is_fatal() && !matches!(e, Error::ReadBudget { .. })
+}
+
 /// One task as read: where it was found and what it is.
 struct TaskNode {
     addr: u64,
@@ -196,6 +327,9 @@ struct TaskNode {
     key: ThreadKey,
     status: u32,
     interp_id: i64,
+    /// Its coroutine chain could not be read: no stack through it is
+    /// shown (each one left out is counted).
+    broken: bool,
 }
 
 /// The tasks of one sample, in the order found; a task found again
@@ -267,6 +401,7 @@ struct Reader<'a, M: ProcessMemory> {
     /// `tp_flags` of the name objects' types (builtin `int` and `str`,
     /// in practice).
     type_flags: &'a mut HashMap<u64, (u64, bool)>,
+    kinds: &'a mut HashMap<u64, (AwaitKind, bool)>,
     tasks_seen: &'a mut usize,
     names: &'a mut Names,
     scratch: &'a mut Scratch,
@@ -397,60 +532,116 @@ impl<M: ProcessMemory> Reader<'_, M> {
 
     fn coro_chain_with(
         &mut self,
-        mut coro: u64,
+        mut obj: u64,
         out: &mut Vec<FrameId>,
         seen: &mut HashSet<u64>,
         buf: &mut [u8],
     ) -> Result<()> {
-        let (o, a) = (self.o, self.a);
-        while coro != 0 {
-            if seen.len() >= MAX_CORO_DEPTH || !seen.insert(coro) || !frames::plausible(coro) {
+        let o = self.o;
+        // The kind the object at hand must be, when its awaiter told.
+        let mut expect: Option<AwaitKind> = None;
+        while obj != 0 {
+            if seen.len() >= MAX_CORO_DEPTH || !seen.insert(obj) || !frames::plausible(obj) {
                 return Err(Error::corrupt("coroutine chain too long, cyclic or broken"));
             }
             self.meter.grant(READS_PER_CORO, BYTES_PER_CORO);
-            self.mem.read(coro, buf)?;
+            self.mem.read(obj, buf)?;
             let short = || Error::corrupt("short coroutine object");
-            let state = buf.u8_at(a.gen_frame_state).ok_or_else(short)? as i8;
-            if state == a.gen_states.cleared {
-                return Ok(());
+            let ty = buf.u64_at(o.ob_type).ok_or_else(short)?;
+            let kind = match expect {
+                Some(k) => k,
+                None => self.kind(ty)?,
+            };
+            match kind {
+                AwaitKind::Other => return Ok(()),
+                AwaitKind::AsyncGenAwaitable => {
+                    // `anext()`, `asend()`, `athrow()`, `aclose()`: no
+                    // frame of its own; its async generator's comes next.
+                    let agen = self.ptr(buf.u64_at(o.ob_type + 8).ok_or_else(short)?);
+                    if agen == 0 || !frames::plausible(agen) {
+                        return Ok(());
+                    }
+                    let agen_ty = self.mem.read_u64(agen.wrapping_add(o.ob_type))?;
+                    if self.kind(agen_ty)? != AwaitKind::AsyncGen {
+                        return Ok(());
+                    }
+                    expect = Some(AwaitKind::AsyncGen);
+                    obj = agen;
+                    continue;
+                }
+                AwaitKind::Coroutine | AwaitKind::Generator | AwaitKind::AsyncGen => {}
             }
-            let gen_type = buf.u64_at(o.ob_type).ok_or_else(short)?;
-            let f = buf
-                .get(a.gen_iframe as usize..(a.gen_iframe + o.frame_size) as usize)
-                .ok_or_else(short)?;
-            let exe = self.ptr(f.u64_at(o.frame_executable).ok_or_else(short)?);
-            let owner = f.u8_at(o.frame_owner).ok_or_else(short)?;
-            let instr_ptr = f.u64_at(o.frame_instr_ptr).ok_or_else(short)?;
-            let sp = self.ptr(f.u64_at(a.frame_stackpointer).ok_or_else(short)?);
-            if exe == 0 || o.owners.is_entry(owner) || !o.owners.is_code(owner) {
-                // No code to show: the chain ends here.
-                return Ok(());
+            match self.gen_frame(buf, out)? {
+                Some(awaited) => {
+                    obj = awaited;
+                    expect = self.follows(ty, awaited)?;
+                    if expect.is_none() {
+                        return Ok(());
+                    }
+                }
+                None => return Ok(()),
             }
-            out.push(self.frame(exe, instr_ptr)?);
-            if !a.gen_states.yield_from.contains(&state) {
-                return Ok(());
-            }
-            if owner != o.owners.generator {
-                return Err(Error::corrupt(
-                    "a suspended coroutine does not own its frame",
-                ));
-            }
-            if sp == 0 {
-                return Ok(());
-            }
-            // What it awaits sits just below the stack pointer; it continues
-            // the chain only if it is a coroutine of the same type (not a
-            // future or another iterator).
-            let awaited = self.ptr(self.mem.read_u64(sp.wrapping_sub(a.await_below))?);
-            if awaited == 0 || !frames::plausible(awaited) {
-                return Ok(());
-            }
-            if self.mem.read_u64(awaited.wrapping_add(o.ob_type))? != gen_type {
-                return Ok(());
-            }
-            coro = awaited;
         }
         Ok(())
+    }
+
+    /// Push the frame of the generator-like object read into `buf` (a
+    /// coroutine, generator or async generator); what it awaits if it is
+    /// suspended in an `await`/`yield from` (the object just below its
+    /// stack pointer), else `None`.
+    fn gen_frame(&mut self, buf: &[u8], out: &mut Vec<FrameId>) -> Result<Option<u64>> {
+        let (o, a) = (self.o, self.a);
+        let short = || Error::corrupt("short coroutine object");
+        let state = buf.u8_at(a.gen_frame_state).ok_or_else(short)? as i8;
+        if state == a.gen_states.cleared {
+            return Ok(None);
+        }
+        let f = buf
+            .get(a.gen_iframe as usize..(a.gen_iframe + o.frame_size) as usize)
+            .ok_or_else(short)?;
+        let exe = self.ptr(f.u64_at(o.frame_executable).ok_or_else(short)?);
+        let owner = f.u8_at(o.frame_owner).ok_or_else(short)?;
+        let instr_ptr = f.u64_at(o.frame_instr_ptr).ok_or_else(short)?;
+        let sp = self.ptr(f.u64_at(a.frame_stackpointer).ok_or_else(short)?);
+        if exe == 0 || o.owners.is_entry(owner) || !o.owners.is_code(owner) {
+            // No code to show: the chain ends here.
+            return Ok(None);
+        }
+        out.push(self.frame(exe, instr_ptr)?);
+        if !a.gen_states.yield_from.contains(&state) {
+            return Ok(None);
+        }
+        if owner != o.owners.generator {
+            return Err(Error::corrupt(
+                "a suspended coroutine does not own its frame",
+            ));
+        }
+        if sp == 0 {
+            return Ok(None);
+        }
+        let awaited = self.ptr(self.mem.read_u64(sp.wrapping_sub(a.await_below))?);
+        Ok((awaited != 0 && frames::plausible(awaited)).then_some(awaited))
+    }
+
+    /// Whether the chain goes on from an object of type `ty` into the
+    /// object it awaits, and as what: an object of the same type (the
+    /// reference's rule: a coroutine awaiting a coroutine), a coroutine,
+    /// or an async generator's awaitable. Anything else (a future, an
+    /// iterator) ends it.
+    fn follows(&mut self, ty: u64, awaited: u64) -> Result<Option<AwaitKind>> {
+        let awaited_ty = self.mem.read_u64(awaited.wrapping_add(self.o.ob_type))?;
+        let kind = self.kind(awaited_ty)?;
+        let same = awaited_ty == ty && kind != AwaitKind::Other;
+        Ok(match kind {
+            AwaitKind::Coroutine | AwaitKind::AsyncGenAwaitable => Some(kind),
+            _ if same => Some(kind),
+            _ => None,
+        })
+    }
+
+    /// The kind of awaitable type `ty` is (see [`kind_of`]).
+    fn kind(&mut self, ty: u64) -> Result<AwaitKind> {
+        kind_of(self.meter, self.mem, self.o, self.kinds, ty)
     }
 
     /// Push the tasks awaiting a task: one object, or the members of a set.
@@ -514,9 +705,17 @@ impl<M: ProcessMemory> Reader<'_, M> {
         self.visit()?;
         let t = self.read_task(addr)?;
         let f0 = graph.frames.len();
+        let mut broken = false;
         if t.is_task && t.coro != 0 {
-            self.coro_chain(t.coro, &mut graph.frames)?;
-            graph.frames[f0..].reverse();
+            match self.coro_chain(t.coro, &mut graph.frames) {
+                Ok(()) => graph.frames[f0..].reverse(),
+                // One task's torn or odd chain costs its own stacks only.
+                Err(e) if task_local(&e) => {
+                    graph.frames.truncate(f0);
+                    broken = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
         let p0 = graph.parents.len();
         self.waiters(&t, &mut graph.parents)?;
@@ -528,6 +727,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
             key,
             status,
             interp_id,
+            broken,
         })
     }
 
@@ -638,6 +838,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             pages: Pages::default(),
             tasks_seen: 0,
             type_flags: HashMap::new(),
+            kinds: HashMap::new(),
+            broken: 0,
             names: Names::default(),
             scratch: Scratch::default(),
             graph: Graph::default(),
@@ -646,6 +848,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             run_outside: Vec::new(),
             run_parents: Vec::new(),
         });
+    }
+
+    /// Async-aware sampling: how many task stacks the last sample left out
+    /// because a task on them could not be read whole.
+    pub fn broken_task_stacks(&self) -> Option<usize> {
+        self.asyncio.as_ref().map(|s| s.broken)
     }
 
     /// Async-aware sampling: per stack of the last sample, the address of
@@ -690,6 +898,10 @@ impl<M: ProcessMemory> Unwinder<M> {
         if st.type_flags.len() > 64 {
             st.type_flags.clear();
         }
+        if st.kinds.len() > 64 {
+            st.kinds.clear();
+        }
+        st.broken = 0;
         let o = self.runtime.offsets.clone();
         let mut graph = std::mem::take(&mut st.graph);
         graph.clear();
@@ -812,6 +1024,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                         table: &mut self.table,
                         used_codes: &mut self.used_codes,
                         type_flags: &mut st.type_flags,
+                        kinds: &mut st.kinds,
                         tasks_seen: &mut st.tasks_seen,
                         names: &mut st.names,
                         scratch: &mut st.scratch,
@@ -821,6 +1034,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     let f0 = graph.frames.len();
                     graph.frames.extend_from_slice(&st.run_frames);
                     node.frames = f0..graph.frames.len();
+                    node.broken = false;
                     st.run_parents.clear();
                     st.run_parents.extend_from_slice(graph.parents_of(&node));
                     graph.insert(node);
@@ -844,6 +1058,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                         table: &mut self.table,
                         used_codes: &mut self.used_codes,
                         type_flags: &mut st.type_flags,
+                        kinds: &mut st.kinds,
                         tasks_seen: &mut st.tasks_seen,
                         names: &mut st.names,
                         scratch: &mut st.scratch,
@@ -874,6 +1089,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 table: &mut self.table,
                 used_codes: &mut self.used_codes,
                 type_flags: &mut st.type_flags,
+                kinds: &mut st.kinds,
                 tasks_seen: &mut st.tasks_seen,
                 names: &mut st.names,
                 scratch: &mut st.scratch,
@@ -884,8 +1100,11 @@ impl<M: ProcessMemory> Unwinder<M> {
     }
 
     /// The running task's frames, into `st.run_frames`: the thread's stack
-    /// from its current frame down to the frame of the task's coroutine
-    /// (all of it if that frame is not on the stack).
+    /// from its current frame down to the frame of the task's coroutine,
+    /// told by its address (its code can recur above it), or all of it if
+    /// that frame is not on the stack. The walk sees the coroutine's frame
+    /// linked straight to the thread's base frame, so it ends there and
+    /// its end is checked as any thread's.
     #[allow(clippy::too_many_arguments)]
     fn running_task_frames(
         &mut self,
@@ -904,24 +1123,28 @@ impl<M: ProcessMemory> Unwinder<M> {
         if !frames::plausible(coro) {
             return Err(Error::corrupt("running task without a coroutine"));
         }
-        // The coroutine's frame is embedded in it; its code is the frame's
-        // first word.
-        let code = self.mem.read_u64(coro.wrapping_add(a.gen_iframe))? & o.tag_mask;
-        if code == 0 {
-            return Err(Error::corrupt("running task's coroutine has no code"));
-        }
+        let coro = self.driven_generator(st, o, coro)?;
+        // The coroutine's frame is embedded in it.
+        let task_frame = coro.wrapping_add(a.gen_iframe);
         let first = if t.current_frame != 0 {
             t.datastack_chunk
         } else {
             0
         };
-        let mem = &self.mem;
+        let metered = &self.mem;
+        let (at, to) = self.task_frame_cut(o, task_frame, t.base_frame)?;
+        let relinked = Relinked {
+            inner: metered,
+            at,
+            to,
+        };
+        let mem: &dyn ProcessMemory = &relinked;
         let granted = &self.chunk_grants;
-        let grant_chunk = super::chunk_grant(mem, granted);
+        let grant_chunk = super::chunk_grant(metered, granted);
         st.chunks
             .load(mem, first, t.current_frame, o.frame_size, &[], &grant_chunk)?;
-        let grant = |calls, bytes| mem.grant(calls, bytes);
-        let grant_frame = super::frame_grant(mem, &self.frame_grants, o.frame_size);
+        let grant = |calls, bytes| metered.grant(calls, bytes);
+        let grant_frame = super::frame_grant(metered, &self.frame_grants, o.frame_size);
         st.run_frames.clear();
         st.run_outside.clear();
         let mut walk = Walk {
@@ -939,12 +1162,56 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: &mut self.used_codes,
             tstate: (tstate, &st.tstate_buf),
             outside: &mut st.run_outside,
-            stop_at: code,
+            stop_at: 0,
             entry_previous: None,
             tail: None,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)
+    }
+
+    /// Where the walk of a running task is cut (see [`Relinked`]): with a
+    /// base frame (3.15), the task frame links to it; without (3.14), the
+    /// entry frame the task frame was called from links to nothing. No
+    /// cut (address 0) when the task frame is not running.
+    fn task_frame_cut(
+        &self,
+        o: &Offsets,
+        task_frame: u64,
+        base: Option<u64>,
+    ) -> Result<(u64, u64)> {
+        let link = task_frame.wrapping_add(o.frame_previous);
+        if let Some(b) = base.filter(|&b| b != 0) {
+            return Ok((link, b));
+        }
+        let caller = self.mem.read_u64(link)? & o.tag_mask;
+        if caller == 0 || !frames::plausible(caller) {
+            return Ok((0, 0));
+        }
+        let mut owner = [0u8; 1];
+        self.mem
+            .read(caller.wrapping_add(o.frame_owner), &mut owner)?;
+        if !o.owners.is_entry(owner[0]) {
+            return Ok((0, 0));
+        }
+        Ok((caller.wrapping_add(o.frame_previous), 0))
+    }
+
+    /// The generator whose frame runs for a task's coroutine object
+    /// `coro`: itself, or the async generator an `anext()`/`asend()`/
+    /// `athrow()` awaitable drives.
+    fn driven_generator(&mut self, st: &mut AsyncState, o: &Offsets, coro: u64) -> Result<u64> {
+        let ty = self.mem.read_u64(coro.wrapping_add(o.ob_type))?;
+        if kind_of(&self.mem, &self.mem, o, &mut st.kinds, ty)? != AwaitKind::AsyncGenAwaitable {
+            return Ok(coro);
+        }
+        let agen = self.mem.read_u64(coro.wrapping_add(o.ob_type + 8))? & o.tag_mask;
+        if !frames::plausible(agen) {
+            return Err(Error::corrupt(
+                "running task's async generator awaitable is broken",
+            ));
+        }
+        Ok(agen)
     }
 
     /// One stack per leaf task, leaf first, up through its parents, into
@@ -959,19 +1226,24 @@ impl<M: ProcessMemory> Unwinder<M> {
             return Ok(());
         }
         let task_file = self.table.intern_str("<task>");
+        let mut n_out = 0;
         for i in 0..graph.leaves.len() {
             let leaf = graph.leaves[i];
-            if i == out.threads.len() {
+            if n_out == out.threads.len() {
                 out.threads.push(ThreadSample::default());
             }
-            let ts = &mut out.threads[i];
-            graph.stack(
+            let ts = &mut out.threads[n_out];
+            let whole = graph.stack(
                 leaf,
                 &mut self.table,
                 task_file,
                 self.markers.truncated,
                 &mut ts.frames,
             );
+            if !whole {
+                st.broken += 1;
+                continue;
+            }
             total += ts.frames.len();
             if total > MAX_SAMPLE_FRAMES {
                 return Err(Error::corrupt(format!(
@@ -985,8 +1257,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             ts.name = None;
             self.name_keys.push(n.key);
             st.leaves.push(n.addr);
+            n_out += 1;
         }
-        out.threads.truncate(graph.leaves.len());
+        out.threads.truncate(n_out);
         Ok(())
     }
 }
@@ -1013,7 +1286,8 @@ impl Graph {
     /// frame, up to a task nobody awaits (or one not read). A task with
     /// several parents is named `"name (N parents)"` and continues to the
     /// lowest-addressed one. At most [`MAX_DEPTH`] frames, the last then
-    /// `truncated`.
+    /// `truncated`. False (the stack not whole) when a task on it is
+    /// broken.
     fn stack(
         &mut self,
         leaf: usize,
@@ -1021,7 +1295,7 @@ impl Graph {
         task_file: StrId,
         truncated: FrameId,
         frames: &mut Vec<FrameId>,
-    ) {
+    ) -> bool {
         frames.clear();
         self.seen.clear();
         let mut cur = Some(leaf);
@@ -1029,6 +1303,10 @@ impl Graph {
             let n = &self.nodes[i];
             if !self.seen.insert(n.addr) || frames.len() > MAX_DEPTH {
                 break;
+            }
+            if n.broken {
+                frames.clear();
+                return false;
             }
             frames.extend_from_slice(&self.frames[n.frames.clone()]);
             let parents = &self.parents[n.parents.clone()];
@@ -1064,6 +1342,7 @@ impl Graph {
             frames.truncate(MAX_DEPTH - 1);
             frames.push(truncated);
         }
+        true
     }
 }
 
@@ -1097,6 +1376,7 @@ mod tests {
             },
             status: 0,
             interp_id: 0,
+            broken: false,
         });
     }
 
@@ -1170,6 +1450,63 @@ mod tests {
             ["<task>:leaf", "<task>:x", "<task>:y"]
         );
         assert_eq!(text(&mut g, 3, &mut t), ["<task>:orphan"]);
+    }
+
+    #[test]
+    fn a_broken_task_costs_only_the_stacks_through_it() {
+        let mut t = FrameTable::new();
+        let mut g = Graph::default();
+        add(&mut g, &mut t, 0x10, "root", &[], &[]);
+        add(&mut g, &mut t, 0x20, "bad", &[0x10], &[]);
+        add(&mut g, &mut t, 0x30, "under-bad", &[0x20], &[]);
+        add(&mut g, &mut t, 0x40, "fine", &[0x10], &[]);
+        g.nodes[1].broken = true;
+        g.find_leaves();
+        assert_eq!(g.leaves, [2, 3]);
+        let trunc = t.synthetic(FrameKind::Native, "<truncated>");
+        let task_file = t.intern_str("<task>");
+        let mut frames = vec![trunc];
+        assert!(!g.stack(2, &mut t, task_file, trunc, &mut frames));
+        assert!(frames.is_empty());
+        assert_eq!(text(&mut g, 3, &mut t), ["<task>:fine", "<task>:root"]);
+    }
+
+    #[test]
+    fn awaitables_are_told_apart_by_their_type_name() {
+        assert_eq!(AwaitKind::from_name(b"coroutine"), AwaitKind::Coroutine);
+        assert_eq!(
+            AwaitKind::from_name(b"async_generator"),
+            AwaitKind::AsyncGen
+        );
+        for n in [&b"async_generator_asend"[..], b"async_generator_athrow"] {
+            assert_eq!(AwaitKind::from_name(n), AwaitKind::AsyncGenAwaitable);
+        }
+        for n in [&b"_asyncio.Future"[..], b"coroutine_wrapper", b""] {
+            assert_eq!(AwaitKind::from_name(n), AwaitKind::Other);
+        }
+    }
+
+    #[test]
+    fn a_relinked_read_changes_only_the_link_word() {
+        let at = 0x10_0000u64;
+        let mem = Fake(vec![(at, vec![0xaa; 64])]);
+        let r = Relinked {
+            inner: &mem,
+            at: at + 8,
+            to: 0x1122_3344_5566_7788,
+        };
+        let mut whole = [0u8; 24];
+        r.read(at, &mut whole).unwrap();
+        assert_eq!(&whole[..8], &[0xaa; 8]);
+        assert_eq!(u64::from_le_bytes(whole[8..16].try_into().unwrap()), r.to);
+        assert_eq!(&whole[16..], &[0xaa; 8]);
+        // A read of part of the word gets that part.
+        let mut part = [0u8; 4];
+        r.read(at + 12, &mut part).unwrap();
+        assert_eq!(part, [0x44, 0x33, 0x22, 0x11]);
+        let mut before = [0u8; 8];
+        r.read(at, &mut before).unwrap();
+        assert_eq!(before, [0xaa; 8]);
     }
 
     #[test]
