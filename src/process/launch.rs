@@ -20,7 +20,7 @@
 //! [`super::follow`], which starts it the same way (the helper, seizing,
 //! `follow_until_python`) but keeps every process traced afterwards.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -141,33 +141,58 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
     );
     let mut pending: Option<Signal> = None;
     let mut last = None;
+    let mut startup = runtime::Startup::default();
+    let mut syscalls = SyscallWatch::default();
+    // At the exec stop: look.
+    let mut look = true;
+    // Stepped from system call to system call, or (a program that is no
+    // Python, such as the shell script of a pyenv shim) run to its next exec.
+    let mut step = true;
     for _ in 0..50_000 {
-        match runtime::locate(&proc) {
-            Ok(rt) => {
-                let _ = ptrace::detach(pid, pending);
-                return Ok(rt);
+        if look {
+            let found = startup.look(&proc);
+            step = startup.python_seen() || pythonish(&proc);
+            match found {
+                Ok(rt) => {
+                    let _ = ptrace::detach(pid, pending);
+                    return Ok(rt);
+                }
+                Err(
+                    e @ (Error::UnsupportedVersion { .. }
+                    | Error::FreeThreaded { .. }
+                    | Error::InvalidOffsets { .. }
+                    | Error::LayoutMismatch { .. }
+                    | Error::PermissionDenied { .. }),
+                ) => {
+                    let _ = ptrace::detach(pid, pending);
+                    return Err(e);
+                }
+                Err(e) => last = Some(e),
             }
-            Err(
-                e @ (Error::UnsupportedVersion { .. }
-                | Error::FreeThreaded { .. }
-                | Error::InvalidOffsets { .. }
-                | Error::LayoutMismatch { .. }
-                | Error::PermissionDenied { .. }),
-            ) => {
-                let _ = ptrace::detach(pid, pending);
-                return Err(e);
-            }
-            Err(e) => last = Some(e),
         }
         // Step to the next system-call entry or exit (or signal, or exec).
-        if ptrace::syscall(pid, pending.take()).is_err() {
+        let resumed = if step {
+            ptrace::syscall(pid, pending.take())
+        } else {
+            ptrace::cont(pid, pending.take())
+        };
+        if resumed.is_err() {
             break;
         }
+        look = false;
         match waitpid(pid, None) {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => {
                 return Err(Error::ProcessExited { pid: pid.as_raw() });
             }
             Ok(WaitStatus::Stopped(_, sig)) => pending = Some(sig),
+            // The only event asked for: an exec, a new program.
+            Ok(WaitStatus::PtraceEvent(..)) => {
+                startup.exec();
+                look = true;
+            }
+            Ok(WaitStatus::PtraceSyscall(_)) => {
+                look = syscalls.worth_a_look(pid, &startup);
+            }
             Ok(_) => {}
         }
     }
@@ -176,6 +201,88 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
         pid: pid.as_raw(),
         why: "no Python runtime appeared".into(),
     }))
+}
+
+/// Which system-call stops of a stepped process are worth a look for its
+/// runtime. Until it is known to be a Python, only the stops where its
+/// memory map may just have changed (the exit of `mmap`, `mprotect`,
+/// `munmap`, `mremap`): the runtime appears when the loader maps it. Once
+/// it is a Python waiting for its runtime's initialisation, every stop
+/// (that look is one read of its memory). Where the kernel cannot say
+/// which call a stop is (`PTRACE_GET_SYSCALL_INFO`, Linux 5.3), every
+/// stop.
+#[derive(Default)]
+struct SyscallWatch {
+    /// The call the process entered last, not exited yet.
+    entered: HashMap<Pid, u64>,
+}
+
+impl SyscallWatch {
+    fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
+        let entered = self.entered.remove(&pid);
+        if startup.python_seen() {
+            return true;
+        }
+        match syscall_stop(pid) {
+            SyscallStop::Entry(nr) => {
+                self.entered.insert(pid, nr);
+                false
+            }
+            SyscallStop::Exit => entered.is_none_or(changes_maps),
+            SyscallStop::Unknown => true,
+        }
+    }
+
+    fn forget(&mut self, pid: Pid) {
+        self.entered.remove(&pid);
+    }
+}
+
+enum SyscallStop {
+    /// Entering the call of this number.
+    Entry(u64),
+    Exit,
+    Unknown,
+}
+
+/// Which system-call stop `pid` is at.
+fn syscall_stop(pid: Pid) -> SyscallStop {
+    use nix::libc;
+    // SAFETY: a plain C struct, all zeroes is a valid value; the kernel
+    // writes at most `size_of` bytes into it.
+    let mut info: libc::ptrace_syscall_info = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::ptrace_syscall_info>();
+    // SAFETY: the pointer and size describe `info`, which outlives the call.
+    let got = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GET_SYSCALL_INFO,
+            pid.as_raw(),
+            size,
+            &mut info as *mut libc::ptrace_syscall_info,
+        )
+    };
+    if got <= 0 {
+        return SyscallStop::Unknown;
+    }
+    match info.op {
+        // SAFETY: at an entry stop the kernel filled the `entry` member.
+        libc::PTRACE_SYSCALL_INFO_ENTRY => SyscallStop::Entry(unsafe { info.u.entry.nr }),
+        libc::PTRACE_SYSCALL_INFO_EXIT => SyscallStop::Exit,
+        _ => SyscallStop::Unknown,
+    }
+}
+
+/// Whether system call `nr` may change the memory map.
+fn changes_maps(nr: u64) -> bool {
+    use nix::libc;
+    [
+        libc::SYS_mmap,
+        libc::SYS_mprotect,
+        libc::SYS_munmap,
+        libc::SYS_mremap,
+    ]
+    .iter()
+    .any(|&n| n as u64 == nr)
 }
 
 /// Start `argv` (any command) and wait for the first Python process among
@@ -256,6 +363,9 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
     // Processes that exec'd something python-like whose runtime is not
     // mapped yet (a shared build): stepped from system call to system call.
     let mut stepping: Vec<Pid> = Vec::new();
+    // What each stepped process was found to be so far.
+    let mut startups: HashMap<Pid, runtime::Startup> = HashMap::new();
+    let mut syscalls = SyscallWatch::default();
     let resume = |pid: Pid, sig: Option<Signal>, stepping: &[Pid]| {
         let _ = if stepping.contains(&pid) {
             ptrace::syscall(pid, sig)
@@ -272,7 +382,10 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
         match status {
             WaitStatus::PtraceEvent(pid, _, ev) if ev == Event::PTRACE_EVENT_EXEC as i32 => {
                 stepping.retain(|&p| p != pid);
-                match probe(pid) {
+                let startup = startups.entry(pid).or_default();
+                startup.exec();
+                syscalls.forget(pid);
+                match probe(pid, startup) {
                     Probe::Python(rt) => break (pid, *rt),
                     Probe::Maybe => {
                         stepping.push(pid);
@@ -302,14 +415,21 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                 }
                 resume(pid, None, &stepping);
             }
-            WaitStatus::PtraceSyscall(pid) => match probe(pid) {
-                Probe::Python(rt) => break (pid, *rt),
-                Probe::Refused(e) => {
-                    release(&tracees, None);
-                    return Err(e);
+            WaitStatus::PtraceSyscall(pid) => {
+                let startup = startups.entry(pid).or_default();
+                if !syscalls.worth_a_look(pid, startup) {
+                    resume(pid, None, &stepping);
+                    continue;
                 }
-                _ => resume(pid, None, &stepping),
-            },
+                match probe(pid, startup) {
+                    Probe::Python(rt) => break (pid, *rt),
+                    Probe::Refused(e) => {
+                        release(&tracees, None);
+                        return Err(e);
+                    }
+                    _ => resume(pid, None, &stepping),
+                }
+            }
             // A signal for the process: deliver it.
             WaitStatus::Stopped(pid, sig) => {
                 if !tracees.contains(&pid) {
@@ -320,6 +440,8 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
             WaitStatus::Exited(pid, code) => {
                 tracees.retain(|&p| p != pid);
                 stepping.retain(|&p| p != pid);
+                startups.remove(&pid);
+                syscalls.forget(pid);
                 if pid == root {
                     release(&tracees, None);
                     return Err(Error::NoPythonStarted {
@@ -330,6 +452,8 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
             WaitStatus::Signaled(pid, sig, _) => {
                 tracees.retain(|&p| p != pid);
                 stepping.retain(|&p| p != pid);
+                startups.remove(&pid);
+                syscalls.forget(pid);
                 if pid == root {
                     release(&tracees, None);
                     return Err(Error::NoPythonStarted {
@@ -359,25 +483,30 @@ enum Probe {
     Refused(Error),
 }
 
-fn probe(pid: Pid) -> Probe {
+fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
     let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
         return Probe::No;
     };
-    match runtime::locate(&proc) {
+    match startup.look(&proc) {
         Ok(rt) => Probe::Python(Box::new(rt)),
         Err(
             e @ (Error::UnsupportedVersion { .. }
             | Error::FreeThreaded { .. }
             | Error::LayoutMismatch { .. }),
         ) => Probe::Refused(e),
-        Err(_) => {
-            let pythonish = proc.maps().is_ok_and(|m| {
-                m.iter()
-                    .any(|e| e.basename().is_some_and(|b| b.contains("python")))
-            });
-            if pythonish { Probe::Maybe } else { Probe::No }
-        }
+        Err(_) if pythonish(&proc) => Probe::Maybe,
+        Err(_) => Probe::No,
     }
+}
+
+/// Whether `proc` maps a file named like an interpreter (its executable,
+/// or a libpython the loader has mapped): it may become a Python without
+/// another exec.
+fn pythonish(proc: &LinuxProcess) -> bool {
+    proc.maps().is_ok_and(|m| {
+        m.iter()
+            .any(|e| e.basename().is_some_and(|b| b.contains("python")))
+    })
 }
 
 /// Detach from every traced process. `stopped` is already in a ptrace
