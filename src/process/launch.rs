@@ -34,6 +34,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
+use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::runtime::{self, Runtime};
 
@@ -146,15 +147,24 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
     // At the exec stop: look.
     let mut look = true;
     // Stepped from system call to system call, or (a program that is no
-    // Python, such as the shell script of a pyenv shim) run to its next exec.
+    // Python, such as the shell script of a pyenv shim; or a Python whose
+    // runtime's readiness a watchpoint tells) run to its next stop.
     let mut step = true;
+    // The address of the flag a hardware watchpoint is on.
+    let mut watching: Option<u64> = None;
+    let let_go = |pending: Option<Signal>, watching: Option<u64>| {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        let _ = ptrace::detach(pid, pending);
+    };
     for _ in 0..50_000 {
         if look {
             let found = startup.look(&proc);
             step = startup.python_seen() || pythonish(&proc);
             match found {
                 Ok(rt) => {
-                    let _ = ptrace::detach(pid, pending);
+                    let_go(pending, watching);
                     return Ok(rt);
                 }
                 Err(
@@ -164,10 +174,14 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
                     | Error::LayoutMismatch { .. }
                     | Error::PermissionDenied { .. }),
                 ) => {
-                    let _ = ptrace::detach(pid, pending);
+                    let_go(pending, watching);
                     return Err(e);
                 }
                 Err(e) => last = Some(e),
+            }
+            watching = watch_ready_flag(&proc, &startup, watching);
+            if watching.is_some() {
+                step = false;
             }
         }
         // Step to the next system-call entry or exit (or signal, or exec).
@@ -184,10 +198,18 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => {
                 return Err(Error::ProcessExited { pid: pid.as_raw() });
             }
+            // The trap of our watchpoint is no signal for the process.
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP))
+                if watching.is_some() && watchpoint::hit(pid) =>
+            {
+                look = true;
+            }
             Ok(WaitStatus::Stopped(_, sig)) => pending = Some(sig),
-            // The only event asked for: an exec, a new program.
+            // The only event asked for: an exec, a new program (which
+            // has no watchpoints: the kernel drops them at exec).
             Ok(WaitStatus::PtraceEvent(..)) => {
                 startup.exec();
+                watching = None;
                 look = true;
             }
             Ok(WaitStatus::PtraceSyscall(_)) => {
@@ -196,11 +218,123 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
             Ok(_) => {}
         }
     }
-    let _ = ptrace::detach(pid, pending);
+    let_go(pending, watching);
     Err(last.unwrap_or(Error::NotPython {
         pid: pid.as_raw(),
         why: "no Python runtime appeared".into(),
     }))
+}
+
+/// After a look found a 3.11/3.12 runtime not initialised yet: the flag
+/// to watch (already watched, or a watchpoint set on it now), so the
+/// process runs until it writes there instead of stopping at each system
+/// call. `None`: step instead (no address yet; no watchpoint here; or the
+/// flag says ready while the runtime was not, so a write there is no
+/// sign any more).
+fn watch_ready_flag(
+    proc: &LinuxProcess,
+    startup: &runtime::Startup,
+    watching: Option<u64>,
+) -> Option<u64> {
+    let pid = Pid::from_raw(proc.pid());
+    let Some(flag) = startup.ready_flag() else {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        return None;
+    };
+    let mut value = [0u8; 4];
+    let set = proc.read(flag, &mut value).is_ok() && value == [1, 0, 0, 0];
+    if set {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        return None;
+    }
+    if watching == Some(flag) {
+        return watching;
+    }
+    watchpoint::set(pid, flag).then_some(flag)
+}
+
+/// A hardware watchpoint on a 4-byte word of a stopped tracee: it traps
+/// (`SIGTRAP`) right after the tracee writes there. Set in the tracee's
+/// debug registers through ptrace, nothing is written to its memory.
+#[cfg(target_arch = "x86_64")]
+mod watchpoint {
+    use nix::libc;
+    use nix::unistd::Pid;
+
+    /// Where debug register `i` is in the tracee's `struct user`.
+    fn offset(i: usize) -> usize {
+        std::mem::offset_of!(libc::user, u_debugreg) + i * 8
+    }
+
+    fn poke(pid: Pid, i: usize, value: u64) -> bool {
+        // SAFETY: POKEUSER takes plain integers, checked by the kernel.
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKEUSER,
+                pid.as_raw(),
+                offset(i),
+                value as usize,
+            ) == 0
+        }
+    }
+
+    fn peek(pid: Pid, i: usize) -> Option<u64> {
+        // SAFETY: PEEKUSER takes plain integers; errno tells a failure
+        // from a value of -1.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let v = libc::ptrace(libc::PTRACE_PEEKUSER, pid.as_raw(), offset(i), 0usize);
+            (*libc::__errno_location() == 0).then_some(v as u64)
+        }
+    }
+
+    /// DR7: breakpoint 0 enabled (L0), on writes (R/W0 = 01), of 4 bytes
+    /// (LEN0 = 11).
+    const WRITE_4_BYTES: u64 = 1 | (0b01 << 16) | (0b11 << 18);
+
+    pub fn set(pid: Pid, addr: u64) -> bool {
+        if addr % 4 != 0 {
+            return false;
+        }
+        if poke(pid, 0, addr) && poke(pid, 7, WRITE_4_BYTES) {
+            return true;
+        }
+        clear(pid);
+        false
+    }
+
+    /// Whether the tracee stopped for the watchpoint (DR6's B0), which
+    /// is then acknowledged.
+    pub fn hit(pid: Pid) -> bool {
+        let hit = peek(pid, 6).is_some_and(|dr6| dr6 & 1 != 0);
+        if hit {
+            poke(pid, 6, 0);
+        }
+        hit
+    }
+
+    pub fn clear(pid: Pid) {
+        poke(pid, 7, 0);
+        poke(pid, 0, 0);
+        poke(pid, 6, 0);
+    }
+}
+
+/// No watchpoints on other machines: the process is stepped.
+#[cfg(not(target_arch = "x86_64"))]
+mod watchpoint {
+    use nix::unistd::Pid;
+    pub fn set(_: Pid, _: u64) -> bool {
+        false
+    }
+    pub fn hit(_: Pid) -> bool {
+        false
+    }
+    pub fn clear(_: Pid) {}
 }
 
 /// Which system-call stops of a stepped process are worth a look for its

@@ -409,6 +409,14 @@ impl Startup {
         }
     }
 
+    /// Where the 4-byte flag is that a 3.11/3.12 runtime, whose address is
+    /// known, sets to 1 when its initialisation is over (`initialized`,
+    /// 16 bytes into `_PyRuntime`, which [`check_carried`] waits for): a
+    /// write there is the moment to look again.
+    pub fn ready_flag(&self) -> Option<u64> {
+        self.starting.as_ref().map(|rt| rt.address.wrapping_add(16))
+    }
+
     /// Whether the process is a Python whose runtime may become ready at
     /// any instruction (it only waits for its initialisation): then it is
     /// worth a look after every system call, not only after those that
