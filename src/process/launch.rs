@@ -297,7 +297,7 @@ mod watchpoint {
     const WRITE_4_BYTES: u64 = 1 | (0b01 << 16) | (0b11 << 18);
 
     pub fn set(pid: Pid, addr: u64) -> bool {
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return false;
         }
         if poke(pid, 0, addr) && poke(pid, 7, WRITE_4_BYTES) {
