@@ -190,3 +190,37 @@ fn run_of_the_sid_interpreters_stays_cheap() {
         check(&counts, &interp.name);
     }
 }
+
+/// Locating a runtime again in the same process image parses no binary
+/// again: the facts of each image are kept.
+#[test]
+fn a_binary_is_parsed_once_per_image() {
+    use tachyon::process::linux::LinuxProcess;
+    let _one = common::one_at_a_time();
+    let sleeper = "import time\nprint('READY', flush=True)\ntime.sleep(60)\n";
+    for interp in common::machine_old_interpreters()
+        .into_iter()
+        .chain(common::machine_supported_interpreters())
+    {
+        let mut t = common::spawn(&interp, sleeper, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let locate = || {
+            let before = tachyon::runtime::elf_parses();
+            tachyon::runtime::locate(&proc).unwrap_or_else(|e| panic!("{}: {e}", interp.name));
+            tachyon::runtime::elf_parses() - before
+        };
+        // The first look parses each candidate once: the executable, a
+        // libpython, extension modules named `*.cpython-*.so`.
+        let first = locate();
+        assert!(first >= 1, "{}: the first look parsed nothing", interp.name);
+        for _ in 0..4 {
+            let again = locate();
+            assert_eq!(
+                again, 0,
+                "{}: a look at the same images parsed {again} binaries again",
+                interp.name
+            );
+        }
+    }
+}
