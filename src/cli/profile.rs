@@ -723,6 +723,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // clash), a tracer follows every process the program starts.
     let follow = a.sample.subprocesses && !a.sample.blocking;
     let mut tracer: Option<Follower> = None;
+    if a.sample.live {
+        tachyon::live::waiting_for_python();
+    }
     let launched = if command {
         if a.module {
             super::usage_error(

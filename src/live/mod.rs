@@ -41,6 +41,32 @@ pub fn require_terminal() -> Result<()> {
     ))
 }
 
+/// Whether [`waiting_for_python`] left its line on the terminal.
+static WAITING_SHOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Say on the terminal, until the view takes it, that the program is
+/// started and its interpreter not ready yet (`run --live`): the screen is
+/// not left blank while a slow wrapper or interpreter starts.
+pub fn waiting_for_python() {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    if out.is_terminal() && write!(out, "tachyon: waiting for Python to start\r").is_ok() {
+        let _ = out.flush();
+        WAITING_SHOWN.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Take back the line of [`waiting_for_python`], so that it is not left on
+/// the screen the view gives back.
+fn clear_waiting() {
+    use std::io::Write;
+    if WAITING_SHOWN.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        let mut out = std::io::stdout();
+        let _ = write!(out, "\x1b[2K\r");
+        let _ = out.flush();
+    }
+}
+
 /// The view's thread, from the first sample to the last key.
 pub struct LiveSession {
     shared: Arc<Shared>,
@@ -81,6 +107,7 @@ impl LiveSession {
         tasks: bool,
     ) -> Result<(LiveSession, LiveCollector)> {
         require_terminal()?;
+        clear_waiting();
         let shared = Shared::new(pid, interval.as_micros() as u64, opcodes, tasks);
         let for_ui = shared.clone();
         let ui = std::thread::Builder::new()

@@ -20,7 +20,7 @@
 //! [`super::follow`], which starts it the same way (the helper, seizing,
 //! `follow_until_python`) but keeps every process traced afterwards.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -34,6 +34,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
+use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::runtime::{self, Runtime};
 
@@ -141,41 +142,281 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
     );
     let mut pending: Option<Signal> = None;
     let mut last = None;
+    let mut startup = runtime::Startup::default();
+    let mut syscalls = SyscallWatch::default();
+    // At the exec stop: look.
+    let mut look = true;
+    // Stepped from system call to system call, or (a program that is no
+    // Python, such as the shell script of a pyenv shim; or a Python whose
+    // runtime's readiness a watchpoint tells) run to its next stop.
+    let mut step = true;
+    // The address of the flag a hardware watchpoint is on.
+    let mut watching: Option<u64> = None;
+    let let_go = |pending: Option<Signal>, watching: Option<u64>| {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        let _ = ptrace::detach(pid, pending);
+    };
     for _ in 0..50_000 {
-        match runtime::locate(&proc) {
-            Ok(rt) => {
-                let _ = ptrace::detach(pid, pending);
-                return Ok(rt);
+        if look {
+            let found = startup.look(&proc);
+            step = startup.python_seen() || pythonish(&proc);
+            match found {
+                Ok(rt) => {
+                    let_go(pending, watching);
+                    return Ok(rt);
+                }
+                Err(
+                    e @ (Error::UnsupportedVersion { .. }
+                    | Error::FreeThreaded { .. }
+                    | Error::InvalidOffsets { .. }
+                    | Error::LayoutMismatch { .. }
+                    | Error::PermissionDenied { .. }),
+                ) => {
+                    let_go(pending, watching);
+                    return Err(e);
+                }
+                Err(e) => last = Some(e),
             }
-            Err(
-                e @ (Error::UnsupportedVersion { .. }
-                | Error::FreeThreaded { .. }
-                | Error::InvalidOffsets { .. }
-                | Error::LayoutMismatch { .. }
-                | Error::PermissionDenied { .. }),
-            ) => {
-                let _ = ptrace::detach(pid, pending);
-                return Err(e);
+            watching = watch_ready_flag(&proc, &startup, watching);
+            if watching.is_some() {
+                step = false;
             }
-            Err(e) => last = Some(e),
         }
         // Step to the next system-call entry or exit (or signal, or exec).
-        if ptrace::syscall(pid, pending.take()).is_err() {
+        let resumed = if step {
+            ptrace::syscall(pid, pending.take())
+        } else {
+            ptrace::cont(pid, pending.take())
+        };
+        if resumed.is_err() {
             break;
         }
+        look = false;
         match waitpid(pid, None) {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => {
                 return Err(Error::ProcessExited { pid: pid.as_raw() });
             }
+            // The trap of our watchpoint is no signal for the process.
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP))
+                if watching.is_some() && watchpoint::hit(pid) =>
+            {
+                look = true;
+            }
             Ok(WaitStatus::Stopped(_, sig)) => pending = Some(sig),
+            // The only event asked for: an exec, a new program (which
+            // has no watchpoints: the kernel drops them at exec).
+            Ok(WaitStatus::PtraceEvent(..)) => {
+                startup.exec();
+                watching = None;
+                look = true;
+            }
+            Ok(WaitStatus::PtraceSyscall(_)) => {
+                look = syscalls.worth_a_look(pid, &startup);
+            }
             Ok(_) => {}
         }
     }
-    let _ = ptrace::detach(pid, pending);
+    let_go(pending, watching);
     Err(last.unwrap_or(Error::NotPython {
         pid: pid.as_raw(),
         why: "no Python runtime appeared".into(),
     }))
+}
+
+/// After a look found a 3.11/3.12 runtime not initialised yet: the flag
+/// to watch (already watched, or a watchpoint set on it now), so the
+/// process runs until it writes there instead of stopping at each system
+/// call. `None`: step instead (no address yet; no watchpoint here; or the
+/// flag says ready while the runtime was not, so a write there is no
+/// sign any more).
+fn watch_ready_flag(
+    proc: &LinuxProcess,
+    startup: &runtime::Startup,
+    watching: Option<u64>,
+) -> Option<u64> {
+    let pid = Pid::from_raw(proc.pid());
+    let Some(flag) = startup.ready_flag() else {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        return None;
+    };
+    let mut value = [0u8; 4];
+    let set = proc.read(flag, &mut value).is_ok() && value == [1, 0, 0, 0];
+    if set {
+        if watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        return None;
+    }
+    if watching == Some(flag) {
+        return watching;
+    }
+    watchpoint::set(pid, flag).then_some(flag)
+}
+
+/// A hardware watchpoint on a 4-byte word of a stopped tracee: it traps
+/// (`SIGTRAP`) right after the tracee writes there. Set in the tracee's
+/// debug registers through ptrace, nothing is written to its memory.
+#[cfg(target_arch = "x86_64")]
+mod watchpoint {
+    use nix::libc;
+    use nix::unistd::Pid;
+
+    /// Where debug register `i` is in the tracee's `struct user`.
+    fn offset(i: usize) -> usize {
+        std::mem::offset_of!(libc::user, u_debugreg) + i * 8
+    }
+
+    fn poke(pid: Pid, i: usize, value: u64) -> bool {
+        // SAFETY: POKEUSER takes plain integers, checked by the kernel.
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKEUSER,
+                pid.as_raw(),
+                offset(i),
+                value as usize,
+            ) == 0
+        }
+    }
+
+    fn peek(pid: Pid, i: usize) -> Option<u64> {
+        // SAFETY: PEEKUSER takes plain integers; errno tells a failure
+        // from a value of -1.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let v = libc::ptrace(libc::PTRACE_PEEKUSER, pid.as_raw(), offset(i), 0usize);
+            (*libc::__errno_location() == 0).then_some(v as u64)
+        }
+    }
+
+    /// DR7: breakpoint 0 enabled (L0), on writes (R/W0 = 01), of 4 bytes
+    /// (LEN0 = 11).
+    const WRITE_4_BYTES: u64 = 1 | (0b01 << 16) | (0b11 << 18);
+
+    pub fn set(pid: Pid, addr: u64) -> bool {
+        if !addr.is_multiple_of(4) {
+            return false;
+        }
+        if poke(pid, 0, addr) && poke(pid, 7, WRITE_4_BYTES) {
+            return true;
+        }
+        clear(pid);
+        false
+    }
+
+    /// Whether the tracee stopped for the watchpoint (DR6's B0), which
+    /// is then acknowledged.
+    pub fn hit(pid: Pid) -> bool {
+        let hit = peek(pid, 6).is_some_and(|dr6| dr6 & 1 != 0);
+        if hit {
+            poke(pid, 6, 0);
+        }
+        hit
+    }
+
+    pub fn clear(pid: Pid) {
+        poke(pid, 7, 0);
+        poke(pid, 0, 0);
+        poke(pid, 6, 0);
+    }
+}
+
+/// No watchpoints on other machines: the process is stepped.
+#[cfg(not(target_arch = "x86_64"))]
+mod watchpoint {
+    use nix::unistd::Pid;
+    pub fn set(_: Pid, _: u64) -> bool {
+        false
+    }
+    pub fn hit(_: Pid) -> bool {
+        false
+    }
+    pub fn clear(_: Pid) {}
+}
+
+/// Which system-call stops of a stepped process are worth a look for its
+/// runtime. Until it is known to be a Python, only the stops where its
+/// memory map may just have changed (the exit of `mmap`, `mprotect`,
+/// `munmap`, `mremap`): the runtime appears when the loader maps it. Once
+/// it is a Python waiting for its runtime's initialisation, every stop
+/// (that look is one read of its memory). Where the kernel cannot say
+/// which call a stop is (`PTRACE_GET_SYSCALL_INFO`, Linux 5.3), every
+/// stop.
+#[derive(Default)]
+struct SyscallWatch {
+    /// The call the process entered last, not exited yet.
+    entered: HashMap<Pid, u64>,
+}
+
+impl SyscallWatch {
+    fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
+        let entered = self.entered.remove(&pid);
+        if startup.python_seen() {
+            return true;
+        }
+        match syscall_stop(pid) {
+            SyscallStop::Entry(nr) => {
+                self.entered.insert(pid, nr);
+                false
+            }
+            SyscallStop::Exit => entered.is_none_or(changes_maps),
+            SyscallStop::Unknown => true,
+        }
+    }
+
+    fn forget(&mut self, pid: Pid) {
+        self.entered.remove(&pid);
+    }
+}
+
+enum SyscallStop {
+    /// Entering the call of this number.
+    Entry(u64),
+    Exit,
+    Unknown,
+}
+
+/// Which system-call stop `pid` is at.
+fn syscall_stop(pid: Pid) -> SyscallStop {
+    use nix::libc;
+    // SAFETY: a plain C struct, all zeroes is a valid value; the kernel
+    // writes at most `size_of` bytes into it.
+    let mut info: libc::ptrace_syscall_info = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::ptrace_syscall_info>();
+    // SAFETY: the pointer and size describe `info`, which outlives the call.
+    let got = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GET_SYSCALL_INFO,
+            pid.as_raw(),
+            size,
+            &mut info as *mut libc::ptrace_syscall_info,
+        )
+    };
+    if got <= 0 {
+        return SyscallStop::Unknown;
+    }
+    match info.op {
+        // SAFETY: at an entry stop the kernel filled the `entry` member.
+        libc::PTRACE_SYSCALL_INFO_ENTRY => SyscallStop::Entry(unsafe { info.u.entry.nr }),
+        libc::PTRACE_SYSCALL_INFO_EXIT => SyscallStop::Exit,
+        _ => SyscallStop::Unknown,
+    }
+}
+
+/// Whether system call `nr` may change the memory map.
+fn changes_maps(nr: u64) -> bool {
+    use nix::libc;
+    [
+        libc::SYS_mmap,
+        libc::SYS_mprotect,
+        libc::SYS_munmap,
+        libc::SYS_mremap,
+    ]
+    .iter()
+    .any(|&n| n as u64 == nr)
 }
 
 /// Start `argv` (any command) and wait for the first Python process among
@@ -256,6 +497,9 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
     // Processes that exec'd something python-like whose runtime is not
     // mapped yet (a shared build): stepped from system call to system call.
     let mut stepping: Vec<Pid> = Vec::new();
+    // What each stepped process was found to be so far.
+    let mut startups: HashMap<Pid, runtime::Startup> = HashMap::new();
+    let mut syscalls = SyscallWatch::default();
     let resume = |pid: Pid, sig: Option<Signal>, stepping: &[Pid]| {
         let _ = if stepping.contains(&pid) {
             ptrace::syscall(pid, sig)
@@ -272,7 +516,10 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
         match status {
             WaitStatus::PtraceEvent(pid, _, ev) if ev == Event::PTRACE_EVENT_EXEC as i32 => {
                 stepping.retain(|&p| p != pid);
-                match probe(pid) {
+                let startup = startups.entry(pid).or_default();
+                startup.exec();
+                syscalls.forget(pid);
+                match probe(pid, startup) {
                     Probe::Python(rt) => break (pid, *rt),
                     Probe::Maybe => {
                         stepping.push(pid);
@@ -302,14 +549,21 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                 }
                 resume(pid, None, &stepping);
             }
-            WaitStatus::PtraceSyscall(pid) => match probe(pid) {
-                Probe::Python(rt) => break (pid, *rt),
-                Probe::Refused(e) => {
-                    release(&tracees, None);
-                    return Err(e);
+            WaitStatus::PtraceSyscall(pid) => {
+                let startup = startups.entry(pid).or_default();
+                if !syscalls.worth_a_look(pid, startup) {
+                    resume(pid, None, &stepping);
+                    continue;
                 }
-                _ => resume(pid, None, &stepping),
-            },
+                match probe(pid, startup) {
+                    Probe::Python(rt) => break (pid, *rt),
+                    Probe::Refused(e) => {
+                        release(&tracees, None);
+                        return Err(e);
+                    }
+                    _ => resume(pid, None, &stepping),
+                }
+            }
             // A signal for the process: deliver it.
             WaitStatus::Stopped(pid, sig) => {
                 if !tracees.contains(&pid) {
@@ -320,6 +574,8 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
             WaitStatus::Exited(pid, code) => {
                 tracees.retain(|&p| p != pid);
                 stepping.retain(|&p| p != pid);
+                startups.remove(&pid);
+                syscalls.forget(pid);
                 if pid == root {
                     release(&tracees, None);
                     return Err(Error::NoPythonStarted {
@@ -330,6 +586,8 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
             WaitStatus::Signaled(pid, sig, _) => {
                 tracees.retain(|&p| p != pid);
                 stepping.retain(|&p| p != pid);
+                startups.remove(&pid);
+                syscalls.forget(pid);
                 if pid == root {
                     release(&tracees, None);
                     return Err(Error::NoPythonStarted {
@@ -359,25 +617,30 @@ enum Probe {
     Refused(Error),
 }
 
-fn probe(pid: Pid) -> Probe {
+fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
     let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
         return Probe::No;
     };
-    match runtime::locate(&proc) {
+    match startup.look(&proc) {
         Ok(rt) => Probe::Python(Box::new(rt)),
         Err(
             e @ (Error::UnsupportedVersion { .. }
             | Error::FreeThreaded { .. }
             | Error::LayoutMismatch { .. }),
         ) => Probe::Refused(e),
-        Err(_) => {
-            let pythonish = proc.maps().is_ok_and(|m| {
-                m.iter()
-                    .any(|e| e.basename().is_some_and(|b| b.contains("python")))
-            });
-            if pythonish { Probe::Maybe } else { Probe::No }
-        }
+        Err(_) if pythonish(&proc) => Probe::Maybe,
+        Err(_) => Probe::No,
     }
+}
+
+/// Whether `proc` maps a file named like an interpreter (its executable,
+/// or a libpython the loader has mapped): it may become a Python without
+/// another exec.
+fn pythonish(proc: &LinuxProcess) -> bool {
+    proc.maps().is_ok_and(|m| {
+        m.iter()
+            .any(|e| e.basename().is_some_and(|b| b.contains("python")))
+    })
 }
 
 /// Detach from every traced process. `stopped` is already in a ptrace

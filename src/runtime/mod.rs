@@ -12,6 +12,10 @@
 //! work, and through `/proc/PID/map_files` when the file was deleted after
 //! it was mapped.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use goblin::elf::Elf;
 use goblin::elf::program_header::{PF_W, PT_LOAD};
 
@@ -55,6 +59,53 @@ struct ElfFacts {
     /// where `_PyRuntime` lives when neither its symbol nor its section
     /// says where (3.11/3.12).
     writable: Vec<(u64, u64)>,
+}
+
+/// A mapped file image: its path as the target names it, its inode, and
+/// where its start is mapped. A new image of a file (after an exec, or the
+/// file replaced) is a new key.
+type ImageKey = (String, u64, u64);
+
+/// Most images whose facts are kept; past it the cache starts afresh.
+const MAX_CACHED_IMAGES: usize = 256;
+
+/// The ELF facts of every image looked at, for the life of tachyon: a
+/// process that is still starting is looked at after each of its system
+/// calls, and parsing a 30 MB libpython each time made `run` take seconds.
+/// `None`: the file is no ELF file (looked at once too).
+static FACTS: Mutex<Option<HashMap<ImageKey, Option<Arc<ElfFacts>>>>> = Mutex::new(None);
+
+/// How many times an ELF file was parsed (for `--debug`-style accounting
+/// and the tests of the cache).
+static PARSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many ELF files this process has parsed so far.
+pub fn elf_parses() -> u64 {
+    PARSES.load(Ordering::Relaxed)
+}
+
+/// The facts of the file mapped at `m`: parsed once per image, then from
+/// the cache. `Ok(None)`: not an ELF file.
+fn facts_of(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<Arc<ElfFacts>>> {
+    let key = m.path.clone().map(|p| (p, m.inode, m.start));
+    if let Some(key) = &key {
+        let cache = FACTS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(facts) = cache.as_ref().and_then(|c| c.get(key)) {
+            return Ok(facts.clone());
+        }
+    }
+    let file = proc.open_mapped_file(m)?;
+    PARSES.fetch_add(1, Ordering::Relaxed);
+    let facts = elf_facts(&file).map(Arc::new);
+    if let Some(key) = key {
+        let mut cache = FACTS.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = cache.get_or_insert_with(HashMap::new);
+        if cache.len() >= MAX_CACHED_IMAGES {
+            cache.clear();
+        }
+        cache.insert(key, facts.clone());
+    }
+    Ok(facts)
 }
 
 fn elf_facts(file: &std::fs::File) -> Option<ElfFacts> {
@@ -121,8 +172,29 @@ fn candidates(maps: &[MapEntry]) -> Vec<&MapEntry> {
     out
 }
 
+/// What [`locate_or_starting`] found.
+#[derive(Debug)]
+pub enum Found {
+    /// A runtime ready to be read.
+    Ready(Runtime),
+    /// A 3.11/3.12 runtime not initialised yet (the error says so), and
+    /// where it is when that is known: [`check_carried`] on it tells when
+    /// it is ready, without looking at the process's files again. `None`:
+    /// its binary says not where; its data is searched once it is ready.
+    Starting(Option<Runtime>, Error),
+}
+
 /// Locate and validate the runtime of `proc`.
 pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
+    match locate_or_starting(proc)? {
+        Found::Ready(rt) => Ok(rt),
+        Found::Starting(_, e) => Err(e),
+    }
+}
+
+/// Locate and validate the runtime of `proc`; for a 3.11/3.12 process
+/// that has not initialised it yet, where it will be.
+pub fn locate_or_starting(proc: &LinuxProcess) -> Result<Found> {
     let pid = proc.pid();
     let maps = proc.maps()?;
     let cands = candidates(&maps);
@@ -145,17 +217,16 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
     // for a process that has not initialised any runtime yet.
     let mut uninitialised: Option<Runtime> = None;
     let mut not_yet: Option<Error> = None;
+    let mut starting: Option<Runtime> = None;
     for m in &cands {
-        let file = match proc.open_mapped_file(m) {
-            Ok(f) => f,
+        let facts = match facts_of(proc, m) {
+            Ok(Some(f)) => f,
+            Ok(None) => continue,
             Err(e @ Error::PermissionDenied { .. }) => return Err(e),
             Err(e) => {
                 last_err = Some(e);
                 continue;
             }
-        };
-        let Some(facts) = elf_facts(&file) else {
-            continue;
         };
         let bias = m.start.wrapping_sub(facts.first_load_vaddr);
         for link_addr in [facts.section, facts.symbol].into_iter().flatten() {
@@ -168,7 +239,7 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
                     let head =
                         proc.read_u64(addr.wrapping_add(rt.offsets.runtime_interpreters_head))?;
                     if head != 0 {
-                        return Ok(rt);
+                        return Ok(Found::Ready(rt));
                     }
                     uninitialised.get_or_insert(rt);
                     break;
@@ -215,18 +286,33 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             }
         };
         let none = facts.none.map(|n| n.wrapping_add(bias));
-        match carried_runtime(proc, addr, m, none, c, version) {
-            Ok(rt) => return Ok(rt),
+        let rt = match carried_runtime(proc.pid(), addr, m, none, c, version) {
+            Ok(rt) => rt,
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) => {
+                not_yet = Some(e);
+                continue;
+            }
+        };
+        match verify::carried(proc, &rt) {
+            Ok(()) => return Ok(Found::Ready(rt)),
             Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
             // Not initialised yet (or a second, idle copy of libpython).
-            Err(e) => not_yet = Some(e),
+            Err(e) => {
+                if matches!(e, Error::NotPython { .. }) {
+                    starting.get_or_insert(rt);
+                }
+                not_yet = Some(e);
+            }
         }
     }
     if let Some(rt) = uninitialised {
-        return Ok(rt);
+        return Ok(Found::Ready(rt));
     }
-    if let Some(e) = not_yet {
-        return Err(e);
+    match (starting, not_yet) {
+        (rt, Some(e @ Error::NotPython { .. })) => return Ok(Found::Starting(rt, e)),
+        (_, Some(e)) => return Err(e),
+        _ => {}
     }
     if found_version.is_none() {
         // Before 3.11 there is no `Py_Version`: name the version after the
@@ -287,6 +373,57 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
             ),
         },
     })
+}
+
+/// One process looked at again and again while it starts (after each of
+/// its system calls): once its runtime's address is known, only whether
+/// that runtime is initialised yet is read, not its maps or its files.
+#[derive(Debug, Default)]
+pub struct Startup {
+    starting: Option<Runtime>,
+    /// A 3.11/3.12 whose runtime is looked for in its data (no symbol
+    /// says where) and was not found there yet.
+    scanning: bool,
+}
+
+impl Startup {
+    /// The process exec'd: what it ran before says nothing any more.
+    pub fn exec(&mut self) {
+        self.starting = None;
+        self.scanning = false;
+    }
+
+    /// Its runtime, once ready; else why not (as [`locate`]).
+    pub fn look(&mut self, proc: &LinuxProcess) -> Result<Runtime> {
+        if let Some(rt) = &self.starting {
+            verify::carried(proc, rt)?;
+            return Ok(rt.clone());
+        }
+        match locate_or_starting(proc)? {
+            Found::Ready(rt) => Ok(rt),
+            Found::Starting(rt, e) => {
+                self.scanning = rt.is_none();
+                self.starting = rt;
+                Err(e)
+            }
+        }
+    }
+
+    /// Where the 4-byte flag is that a 3.11/3.12 runtime, whose address is
+    /// known, sets to 1 when its initialisation is over (`initialized`,
+    /// 16 bytes into `_PyRuntime`, which [`check_carried`] waits for): a
+    /// write there is the moment to look again.
+    pub fn ready_flag(&self) -> Option<u64> {
+        self.starting.as_ref().map(|rt| rt.address.wrapping_add(16))
+    }
+
+    /// Whether the process is a Python whose runtime may become ready at
+    /// any instruction (it only waits for its initialisation): then it is
+    /// worth a look after every system call, not only after those that
+    /// change its memory map.
+    pub fn python_seen(&self) -> bool {
+        self.starting.is_some() || self.scanning
+    }
 }
 
 /// A process that is exiting (its address space already torn down) or
@@ -424,8 +561,7 @@ pub fn scan_for_runtime(
 /// and sections say: for tests, which check that the scan finds what the
 /// symbol says.
 pub fn scan_mapped_file(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<u64>> {
-    let file = proc.open_mapped_file(m)?;
-    let facts = elf_facts(&file).ok_or_else(|| Error::corrupt("not an ELF file"))?;
+    let facts = facts_of(proc, m)?.ok_or_else(|| Error::corrupt("not an ELF file"))?;
     let bias = m.start.wrapping_sub(facts.first_load_vaddr);
     let v = facts
         .py_version
@@ -462,9 +598,9 @@ fn version_from_name(base: &str) -> Option<PyVersion> {
 }
 
 /// The runtime of a 3.11/3.12 process at `addr`, with the carried layout
-/// `c`, verified on the live process (see [`verify::carried`]).
+/// `c`, not yet verified on the live process (see [`verify::carried`]).
 fn carried_runtime(
-    proc: &LinuxProcess,
+    pid: i32,
     addr: u64,
     m: &MapEntry,
     none_addr: Option<u64>,
@@ -472,7 +608,7 @@ fn carried_runtime(
     version: PyVersion,
 ) -> Result<Runtime> {
     let raw = c.table(version);
-    let offsets = Offsets::from_carried(proc.pid(), &raw)?;
+    let offsets = Offsets::from_carried(pid, &raw)?;
     let rt = Runtime {
         address: addr,
         binary: m.path.clone().unwrap_or_default(),
@@ -480,7 +616,6 @@ fn carried_runtime(
         offsets,
         none_addr,
     };
-    verify::carried(proc, &rt)?;
     Ok(rt)
 }
 
