@@ -1,10 +1,22 @@
-//! Streaming writer: samples are encoded per thread, compressed as they go
-//! and the header is written last, by seeking back to the start.
+//! Streaming writer: samples are encoded per thread and written in blocks;
+//! the final header is written last, by seeking back to the start.
 //!
 //! Memory stays bounded by the number of threads and distinct frames: each
 //! thread keeps its previous stack and at most [`REPEAT_BUFFER`] bytes of
-//! pending REPEAT entries; encoded records pass through a [`FLUSH_SIZE`]
-//! staging buffer into the (compressing) output.
+//! pending REPEAT entries; encoded records gather in a staging buffer.
+//!
+//! A recording survives the writer's death (`kill -9`, a power cut): a
+//! provisional header goes first, and at least every [`CHECKPOINT_EVERY`]
+//! and whenever [`FLUSH_SIZE`] bytes of records are staged, a *block* is
+//! written and flushed to the file: the staged records as one zstd frame,
+//! followed by a zstd skippable frame ([`super::BLOCK_MAGIC`]) holding the
+//! strings, frames and thread names first used in it and the sample and
+//! thread totals so far. Any zstd reader (the reference's too) reads the
+//! frames one after another as one stream and skips the skippable ones, so
+//! a complete file is the reference's format; a file cut anywhere is read
+//! by [`super::reader`] up to its last whole block. `--compression none`
+//! has no place for the blocks' tables: its records are flushed as well,
+//! but a cut file gives none of them back.
 
 use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
@@ -31,6 +43,9 @@ pub const FLUSH_SIZE: usize = 512 * 1024;
 pub const IDLE_THREAD_US: u64 = 10_000_000;
 /// Threads looked at for [`IDLE_THREAD_US`] per sample written.
 const IDLE_CHECKS: usize = 4;
+/// A block is written at least this often while samples come: what a
+/// killed recording loses.
+pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What goes into the header besides the counts.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,11 +103,17 @@ struct ThreadState {
     /// The thread's latest name (and its id in the caller's table).
     name_id: Option<StrId>,
     name: Option<Box<str>>,
+    /// The name changed since the last block.
+    name_dirty: bool,
 }
 
 enum Sink<W: Write> {
     Raw(W),
-    Zstd(zstd::stream::write::Encoder<'static, W>),
+    /// Each block one zstd frame (and a skippable frame after it).
+    Zstd {
+        out: W,
+        z: Box<zstd::bulk::Compressor<'static>>,
+    },
     /// Finished, or poisoned by an error.
     Done,
 }
@@ -121,6 +142,11 @@ pub struct BinaryWriter<W: Write + Seek> {
     idle_cursor: usize,
     /// The first write error; later calls do nothing and `finish` reports it.
     failed: Option<std::io::Error>,
+    /// Strings and frames already in a block's table.
+    strings_in_blocks: usize,
+    frames_in_blocks: usize,
+    blocks: u64,
+    last_checkpoint: std::time::Instant,
 }
 
 impl<W: Write + Seek> BinaryWriter<W> {
@@ -128,13 +154,22 @@ impl<W: Write + Seek> BinaryWriter<W> {
     /// the output in error messages.
     pub fn new(mut out: W, name: String, opts: WriterOptions) -> Result<Self> {
         let io = |e| Error::io(format!("cannot write {name}"), e);
-        out.write_all(&[0u8; HEADER_SIZE as usize]).map_err(io)?;
+        // Provisional: no tables yet (offset 0), no counts.
+        out.write_all(&header(&opts, 0, 0, 0, 0)).map_err(io)?;
+        out.flush().map_err(io)?;
         let sink = match opts.compression {
             Compression::None => Sink::Raw(out),
             Compression::Zstd => {
-                let mut enc = zstd::stream::write::Encoder::new(out, opts.level).map_err(io)?;
-                enc.window_log(ZSTD_WINDOW_LOG).map_err(io)?;
-                Sink::Zstd(enc)
+                use zstd::zstd_safe::CParameter;
+                let mut z = zstd::bulk::Compressor::new(opts.level).map_err(io)?;
+                z.set_parameter(CParameter::WindowLog(ZSTD_WINDOW_LOG))
+                    .map_err(io)?;
+                // A torn block is told from a whole one.
+                z.set_parameter(CParameter::ChecksumFlag(true)).map_err(io)?;
+                Sink::Zstd {
+                    out,
+                    z: Box::new(z),
+                }
             }
         };
         Ok(BinaryWriter {
@@ -156,6 +191,10 @@ impl<W: Write + Seek> BinaryWriter<W> {
             stack: Vec::new(),
             idle_cursor: 0,
             failed: None,
+            strings_in_blocks: 0,
+            frames_in_blocks: 0,
+            blocks: 0,
+            last_checkpoint: std::time::Instant::now(),
         })
     }
 
@@ -211,13 +250,87 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 if th.name_id != Some(n) {
                     th.name_id = Some(n);
                     th.name = Some(table.str(n).into());
+                    th.name_dirty = true;
                 }
             }
         }
         self.release_idle(sample.timestamp_us);
-        if self.staging.len() >= FLUSH_SIZE {
-            self.flush_staging();
+        if self.staging.len() >= FLUSH_SIZE || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+        {
+            self.checkpoint();
         }
+    }
+
+    /// Write every sample so far to the file as a block and flush it: a
+    /// reader of the file, even if the writer dies now, gets them all.
+    /// Called by itself at least every [`CHECKPOINT_EVERY`].
+    pub fn checkpoint(&mut self) {
+        self.last_checkpoint = std::time::Instant::now();
+        if self.failed.is_some() {
+            return;
+        }
+        for th in &mut self.threads {
+            flush_repeat(th, &mut self.staging, &mut self.enc);
+        }
+        if self.staging.is_empty() {
+            return;
+        }
+        let block = match self.sink {
+            Sink::Zstd { .. } => self.block_table(),
+            _ => Vec::new(),
+        };
+        let r = match &mut self.sink {
+            Sink::Raw(w) => w.write_all(&self.staging).and_then(|()| w.flush()),
+            Sink::Zstd { out, z } => {
+                z.compress(&self.staging).and_then(|frame| {
+                    out.write_all(&frame)?;
+                    out.write_all(&block)?;
+                    out.flush()
+                })
+            }
+            Sink::Done => Ok(()),
+        };
+        self.staging.clear();
+        self.blocks += 1;
+        self.strings_in_blocks = self.strings.len();
+        self.frames_in_blocks = self.frames.len();
+        for th in &mut self.threads {
+            th.name_dirty = false;
+        }
+        if let Err(e) = r {
+            self.fail(e);
+        }
+    }
+
+    /// The skippable frame after a block: what the block's records need
+    /// that no earlier block gave (see [`super::BlockTable`]).
+    fn block_table(&self) -> Vec<u8> {
+        let mut strings = Vec::new();
+        for s in &self.strings[self.strings_in_blocks..] {
+            put_string(&mut strings, s);
+        }
+        let mut frames = Vec::new();
+        for f in &self.frames[self.frames_in_blocks..] {
+            put_frame(&mut frames, f);
+        }
+        let mut names = Vec::new();
+        let mut n_names = 0u32;
+        for th in self.threads.iter().filter(|t| t.name_dirty) {
+            if let Some(name) = &th.name {
+                put_string(&mut names, &super::thread_name_record(th.tid, th.iid, name));
+                n_names += 1;
+            }
+        }
+        super::BlockTable {
+            samples_total: self.sample_count,
+            threads_total: self.threads.len() as u32,
+            first_string: self.strings_in_blocks as u32,
+            first_frame: self.frames_in_blocks as u32,
+            strings: (self.strings.len() - self.strings_in_blocks) as u32,
+            frames: (self.frames.len() - self.frames_in_blocks) as u32,
+            names: n_names,
+        }
+        .encode(&strings, &frames, &names)
     }
 
     /// Give back the memory of a few threads not sampled for
@@ -254,6 +367,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 released: false,
                 name_id: None,
                 name: None,
+                name_dirty: false,
             });
             self.threads.len() - 1
         });
@@ -385,21 +499,6 @@ impl<W: Write + Seek> BinaryWriter<W> {
         idx
     }
 
-    fn flush_staging(&mut self) {
-        if self.staging.is_empty() {
-            return;
-        }
-        let r = match &mut self.sink {
-            Sink::Raw(w) => w.write_all(&self.staging),
-            Sink::Zstd(z) => z.write_all(&self.staging),
-            Sink::Done => Ok(()),
-        };
-        self.staging.clear();
-        if let Err(e) = r {
-            self.fail(e);
-        }
-    }
-
     fn fail(&mut self, e: std::io::Error) {
         if self.failed.is_none() {
             self.failed = Some(e);
@@ -416,10 +515,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
     /// Write the pending repeats, the tables, the trailer, the footer and
     /// the header; return the output.
     pub fn finish(mut self) -> Result<W> {
-        for th in &mut self.threads {
-            flush_repeat(th, &mut self.staging, &mut self.enc);
-        }
-        self.flush_staging();
+        self.checkpoint();
         if let Some(e) = self.failed.take() {
             return Err(Error::io(format!("cannot write {}", self.name), e));
         }
@@ -427,7 +523,15 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let io = |e| Error::io(format!("cannot write {name}"), e);
         let mut out = match std::mem::replace(&mut self.sink, Sink::Done) {
             Sink::Raw(w) => w,
-            Sink::Zstd(z) => z.finish().map_err(io)?,
+            Sink::Zstd { mut out, .. } => {
+                if self.blocks == 0 {
+                    // No samples: one empty frame of unknown size, which
+                    // the reference's reader takes for empty data.
+                    let empty = zstd::stream::encode_all(&[][..], self.opts.level).map_err(io)?;
+                    out.write_all(&empty).map_err(io)?;
+                }
+                out
+            }
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
         let string_off = out.stream_position().map_err(io)?;
@@ -441,25 +545,11 @@ impl<W: Write + Seek> BinaryWriter<W> {
         }
         let mut buf = Vec::new();
         for s in &self.strings {
-            put_varint(&mut buf, s.len() as u64);
-            buf.extend_from_slice(s.as_bytes());
+            put_string(&mut buf, s);
         }
         let frame_off = string_off + buf.len() as u64;
         for f in &self.frames {
-            put_varint(&mut buf, f.file as u64);
-            put_varint(&mut buf, f.func as u64);
-            put_varint(&mut buf, zigzag(f.line) as u64);
-            let delta = |a: i32, b: i32| {
-                if a == -1 || b == -1 {
-                    0
-                } else {
-                    b.wrapping_sub(a)
-                }
-            };
-            put_varint(&mut buf, zigzag(delta(f.line, f.end_line)) as u64);
-            put_varint(&mut buf, zigzag(f.col) as u64);
-            put_varint(&mut buf, zigzag(delta(f.col, f.end_col)) as u64);
-            buf.push(f.opcode);
+            put_frame(&mut buf, f);
         }
         if let Some(st) = self.stats {
             let present =
@@ -485,31 +575,74 @@ impl<W: Write + Seek> BinaryWriter<W> {
         buf.extend_from_slice(&[0u8; 16]);
         out.write_all(&buf).map_err(io)?;
 
-        let o = &self.opts;
-        let mut h = Vec::with_capacity(HEADER_SIZE as usize);
-        h.extend_from_slice(&MAGIC.to_le_bytes());
-        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        h.extend_from_slice(&[
-            o.python_version.0,
-            o.python_version.1,
-            o.python_version.2,
-            0,
-        ]);
-        h.extend_from_slice(&o.start_time_us.to_le_bytes());
-        h.extend_from_slice(&o.interval_us.to_le_bytes());
-        h.extend_from_slice(&self.sample_count.to_le_bytes());
-        h.extend_from_slice(&(self.threads.len() as u32).to_le_bytes());
-        h.extend_from_slice(&string_off.to_le_bytes());
-        h.extend_from_slice(&frame_off.to_le_bytes());
-        h.extend_from_slice(&o.compression.code().to_le_bytes());
-        h.extend_from_slice(&encode_config(o.mode, o.capture).to_le_bytes());
-        debug_assert_eq!(h.len() as u64, HEADER_SIZE);
+        let h = header(
+            &self.opts,
+            self.sample_count,
+            self.threads.len() as u32,
+            string_off,
+            frame_off,
+        );
+        // Everything else is on disk before the header makes it whole.
+        out.flush().map_err(io)?;
         out.seek(SeekFrom::Start(0)).map_err(io)?;
         out.write_all(&h).map_err(io)?;
         out.seek(SeekFrom::Start(file_size)).map_err(io)?;
         out.flush().map_err(io)?;
         Ok(out)
     }
+}
+
+/// The 64-byte header; a provisional one has `string_off` 0.
+fn header(
+    o: &WriterOptions,
+    samples: u64,
+    threads: u32,
+    string_off: u64,
+    frame_off: u64,
+) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER_SIZE as usize);
+    h.extend_from_slice(&MAGIC.to_le_bytes());
+    h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h.extend_from_slice(&[
+        o.python_version.0,
+        o.python_version.1,
+        o.python_version.2,
+        0,
+    ]);
+    h.extend_from_slice(&o.start_time_us.to_le_bytes());
+    h.extend_from_slice(&o.interval_us.to_le_bytes());
+    h.extend_from_slice(&samples.to_le_bytes());
+    h.extend_from_slice(&threads.to_le_bytes());
+    h.extend_from_slice(&string_off.to_le_bytes());
+    h.extend_from_slice(&frame_off.to_le_bytes());
+    h.extend_from_slice(&o.compression.code().to_le_bytes());
+    h.extend_from_slice(&encode_config(o.mode, o.capture).to_le_bytes());
+    debug_assert_eq!(h.len() as u64, HEADER_SIZE);
+    h
+}
+
+/// A string-table entry: its length, its bytes.
+fn put_string(buf: &mut Vec<u8>, s: &str) {
+    put_varint(buf, s.len() as u64);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+/// A frame-table entry.
+fn put_frame(buf: &mut Vec<u8>, f: &BinFrame) {
+    put_varint(buf, f.file as u64);
+    put_varint(buf, f.func as u64);
+    put_varint(buf, zigzag(f.line) as u64);
+    let delta = |a: i32, b: i32| {
+        if a == -1 || b == -1 {
+            0
+        } else {
+            b.wrapping_sub(a)
+        }
+    };
+    put_varint(buf, zigzag(delta(f.line, f.end_line)) as u64);
+    put_varint(buf, zigzag(f.col) as u64);
+    put_varint(buf, zigzag(delta(f.col, f.end_col)) as u64);
+    buf.push(f.opcode);
 }
 
 /// Write `th`'s pending REPEAT entries as one record.
