@@ -452,6 +452,7 @@ fn binary_collector_file_replays_in_the_reference() {
             compression: Compression::Zstd,
             python_version: Some((3, 14, 0)),
             capture: None,
+            ..BinaryOptions::default()
         },
     )
     .unwrap();

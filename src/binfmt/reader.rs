@@ -318,7 +318,9 @@ impl<R: Read + Seek> BinaryReader<R> {
             size
         };
         let found = match compression {
-            Compression::Zstd => scan_blocks(&mut src, end, opts.max_decompressed).map_err(io_err)?,
+            Compression::Zstd => {
+                scan_blocks(&mut src, end, opts.max_decompressed).map_err(io_err)?
+            }
             // Its tables are only at the end: nothing to decode with.
             Compression::None => Recovered {
                 end: HEADER_SIZE,

@@ -165,7 +165,8 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 z.set_parameter(CParameter::WindowLog(ZSTD_WINDOW_LOG))
                     .map_err(io)?;
                 // A torn block is told from a whole one.
-                z.set_parameter(CParameter::ChecksumFlag(true)).map_err(io)?;
+                z.set_parameter(CParameter::ChecksumFlag(true))
+                    .map_err(io)?;
                 Sink::Zstd {
                     out,
                     z: Box::new(z),
@@ -255,8 +256,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             }
         }
         self.release_idle(sample.timestamp_us);
-        if self.staging.len() >= FLUSH_SIZE || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
-        {
+        if self.staging.len() >= FLUSH_SIZE || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
             self.checkpoint();
         }
     }
@@ -281,13 +281,11 @@ impl<W: Write + Seek> BinaryWriter<W> {
         };
         let r = match &mut self.sink {
             Sink::Raw(w) => w.write_all(&self.staging).and_then(|()| w.flush()),
-            Sink::Zstd { out, z } => {
-                z.compress(&self.staging).and_then(|frame| {
-                    out.write_all(&frame)?;
-                    out.write_all(&block)?;
-                    out.flush()
-                })
-            }
+            Sink::Zstd { out, z } => z.compress(&self.staging).and_then(|frame| {
+                out.write_all(&frame)?;
+                out.write_all(&block)?;
+                out.flush()
+            }),
             Sink::Done => Ok(()),
         };
         self.staging.clear();

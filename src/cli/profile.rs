@@ -347,6 +347,8 @@ impl SampleArgs {
                     compression,
                     python_version: Some((version.major, version.minor, version.micro)),
                     capture: Some(self.capture()),
+                    interval_us: Some(self.rate.as_micros() as u64),
+                    mode: Some(mode),
                 },
             )?)
         } else {

@@ -2,7 +2,8 @@
 //! a file in the reference's binary format ([`crate::binfmt`]), which
 //! `tachyon replay` or `python3.15 -m profiling.sampling replay` later turn
 //! into any other output. The interval, mode and statistics are stored
-//! when sampling ends.
+//! when sampling ends; the samples reach the file at least every second,
+//! so a killed run loses at most about the last second.
 
 use super::atomic::AtomicFile;
 use super::{Collector, Output, RunStats};
@@ -19,6 +20,11 @@ pub struct BinaryOptions {
     pub python_version: Option<(u8, u8, u8)>,
     /// What was captured (`-a`, `--native`, GC frames, `--blocking`).
     pub capture: Option<CaptureConfig>,
+    /// The sampling interval and mode, when known at the start: the
+    /// header of a recording that is cut short keeps them (a finished one
+    /// stores the run's own).
+    pub interval_us: Option<u64>,
+    pub mode: Option<crate::model::Mode>,
 }
 
 /// Streams samples into a binary profile; see the module documentation.
@@ -39,15 +45,21 @@ impl BinaryCollector {
                 std::io::Error::other("give an output file with -o PATH"),
             ));
         };
-        // Written under a temporary name and renamed when complete: an
-        // existing recording stays whole until the new one is.
+        // Written in place, a block at least every second: a run that is
+        // killed leaves a recording `replay` reads up to its last block
+        // (see `binfmt::writer`). The price: an existing file of that name
+        // is replaced from the start, not once the new one is whole.
         let writer = BinaryWriter::new(
-            AtomicFile::create(&path)?,
+            AtomicFile::in_place(&path)?,
             path.display().to_string(),
             WriterOptions {
                 compression: opts.compression,
                 python_version: opts.python_version.unwrap_or((0, 0, 0)),
                 capture: opts.capture,
+                interval_us: opts
+                    .interval_us
+                    .unwrap_or(WriterOptions::default().interval_us),
+                mode: opts.mode,
                 // Sample times are since the epoch: deltas from now are
                 // small, and a replay gets the times back.
                 start_time_us: crate::model::epoch_us(),
