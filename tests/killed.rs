@@ -1,8 +1,8 @@
 //! A recording survives its profiler's death: `attach --binary` killed
 //! with SIGKILL leaves, at the path asked for, a file `replay` reads up to
-//! its last block (written at least once a second); a recording cut at
-//! any byte replays every whole block before the cut; a finished
-//! recording of several blocks still replays in the reference.
+//! last flush (at least once a second); a recording cut at any byte
+//! replays what was whole before the cut, more the later the cut; a
+//! finished recording of several frames still replays in the reference.
 
 mod common;
 
@@ -151,7 +151,8 @@ fn a_recording_killed_with_sigkill_keeps_its_samples() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The offsets where a block of `bytes` ends (after its skippable frame).
+/// The offsets where a block table of `bytes` ends (its skippable frame;
+/// a frame ends with one when it brought new strings or frames).
 fn block_ends(bytes: &[u8]) -> Vec<usize> {
     let magic = tachyon::binfmt::BLOCK_MAGIC.to_le_bytes();
     let mut ends = Vec::new();
@@ -184,13 +185,12 @@ fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
     let (total, truncated) = stored(&bytes).unwrap();
     assert!(!truncated && total > 0);
     let ends = block_ends(&bytes);
-    assert!(ends.len() >= 3, "{} blocks in 3 s", ends.len());
+    assert!(!ends.is_empty(), "no block table in the file");
 
-    // Every byte of the first 4 KiB and of the last block, a stride
-    // elsewhere, and both sides of every block's end.
-    let last_block = ends[ends.len() - 2];
+    // Every byte of the first and last 4 KiB, a stride elsewhere, and both
+    // sides of every block table's end.
     let mut cuts: Vec<usize> = (0..bytes.len())
-        .filter(|&c| c < 4096 || c >= last_block || c % 97 == 0)
+        .filter(|&c| c < 4096 || c + 4096 >= bytes.len() || c % 97 == 0)
         .chain(ends.iter().flat_map(|&e| [e - 1, e, e + 1]))
         .filter(|&c| c <= bytes.len())
         .collect();

@@ -89,8 +89,9 @@ pub(crate) fn parse_thread_name_record(s: &str) -> Option<(u64, u32, &str)> {
     Some((tid.parse().ok()?, iid.parse().ok()?, name))
 }
 
-/// The zstd skippable frame after each block of a zstd recording (see
-/// [`writer`]): magic `0x184D2A5A`, u32 size, then a [`BlockTable`].
+/// The zstd skippable frame after a zstd frame of records that brought
+/// new strings or frames (see [`writer`]): magic `0x184D2A5A`, u32 size,
+/// then a [`BlockTable`].
 pub const BLOCK_MAGIC: u32 = 0x184D_2A5A;
 /// Any zstd skippable frame: these magics, masked.
 pub(crate) const SKIPPABLE_MASK: u32 = 0xFFFF_FFF0;
@@ -101,7 +102,7 @@ const BLOCK_TAG: &[u8; 8] = b"TACHBLK1";
 /// three section lengths.
 pub(crate) const BLOCK_TABLE_FIXED: usize = 8 + 8 + 4 * 9;
 
-/// What the block before it needs besides earlier blocks: the strings,
+/// What the frame before it needs besides earlier block tables: the strings,
 /// frames and thread names first used in it, and the totals of samples
 /// and threads up to its end. On disk, after the fixed fields, the three
 /// sections (string-table entries, frame-table entries, string entries of
@@ -365,8 +366,8 @@ pub struct FileInfo {
     /// The file was written big-endian (read, never written, by tachyon).
     pub big_endian: bool,
     /// The file is a recording cut short (its writer was killed, or the
-    /// file was cut): what it holds is its whole blocks, its counts are
-    /// theirs, and it has no statistics.
+    /// file was cut): it holds what was flushed before the cut, its counts
+    /// are those found there, and it has no statistics.
     pub truncated: bool,
 }
 

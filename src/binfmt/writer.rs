@@ -6,17 +6,23 @@
 //! pending REPEAT entries; encoded records gather in a staging buffer.
 //!
 //! A recording survives the writer's death (`kill -9`, a power cut): a
-//! provisional header goes first, and at least every [`CHECKPOINT_EVERY`]
-//! and whenever [`FLUSH_SIZE`] bytes of records are staged, a *block* is
-//! written and flushed to the file: the staged records as one zstd frame,
-//! followed by a zstd skippable frame ([`super::BLOCK_MAGIC`]) holding the
+//! provisional header goes first, and at a *checkpoint* (at least every
+//! [`CHECKPOINT_EVERY`], sooner at the start, and whenever [`FLUSH_SIZE`]
+//! bytes of records are staged) every sample so far reaches the file.
+//! The records go into a zstd frame that a checkpoint flushes (a decoder
+//! gets everything up to there) and keeps open, so it keeps its window;
+//! when the records since the last end of a frame brought new strings or
+//! frames, the checkpoint (the first at once, later ones at most once a
+//! [`CHECKPOINT_EVERY`]) ends the frame instead and writes after it a
+//! zstd skippable frame ([`super::BLOCK_MAGIC`], a block table) with the
 //! strings, frames and thread names first used in it and the sample and
 //! thread totals so far. Any zstd reader (the reference's too) reads the
-//! frames one after another as one stream and skips the skippable ones, so
-//! a complete file is the reference's format; a file cut anywhere is read
-//! by [`super::reader`] up to its last whole block. `--compression none`
-//! has no place for the blocks' tables: its records are flushed as well,
-//! but a cut file gives none of them back.
+//! frames one after another as one stream and skips the skippable ones,
+//! so a complete file is the reference's format; a file cut anywhere is
+//! read by [`super::reader`] up to the last flush before the cut. A
+//! thread renamed since the last block table reads without its new name.
+//! `--compression none` has no place for the tables: its records are
+//! flushed as well, but a cut file gives none of them back.
 
 use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
@@ -46,6 +52,10 @@ const IDLE_CHECKS: usize = 4;
 /// A block is written at least this often while samples come: what a
 /// killed recording loses.
 pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The first block comes sooner, and the wait doubles up to
+/// [`CHECKPOINT_EVERY`]: a recording killed in its first second keeps
+/// most of it too.
+pub const FIRST_CHECKPOINT: std::time::Duration = std::time::Duration::from_millis(125);
 
 /// What goes into the header besides the counts.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +71,9 @@ pub struct WriterOptions {
     pub python_version: (u8, u8, u8),
     pub mode: Option<Mode>,
     pub capture: Option<CaptureConfig>,
+    /// After its first, a zstd frame ends (for new strings or frames) at
+    /// most this often ([`CHECKPOINT_EVERY`]; zero: at every checkpoint).
+    pub frame_every: std::time::Duration,
 }
 
 impl Default for WriterOptions {
@@ -73,6 +86,7 @@ impl Default for WriterOptions {
             python_version: (0, 0, 0),
             mode: None,
             capture: None,
+            frame_every: CHECKPOINT_EVERY,
         }
     }
 }
@@ -109,13 +123,22 @@ struct ThreadState {
 
 enum Sink<W: Write> {
     Raw(W),
-    /// Each block one zstd frame (and a skippable frame after it).
-    Zstd {
-        out: W,
-        z: Box<zstd::bulk::Compressor<'static>>,
-    },
+    /// The open zstd frame (see the module documentation).
+    Zstd(zstd::stream::write::Encoder<'static, W>),
     /// Finished, or poisoned by an error.
     Done,
+}
+
+/// A zstd encoder of tachyon's settings on `out`, starting a frame.
+fn encoder<W: Write>(
+    out: W,
+    level: i32,
+) -> std::io::Result<zstd::stream::write::Encoder<'static, W>> {
+    let mut enc = zstd::stream::write::Encoder::new(out, level)?;
+    enc.window_log(ZSTD_WINDOW_LOG)?;
+    // A torn frame is told from a whole one.
+    enc.include_checksum(true)?;
+    Ok(enc)
 }
 
 /// Writes one binary profile; see the module documentation.
@@ -145,8 +168,14 @@ pub struct BinaryWriter<W: Write + Seek> {
     /// Strings and frames already in a block's table.
     strings_in_blocks: usize,
     frames_in_blocks: usize,
+    /// zstd frames ended (each followed by its block table).
     blocks: u64,
+    /// Records went into the open zstd frame.
+    frame_used: bool,
+    last_frame_end: std::time::Instant,
     last_checkpoint: std::time::Instant,
+    /// The wait from one block to the next (see [`FIRST_CHECKPOINT`]).
+    checkpoint_wait: std::time::Duration,
 }
 
 impl<W: Write + Seek> BinaryWriter<W> {
@@ -159,19 +188,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
         out.flush().map_err(io)?;
         let sink = match opts.compression {
             Compression::None => Sink::Raw(out),
-            Compression::Zstd => {
-                use zstd::zstd_safe::CParameter;
-                let mut z = zstd::bulk::Compressor::new(opts.level).map_err(io)?;
-                z.set_parameter(CParameter::WindowLog(ZSTD_WINDOW_LOG))
-                    .map_err(io)?;
-                // A torn block is told from a whole one.
-                z.set_parameter(CParameter::ChecksumFlag(true))
-                    .map_err(io)?;
-                Sink::Zstd {
-                    out,
-                    z: Box::new(z),
-                }
-            }
+            Compression::Zstd => Sink::Zstd(encoder(out, opts.level).map_err(io)?),
         };
         Ok(BinaryWriter {
             sink,
@@ -195,7 +212,10 @@ impl<W: Write + Seek> BinaryWriter<W> {
             strings_in_blocks: 0,
             frames_in_blocks: 0,
             blocks: 0,
+            frame_used: false,
+            last_frame_end: std::time::Instant::now(),
             last_checkpoint: std::time::Instant::now(),
+            checkpoint_wait: FIRST_CHECKPOINT,
         })
     }
 
@@ -256,9 +276,18 @@ impl<W: Write + Seek> BinaryWriter<W> {
             }
         }
         self.release_idle(sample.timestamp_us);
-        if self.staging.len() >= FLUSH_SIZE || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+        let now = std::time::Instant::now();
+        if self.staging.len() >= FLUSH_SIZE
+            || now - self.last_checkpoint >= self.checkpoint_wait
+            || (self.new_tables() && now - self.last_frame_end >= self.opts.frame_every)
+        {
             self.checkpoint();
         }
+    }
+
+    /// Strings or frames no block table holds yet.
+    fn new_tables(&self) -> bool {
+        self.strings.len() > self.strings_in_blocks || self.frames.len() > self.frames_in_blocks
     }
 
     /// Write every sample so far to the file as a block and flush it: a
@@ -266,6 +295,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
     /// Called by itself at least every [`CHECKPOINT_EVERY`].
     pub fn checkpoint(&mut self) {
         self.last_checkpoint = std::time::Instant::now();
+        self.checkpoint_wait = (self.checkpoint_wait * 2).min(CHECKPOINT_EVERY);
         if self.failed.is_some() {
             return;
         }
@@ -275,29 +305,65 @@ impl<W: Write + Seek> BinaryWriter<W> {
         if self.staging.is_empty() {
             return;
         }
-        let block = match self.sink {
-            Sink::Zstd { .. } => self.block_table(),
-            _ => Vec::new(),
-        };
         let r = match &mut self.sink {
             Sink::Raw(w) => w.write_all(&self.staging).and_then(|()| w.flush()),
-            Sink::Zstd { out, z } => z.compress(&self.staging).and_then(|frame| {
-                out.write_all(&frame)?;
-                out.write_all(&block)?;
-                out.flush()
-            }),
+            Sink::Zstd(z) => z.write_all(&self.staging),
             Sink::Done => Ok(()),
         };
         self.staging.clear();
+        if let Err(e) = r {
+            return self.fail(e);
+        }
+        if !matches!(self.sink, Sink::Zstd(_)) {
+            return;
+        }
+        self.frame_used = true;
+        // A frame ended costs its window (a few percent of the data per
+        // frame): the first ends at once, the others at most once a
+        // `frame_every` (what a killed run may lose of samples with new
+        // frames), so the quick checkpoints of the start only flush.
+        let new_tables = self.new_tables();
+        let due = self.blocks == 0 || self.last_frame_end.elapsed() >= self.opts.frame_every;
+        let r = if new_tables && due {
+            self.end_frame(true)
+        } else {
+            // The frame goes on (and keeps its window): what is flushed
+            // decodes with the tables already written.
+            match &mut self.sink {
+                Sink::Zstd(z) => z.flush(),
+                _ => Ok(()),
+            }
+        };
+        if let Err(e) = r {
+            self.fail(e);
+        }
+    }
+
+    /// End the open zstd frame, write its block table and flush; with
+    /// `again`, open the next frame.
+    fn end_frame(&mut self, again: bool) -> std::io::Result<()> {
+        let table = self.block_table();
+        let Sink::Zstd(z) = std::mem::replace(&mut self.sink, Sink::Done) else {
+            return Ok(());
+        };
+        let mut out = z.finish()?;
+        out.write_all(&table)?;
+        out.flush()?;
         self.blocks += 1;
+        // The checkpoint's own instant: the next one a second later is due.
+        self.last_frame_end = self.last_checkpoint;
+        self.frame_used = false;
         self.strings_in_blocks = self.strings.len();
         self.frames_in_blocks = self.frames.len();
         for th in &mut self.threads {
             th.name_dirty = false;
         }
-        if let Err(e) = r {
-            self.fail(e);
-        }
+        self.sink = if again {
+            Sink::Zstd(encoder(out, self.opts.level)?)
+        } else {
+            Sink::Raw(out)
+        };
+        Ok(())
     }
 
     /// The skippable frame after a block: what the block's records need
@@ -519,17 +585,13 @@ impl<W: Write + Seek> BinaryWriter<W> {
         }
         let name = self.name.clone();
         let io = |e| Error::io(format!("cannot write {name}"), e);
+        if self.frame_used {
+            self.end_frame(false).map_err(io)?;
+        }
         let mut out = match std::mem::replace(&mut self.sink, Sink::Done) {
             Sink::Raw(w) => w,
-            Sink::Zstd { mut out, .. } => {
-                if self.blocks == 0 {
-                    // No samples: one empty frame of unknown size, which
-                    // the reference's reader takes for empty data.
-                    let empty = zstd::stream::encode_all(&[][..], self.opts.level).map_err(io)?;
-                    out.write_all(&empty).map_err(io)?;
-                }
-                out
-            }
+            // No samples at all: the one empty frame.
+            Sink::Zstd(z) => z.finish().map_err(io)?,
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
         let string_off = out.stream_position().map_err(io)?;

@@ -31,10 +31,53 @@ pub struct AtomicFile {
     /// writing in place (a device, a pipe).
     tmp: Option<PathBuf>,
     file: Option<BufWriter<File>>,
-    /// Flushes also reach the disk (at most once a second): a recording
-    /// written in place.
+    /// Flushes also reach the disk (at most once a second, in the
+    /// background): a recording written in place.
     durable: bool,
+    syncer: Option<Syncer>,
     synced: std::time::Instant,
+}
+
+/// Syncs a file to the disk on request, on a thread of its own: a slow
+/// disk never holds up the sampling.
+struct Syncer {
+    ask: Option<std::sync::mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Syncer {
+    fn new(file: File) -> Option<Syncer> {
+        let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("tachyon-sync".into())
+            .spawn(move || {
+                for () in asked {
+                    // The last sync, at the commit, reports errors.
+                    let _ = file.sync_data();
+                }
+            })
+            .ok()?;
+        Some(Syncer {
+            ask: Some(ask),
+            thread: Some(thread),
+        })
+    }
+
+    /// Ask for a sync, unless one is waiting already.
+    fn request(&self) {
+        if let Some(a) = &self.ask {
+            let _ = a.try_send(());
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.ask = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// At most this often a durable file's flush syncs it to the disk.
@@ -72,11 +115,17 @@ impl AtomicFile {
     }
 
     fn new(path: PathBuf, tmp: Option<PathBuf>, file: File, durable: bool) -> Self {
+        let syncer = if durable {
+            file.try_clone().ok().and_then(Syncer::new)
+        } else {
+            None
+        };
         AtomicFile {
             path,
             tmp,
             file: Some(BufWriter::with_capacity(1 << 16, file)),
             durable,
+            syncer,
             synced: std::time::Instant::now(),
         }
     }
@@ -93,6 +142,7 @@ impl AtomicFile {
             return Err(cannot(std::io::Error::other("already committed")));
         };
         let file = w.into_inner().map_err(|e| cannot(e.into_error()))?;
+        self.syncer = None;
         let Some(tmp) = &self.tmp else {
             return if self.durable {
                 file.sync_data().map_err(cannot)
@@ -134,11 +184,11 @@ impl Write for AtomicFile {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        let durable = self.durable && self.synced.elapsed() >= SYNC_EVERY;
-        let w = self.writer()?;
-        w.flush()?;
-        if durable {
-            w.get_ref().sync_data()?;
+        self.writer()?.flush()?;
+        if let Some(s) = &self.syncer
+            && self.synced.elapsed() >= SYNC_EVERY
+        {
+            s.request();
             self.synced = std::time::Instant::now();
         }
         Ok(())
