@@ -1376,6 +1376,25 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_recording_cut_short_is_an_error_or_a_read_never_a_panic() {
+        let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
+        for bytes in [&snaps[3].1, &whole] {
+            for at in 0..bytes.len() {
+                for x in [0x01u8, 0x80, 0xff] {
+                    let mut b = bytes.clone();
+                    b[at] ^= x;
+                    // Cut too, so that the recovery path reads it.
+                    let cut = &b[..bytes.len() - 1];
+                    match stacks(cut, recovering()) {
+                        Ok((info, got)) => assert_eq!(info.sample_count, got.len() as u64),
+                        Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn an_uncompressed_recording_cut_short_is_read_as_empty() {
         let (snaps, whole) = blocks_recording(Compression::None, 40);
         let (info, got) = stacks(&snaps[2].1, recovering()).unwrap();

@@ -532,11 +532,12 @@ fn profile(
     // is a program whose threading cannot be read, not a passing moment.
     super::say_why_no_names(unwinder.names_unavailable(3));
     report_children(&children, args.merge);
-    // A failed write leaves no partial file: outputs are written under a
-    // temporary name and renamed only when complete.
+    // A failed write leaves no partial file (outputs are written under a
+    // temporary name and renamed only when complete), except a zstd
+    // recording, which keeps what it had flushed and says so.
     if let Some(c) = &mut output {
         c.finish(frames, &total)
-            .context("cannot write the profile (no partial file was left)")?;
+            .context("cannot write the profile")?;
     }
     args.out.open_browser(first_pid as u32);
     Ok(reason)

@@ -31,6 +31,7 @@ pub struct BinaryOptions {
 pub struct BinaryCollector {
     path: std::path::PathBuf,
     writer: Option<BinaryWriter<AtomicFile>>,
+    compression: Compression,
     /// Print the reference's encoding statistics before the last line.
     pub print_encoding_stats: bool,
 }
@@ -69,6 +70,7 @@ impl BinaryCollector {
         Ok(BinaryCollector {
             path,
             writer: Some(writer),
+            compression: opts.compression,
             print_encoding_stats: true,
         })
     }
@@ -101,7 +103,9 @@ impl Collector for BinaryCollector {
         w.set_stats(StoredStats::from_run(stats));
         let n = w.sample_count();
         let enc = w.encoding_stats();
-        w.finish()?.commit()?;
+        if let Err(e) = w.finish().and_then(|f| f.commit()) {
+            return Err(self.failed(e));
+        }
         if self.print_encoding_stats {
             crate::out!("{}", format_encoding_stats(&enc));
         }
@@ -110,6 +114,31 @@ impl Collector for BinaryCollector {
             self.path.display()
         );
         Ok(())
+    }
+}
+
+impl BinaryCollector {
+    /// A recording whose write failed (a full disk): a zstd one is kept,
+    /// since `replay` reads what it had flushed, and the error says so; an
+    /// uncompressed one, of which nothing can be read back, is removed.
+    fn failed(&self, e: Error) -> Error {
+        let regular = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file());
+        if !regular {
+            return e;
+        }
+        match (self.compression, e) {
+            (Compression::None, e) => {
+                let _ = std::fs::remove_file(&self.path);
+                e
+            }
+            (Compression::Zstd, Error::Io { context, cause }) => Error::Io {
+                context: format!(
+                    "{context} (what was recorded before is kept there: `tachyon replay` reads it)"
+                ),
+                cause,
+            },
+            (_, e) => e,
+        }
     }
 }
 
