@@ -89,6 +89,113 @@ pub(crate) fn parse_thread_name_record(s: &str) -> Option<(u64, u32, &str)> {
     Some((tid.parse().ok()?, iid.parse().ok()?, name))
 }
 
+/// The zstd skippable frame after a zstd frame of records that brought
+/// new strings or frames (see [`writer`]): magic `0x184D2A5A`, u32 size,
+/// then a [`BlockTable`].
+pub const BLOCK_MAGIC: u32 = 0x184D_2A5A;
+/// Any zstd skippable frame: these magics, masked.
+pub(crate) const SKIPPABLE_MASK: u32 = 0xFFFF_FFF0;
+pub(crate) const SKIPPABLE_BASE: u32 = 0x184D_2A50;
+pub(crate) const ZSTD_FRAME_MAGIC: u32 = 0xFD2F_B528;
+const BLOCK_TAG: &[u8; 8] = b"TACHBLK1";
+/// The fixed part of a block table: tag, totals, firsts and counts, the
+/// three section lengths.
+pub(crate) const BLOCK_TABLE_FIXED: usize = 8 + 8 + 4 * 9;
+
+/// What the frame before it needs besides earlier block tables: the strings,
+/// frames and thread names first used in it, and the totals of samples
+/// and threads up to its end. On disk, after the fixed fields, the three
+/// sections (string-table entries, frame-table entries, string entries of
+/// [`thread_name_record`]s) as one zstd frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockTable {
+    pub samples_total: u64,
+    pub threads_total: u32,
+    /// Index of its first string (frame) in the file's string (frame)
+    /// table: the number given by earlier blocks.
+    pub first_string: u32,
+    pub first_frame: u32,
+    pub strings: u32,
+    pub frames: u32,
+    pub names: u32,
+}
+
+/// A decoded block table: the counts, and the three sections.
+pub(crate) struct BlockSections {
+    pub table: BlockTable,
+    pub strings: Vec<u8>,
+    pub frames: Vec<u8>,
+    pub names: Vec<u8>,
+}
+
+impl BlockTable {
+    /// The whole skippable frame.
+    pub(crate) fn encode(&self, strings: &[u8], frames: &[u8], names: &[u8]) -> Vec<u8> {
+        let mut raw = Vec::with_capacity(strings.len() + frames.len() + names.len());
+        raw.extend_from_slice(strings);
+        raw.extend_from_slice(frames);
+        raw.extend_from_slice(names);
+        // Small and written once a second: level 3, no tuning.
+        let body = zstd::bulk::compress(&raw, 3).unwrap_or_default();
+        let mut out = Vec::with_capacity(8 + BLOCK_TABLE_FIXED + body.len());
+        let size = (BLOCK_TABLE_FIXED + body.len()) as u32;
+        out.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(BLOCK_TAG);
+        out.extend_from_slice(&self.samples_total.to_le_bytes());
+        for v in [
+            self.threads_total,
+            self.first_string,
+            self.first_frame,
+            self.strings,
+            self.frames,
+            self.names,
+            strings.len() as u32,
+            frames.len() as u32,
+            names.len() as u32,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// The payload of a skippable frame (after magic and size); `None`
+    /// unless it is a whole, consistent block table.
+    pub(crate) fn decode(p: &[u8], max_bytes: u64) -> Option<BlockSections> {
+        if p.len() < BLOCK_TABLE_FIXED || &p[..8] != BLOCK_TAG {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().unwrap_or_default());
+        let samples_total = u64::from_le_bytes(p[8..16].try_into().ok()?);
+        let w: Vec<u32> = (0..9).map(|i| u32_at(16 + 4 * i)).collect();
+        let (ls, lf, ln) = (w[6] as u64, w[7] as u64, w[8] as u64);
+        let total = ls + lf + ln;
+        if total > max_bytes {
+            return None;
+        }
+        let raw = zstd::bulk::decompress(&p[BLOCK_TABLE_FIXED..], total as usize).ok()?;
+        if raw.len() as u64 != total {
+            return None;
+        }
+        let (ls, lf) = (ls as usize, lf as usize);
+        Some(BlockSections {
+            table: BlockTable {
+                samples_total,
+                threads_total: w[0],
+                first_string: w[1],
+                first_frame: w[2],
+                strings: w[3],
+                frames: w[4],
+                names: w[5],
+            },
+            strings: raw[..ls].to_vec(),
+            frames: raw[ls..ls + lf].to_vec(),
+            names: raw[ls + lf..].to_vec(),
+        })
+    }
+}
+
 /// How the sample data is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
@@ -258,6 +365,10 @@ pub struct FileInfo {
     pub stats: StoredStats,
     /// The file was written big-endian (read, never written, by tachyon).
     pub big_endian: bool,
+    /// The file is a recording cut short (its writer was killed, or the
+    /// file was cut): it holds what was flushed before the cut, its counts
+    /// are those found there, and it has no statistics.
+    pub truncated: bool,
 }
 
 impl FileInfo {

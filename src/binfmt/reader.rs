@@ -5,6 +5,12 @@
 //! the tables and the header's counts. Any inconsistency is an
 //! [`Error::InvalidProfile`] with a one-line reason; nothing panics, and
 //! every loop is bounded by bytes actually present.
+//!
+//! A recording cut short (its writer killed, the file cut) is read, with
+//! [`ReadOptions::recover`], up to the last flush before the cut (see
+//! [`super::writer`]): the block tables stand in for the missing tables,
+//! the data ends quietly at the first thing that is not whole, the counts
+//! are those found, and [`FileInfo::truncated`] says so.
 
 use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
@@ -33,6 +39,10 @@ pub struct ReadOptions {
     pub max_decompressed: u64,
     /// Deepest stack accepted in a record.
     pub max_depth: usize,
+    /// Read a file cut short (no footer, or the provisional header of a
+    /// recording never finished) up to its last flush, rather than
+    /// refuse it.
+    pub recover: bool,
 }
 
 impl Default for ReadOptions {
@@ -40,6 +50,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_decompressed: DEFAULT_MAX_DECOMPRESSED,
             max_depth: crate::model::MAX_DEPTH,
+            recover: false,
         }
     }
 }
@@ -54,19 +65,26 @@ pub struct BinaryReader<R: Read + Seek> {
     frame_ids: Vec<FrameId>,
     /// Thread names stored in the string table, by (thread, interpreter).
     names: HashMap<(u64, u32), StrId>,
-    string_off: u64,
+    /// Where the sample data ends (the string table of a whole file).
+    data_end: u64,
     opts: ReadOptions,
+    /// The latest timestamp replayed.
+    last_timestamp_us: Option<u64>,
 }
 
 impl BinaryReader<BufReader<File>> {
-    /// Open and validate `path`.
+    /// Open and validate `path`; a recording cut short is read up to its
+    /// last flush ([`FileInfo::truncated`]).
     pub fn open(path: &Path) -> Result<Self> {
         let f = File::open(path)
             .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
         BinaryReader::new(
             BufReader::new(f),
             path.display().to_string(),
-            ReadOptions::default(),
+            ReadOptions {
+                recover: true,
+                ..ReadOptions::default()
+            },
         )
     }
 }
@@ -156,6 +174,17 @@ impl<R: Read + Seek> BinaryReader<R> {
                 python_version.0, python_version.1, python_version.2
             )));
         }
+        let whole = size >= HEADER_SIZE + FOOTER_SIZE
+            && h.u64(40) != 0
+            && footer_size(&mut src, size, be).map_err(io_err)? == size;
+        if !whole && opts.recover {
+            return BinaryReader::recover(src, name, opts, &hb, be, size);
+        }
+        if h.u64(40) == 0 {
+            return Err(invalid(
+                "the recording was never finished (its writer stopped before writing its tables); replay it with `tachyon replay` to get what it had flushed",
+            ));
+        }
         if size < HEADER_SIZE + FOOTER_SIZE {
             return Err(invalid(format!(
                 "truncated: {size} bytes cannot hold the header and the footer"
@@ -244,6 +273,7 @@ impl<R: Read + Seek> BinaryReader<R> {
             capture,
             stats,
             big_endian: be,
+            truncated: false,
         };
 
         let mut tables = vec![0u8; (tables_end - string_off) as usize];
@@ -258,9 +288,96 @@ impl<R: Read + Seek> BinaryReader<R> {
             table,
             frame_ids,
             names,
-            string_off,
+            data_end: string_off,
             opts,
+            last_timestamp_us: None,
         })
+    }
+
+    /// A file cut short: what it had flushed, with its block tables.
+    fn recover(
+        mut src: R,
+        name: String,
+        opts: ReadOptions,
+        hb: &[u8; HEADER_SIZE as usize],
+        be: bool,
+        size: u64,
+    ) -> Result<Self> {
+        let io_err = |e| Error::io(format!("cannot read {name}"), e);
+        let h = Fixed { b: hb, be };
+        let compression = match h.u32(56) {
+            0 => Compression::None,
+            1 => Compression::Zstd,
+            c => return Err(invalid(format!("unknown compression type {c}"))),
+        };
+        let (mode, capture) = decode_config(h.u32(60)).unwrap_or((None, None));
+        // A whole file cut in its tables: the data ends where they start.
+        let stated = h.u64(40);
+        let end = if (HEADER_SIZE..=size).contains(&stated) {
+            stated
+        } else {
+            size
+        };
+        let found = match compression {
+            Compression::Zstd => {
+                scan_blocks(&mut src, end, opts.max_decompressed).map_err(io_err)?
+            }
+            // Its tables are only at the end: nothing to decode with.
+            Compression::None => Recovered {
+                end: HEADER_SIZE,
+                ..Recovered::default()
+            },
+        };
+        let mut tables = found.strings;
+        let mut string_count = found.string_count;
+        for entry in found.names.values() {
+            tables.extend_from_slice(entry);
+            string_count += 1;
+        }
+        let strings_len = tables.len();
+        tables.extend_from_slice(&found.frames);
+        let info = FileInfo {
+            python_version: (hb[8], hb[9], hb[10]),
+            start_time_us: h.u64(12),
+            interval_us: h.u64(20),
+            sample_count: found.samples,
+            thread_count: found.threads,
+            string_count,
+            frame_count: found.frame_count,
+            compression,
+            mode,
+            capture,
+            stats: StoredStats::default(),
+            big_endian: be,
+            truncated: true,
+        };
+        let (table, frame_ids, names) = parse_tables(&tables, strings_len, &info)?;
+        let mut r = BinaryReader {
+            src,
+            name,
+            info,
+            table,
+            frame_ids,
+            names,
+            // After the last whole block, what the open frame had flushed.
+            data_end: end,
+            opts,
+            last_timestamp_us: None,
+        };
+        // The counts, which no header holds: one pass over the data.
+        let mut threads = std::collections::HashSet::new();
+        let n = r.replay(|s, _| {
+            threads.insert((s.threads[0].tid, s.threads[0].interpreter_id));
+        })?;
+        r.info.sample_count = n;
+        r.info.thread_count = u32::try_from(threads.len()).unwrap_or(u32::MAX);
+        r.last_timestamp_us = None;
+        Ok(r)
+    }
+
+    /// The latest sample time replayed so far (of the file's own clock).
+    pub fn last_timestamp_us(&self) -> Option<u64> {
+        self.last_timestamp_us
     }
 
     pub fn info(&self) -> &FileInfo {
@@ -289,19 +406,30 @@ impl<R: Read + Seek> BinaryReader<R> {
         self.src
             .seek(SeekFrom::Start(HEADER_SIZE))
             .map_err(|e| Error::io(format!("cannot read {name}"), e))?;
-        let region = (&mut self.src).take(self.string_off - HEADER_SIZE);
+        let region = (&mut self.src).take(self.data_end - HEADER_SIZE);
+        let truncated = self.info.truncated;
         let inner: Box<dyn Read + '_> = match self.info.compression {
+            Compression::None if truncated => Box::new(io::empty()),
             Compression::None => Box::new(region),
-            Compression::Zstd => Box::new(ZstdRegion::new(region, self.opts.max_decompressed)?),
+            Compression::Zstd => Box::new(ZstdRegion::new(
+                region,
+                self.opts.max_decompressed,
+                truncated,
+            )?),
         };
         let mut bytes = Bytes::new(inner);
         let table = &self.table;
-        let mut f = |s: &Sample| f(s, table);
+        let last = &mut self.last_timestamp_us;
+        let mut f = |s: &Sample| {
+            *last = Some(last.map_or(s.timestamp_us, |l| l.max(s.timestamp_us)));
+            f(s, table)
+        };
         let dec = Decoder {
             info: &self.info,
             frame_ids: &self.frame_ids,
             names: &self.names,
             max_depth: self.opts.max_depth,
+            lenient: self.info.truncated,
         };
         dec.run(&mut bytes, &mut f).map_err(|e| match e {
             Error::Io { cause, .. } if cause.kind() == io::ErrorKind::InvalidData => {
@@ -345,6 +473,187 @@ impl<R: Read + Seek> BinaryReader<R> {
         }
         Ok(out)
     }
+}
+
+/// The file size the footer states, if the file has a footer's room.
+fn footer_size<R: Read + Seek>(src: &mut R, size: u64, be: bool) -> io::Result<u64> {
+    let mut b = [0u8; FOOTER_SIZE as usize];
+    src.seek(SeekFrom::Start(size - FOOTER_SIZE))?;
+    src.read_exact(&mut b)?;
+    Ok(Fixed { b: &b, be }.u64(8))
+}
+
+/// The block tables of a recording cut short, put together.
+#[derive(Default)]
+struct Recovered {
+    /// The end of the last whole block table.
+    end: u64,
+    samples: u64,
+    threads: u32,
+    strings: Vec<u8>,
+    string_count: u32,
+    frames: Vec<u8>,
+    frame_count: u32,
+    /// Each thread's latest name record (a string-table entry).
+    names: std::collections::BTreeMap<(u64, u32), Vec<u8>>,
+}
+
+/// Walk the sample data from the header to `end`: zstd frames of records,
+/// each followed by its block table. Stops, without error, at the first
+/// thing that is not whole or not consistent: what comes before it is
+/// what the file holds.
+fn scan_blocks<R: Read + Seek>(src: &mut R, end: u64, cap: u64) -> io::Result<Recovered> {
+    use super::{BLOCK_MAGIC, BlockTable, SKIPPABLE_BASE, SKIPPABLE_MASK, ZSTD_FRAME_MAGIC};
+    let mut found = Recovered {
+        end: HEADER_SIZE,
+        ..Recovered::default()
+    };
+    src.seek(SeekFrom::Start(HEADER_SIZE))?;
+    let mut r = BufReader::new(src.take(end - HEADER_SIZE));
+    let mut pos = HEADER_SIZE;
+    let mut decoded = 0u64;
+    // A whole zstd frame read since the last block table.
+    let mut pending = false;
+    loop {
+        let mut m = [0u8; 4];
+        if r.read_exact(&mut m).is_err() {
+            break;
+        }
+        let magic = u32::from_le_bytes(m);
+        if magic == ZSTD_FRAME_MAGIC {
+            let Some((len, out)) = zstd_frame(&mut r, &m, cap.saturating_sub(decoded))? else {
+                break;
+            };
+            pos += len;
+            decoded += out;
+            pending = true;
+            continue;
+        }
+        if magic & SKIPPABLE_MASK != SKIPPABLE_BASE {
+            break;
+        }
+        let mut sz = [0u8; 4];
+        if r.read_exact(&mut sz).is_err() {
+            break;
+        }
+        let sz = u64::from(u32::from_le_bytes(sz));
+        if sz > end - pos - 8 {
+            break;
+        }
+        let mut payload = Vec::new();
+        (&mut r).take(sz).read_to_end(&mut payload)?;
+        pos += 8 + sz;
+        if magic != BLOCK_MAGIC {
+            continue;
+        }
+        let Some(b) = BlockTable::decode(&payload, end) else {
+            break;
+        };
+        if !pending || !add_block(&mut found, b) {
+            break;
+        }
+        pending = false;
+        found.end = pos;
+    }
+    Ok(found)
+}
+
+/// One zstd frame whose magic `m` was read: its length and decompressed
+/// size, or `None` if it is cut, damaged, or expands past `cap`.
+fn zstd_frame<R: io::BufRead>(r: &mut R, m: &[u8; 4], cap: u64) -> io::Result<Option<(u64, u64)>> {
+    use zstd::stream::raw::Operation;
+    let mut dec = zstd::stream::raw::Decoder::new()?;
+    let mut out = vec![0u8; 64 * 1024];
+    let mut produced = 0u64;
+    let mut len = 4u64;
+    let Ok(st) = dec.run_on_buffers(m, &mut out) else {
+        return Ok(None);
+    };
+    produced += st.bytes_written as u64;
+    loop {
+        let input = r.fill_buf()?;
+        if input.is_empty() {
+            return Ok(None);
+        }
+        let Ok(st) = dec.run_on_buffers(input, &mut out) else {
+            return Ok(None);
+        };
+        r.consume(st.bytes_read);
+        len += st.bytes_read as u64;
+        produced += st.bytes_written as u64;
+        if produced > cap || (st.bytes_read == 0 && st.bytes_written == 0) {
+            return Ok(None);
+        }
+        if st.remaining == 0 {
+            return Ok(Some((len, produced)));
+        }
+    }
+}
+
+/// Add a block's tables to `found`; `false` if they do not follow on
+/// from the blocks before or do not hold what they say.
+fn add_block(found: &mut Recovered, b: super::BlockSections) -> bool {
+    let t = b.table;
+    let follows = t.first_string == found.string_count
+        && t.first_frame == found.frame_count
+        && t.samples_total >= found.samples
+        && t.threads_total >= found.threads;
+    // The (start, end) of each entry: a length and its bytes when
+    // `fields` is 0, else `fields` varints and `tail` bytes.
+    let entries = |bytes: &[u8], fields: usize, tail: usize| -> Option<Vec<(usize, usize)>> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let start = pos;
+            if fields == 0 {
+                let n = varint_at(bytes, &mut pos, "").ok()?;
+                pos = pos.checked_add(usize::try_from(n).ok()?)?;
+            } else {
+                for _ in 0..fields {
+                    varint_at(bytes, &mut pos, "").ok()?;
+                }
+                pos += tail;
+            }
+            if pos > bytes.len() {
+                return None;
+            }
+            out.push((start, pos));
+        }
+        Some(out)
+    };
+    let (Some(strs), Some(frames), Some(names)) = (
+        entries(&b.strings, 0, 0),
+        entries(&b.frames, 6, 1),
+        entries(&b.names, 0, 0),
+    ) else {
+        return false;
+    };
+    if !follows
+        || strs.len() != t.strings as usize
+        || frames.len() != t.frames as usize
+        || names.len() != t.names as usize
+    {
+        return false;
+    }
+    for (a, z) in names {
+        let entry = &b.names[a..z];
+        let mut p = 0;
+        let Ok(n) = varint_at(entry, &mut p, "") else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(&entry[p..p + n as usize]);
+        let Some((tid, iid, _)) = parse_thread_name_record(&text) else {
+            return false;
+        };
+        found.names.insert((tid, iid), entry.to_vec());
+    }
+    found.strings.extend_from_slice(&b.strings);
+    found.frames.extend_from_slice(&b.frames);
+    found.string_count += t.strings;
+    found.frame_count += t.frames;
+    found.samples = t.samples_total;
+    found.threads = t.threads_total;
+    true
 }
 
 /// Thread names by (thread, interpreter).
@@ -518,6 +827,9 @@ struct Decoder<'a> {
     frame_ids: &'a [FrameId],
     names: &'a Names,
     max_depth: usize,
+    /// A recording cut short: the counts are not known beforehand, and
+    /// the data ends at the first thing that is not whole.
+    lenient: bool,
 }
 
 struct ThreadState {
@@ -527,6 +839,33 @@ struct ThreadState {
 
 impl Decoder<'_> {
     fn run<R: Read>(&self, b: &mut Bytes<R>, f: &mut dyn FnMut(&Sample)) -> Result<u64> {
+        let seen = std::cell::Cell::new(0u64);
+        match self.decode(b, f, &seen) {
+            Err(Error::Io { cause, .. })
+                if self.lenient && cause.kind() == io::ErrorKind::InvalidData =>
+            {
+                Ok(seen.get())
+            }
+            r => r,
+        }
+    }
+
+    /// The most samples and threads the data may hold.
+    fn limits(&self) -> (u64, u32) {
+        if self.lenient {
+            (u64::MAX, u32::MAX)
+        } else {
+            (self.info.sample_count, self.info.thread_count)
+        }
+    }
+
+    fn decode<R: Read>(
+        &self,
+        b: &mut Bytes<R>,
+        f: &mut dyn FnMut(&Sample),
+        seen: &std::cell::Cell<u64>,
+    ) -> Result<u64> {
+        let (max_samples, max_threads) = self.limits();
         let mut threads: Vec<ThreadState> = Vec::new();
         let mut index: HashMap<(u64, u32), usize> = HashMap::new();
         let mut sample = Sample {
@@ -534,7 +873,6 @@ impl Decoder<'_> {
             timestamp_us: 0,
             threads: vec![ThreadSample::default()],
         };
-        let seen = std::cell::Cell::new(0u64);
         let mut pushed: Vec<FrameId> = Vec::new();
         loop {
             let record_start = b.consumed;
@@ -575,7 +913,7 @@ impl Decoder<'_> {
             let ti = match index.get(&(tid, iid)) {
                 Some(&i) => i,
                 None => {
-                    if threads.len() as u64 >= u64::from(self.info.thread_count) {
+                    if threads.len() as u64 >= u64::from(max_threads) {
                         return Err(data_error(format!(
                             "more threads than the header's {}",
                             self.info.thread_count
@@ -591,7 +929,7 @@ impl Decoder<'_> {
             };
             let th = &mut threads[ti];
             let mut emit = |th: &mut ThreadState, delta: u64, status: u8| -> Result<()> {
-                if seen.get() >= self.info.sample_count {
+                if seen.get() >= max_samples {
                     return Err(data_error(format!(
                         "more samples than the header's {}",
                         self.info.sample_count
@@ -639,7 +977,7 @@ impl Decoder<'_> {
                     if count == 0 {
                         return Err(data_error("a repeat record of 0 samples"));
                     }
-                    if count > self.info.sample_count - seen.get() {
+                    if count > max_samples - seen.get() {
                         return Err(data_error(format!(
                             "more samples than the header's {}",
                             self.info.sample_count
@@ -695,6 +1033,9 @@ impl Decoder<'_> {
             }
         }
         let seen = seen.get();
+        if self.lenient {
+            return Ok(seen);
+        }
         if threads.len() as u64 != u64::from(self.info.thread_count) {
             return Err(data_error(format!(
                 "thread count mismatch: the header says {}, the data holds {}",
@@ -712,8 +1053,10 @@ impl Decoder<'_> {
     }
 }
 
-/// The compressed sample data as a stream: one zstd frame that must end
-/// exactly where the region ends, and expand to at most `cap` bytes.
+/// The compressed sample data as a stream: zstd frames (tachyon writes
+/// one per block, the reference one in all) and skippable frames (the
+/// blocks' tables, skipped here), ending exactly where the region ends,
+/// expanding to at most `cap` bytes.
 struct ZstdRegion<R: Read> {
     src: R,
     inbuf: Box<[u8]>,
@@ -721,13 +1064,16 @@ struct ZstdRegion<R: Read> {
     in_len: usize,
     src_eof: bool,
     dec: zstd::stream::raw::Decoder<'static>,
-    done: bool,
+    /// Between frames: the region may end here.
+    at_boundary: bool,
     out_total: u64,
     cap: u64,
 }
 
 impl<R: Read> ZstdRegion<R> {
-    fn new(src: R, cap: u64) -> Result<Self> {
+    /// `may_be_empty`: a region of no frame at all is data (a recording
+    /// cut before its first block), not a truncated frame.
+    fn new(src: R, cap: u64, may_be_empty: bool) -> Result<Self> {
         let dec = zstd::stream::raw::Decoder::new()
             .map_err(|e| Error::io("cannot start the zstd decoder", e))?;
         Ok(ZstdRegion {
@@ -737,7 +1083,7 @@ impl<R: Read> ZstdRegion<R> {
             in_len: 0,
             src_eof: false,
             dec,
-            done: false,
+            at_boundary: may_be_empty,
             out_total: 0,
             cap,
         })
@@ -755,15 +1101,6 @@ impl<R: Read> Read for ZstdRegion<R> {
             return Ok(0);
         }
         loop {
-            if self.done {
-                let mut probe = [0u8; 1];
-                if self.in_pos < self.in_len || self.src.read(&mut probe)? > 0 {
-                    return Err(bad(
-                        "data after the end of the compressed sample data".into()
-                    ));
-                }
-                return Ok(0);
-            }
             if self.in_pos == self.in_len && !self.src_eof {
                 let n = self.src.read(&mut self.inbuf)?;
                 if n == 0 {
@@ -773,13 +1110,20 @@ impl<R: Read> Read for ZstdRegion<R> {
                     self.in_len = n;
                 }
             }
+            let input = &self.inbuf[self.in_pos..self.in_len];
+            if input.is_empty() && self.at_boundary {
+                return Ok(0);
+            }
             let st = self
                 .dec
-                .run_on_buffers(&self.inbuf[self.in_pos..self.in_len], out)
+                .run_on_buffers(input, out)
                 .map_err(|e| bad(format!("zstd: {e}")))?;
             self.in_pos += st.bytes_read;
+            if st.bytes_read > 0 || st.bytes_written > 0 {
+                self.at_boundary = false;
+            }
             if st.remaining == 0 {
-                self.done = true;
+                self.at_boundary = true;
             }
             self.out_total += st.bytes_written as u64;
             if self.out_total > self.cap {
@@ -791,16 +1135,14 @@ impl<R: Read> Read for ZstdRegion<R> {
             if st.bytes_written > 0 {
                 return Ok(st.bytes_written);
             }
-            if !self.done && st.bytes_read == 0 {
+            if st.bytes_read == 0 {
                 if self.in_pos == self.in_len && self.src_eof {
                     return Err(bad(
                         "truncated compressed sample data (incomplete zstd frame)".into(),
                     ));
                 }
-                if self.in_pos < self.in_len {
-                    // zstd always takes input it is given; never spin.
-                    return Err(bad("the zstd decoder made no progress".into()));
-                }
+                // zstd always takes input it is given; never spin.
+                return Err(bad("the zstd decoder made no progress".into()));
             }
         }
     }
@@ -870,6 +1212,195 @@ mod tests {
 
     fn read(b: &[u8], opts: ReadOptions) -> Result<Vec<Sample>> {
         BinaryReader::new(io::Cursor::new(b), "t".into(), opts)?.read_samples()
+    }
+
+    /// The writer's output, shared: what a reader would find in the file
+    /// at any moment of the recording.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<io::Cursor<Vec<u8>>>>);
+
+    impl io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl io::Seek for Shared {
+        fn seek(&mut self, p: SeekFrom) -> io::Result<u64> {
+            self.0.lock().unwrap().seek(p)
+        }
+    }
+
+    impl Shared {
+        fn bytes(&self) -> Vec<u8> {
+            self.0.lock().unwrap().get_ref().clone()
+        }
+    }
+
+    fn recovering() -> ReadOptions {
+        ReadOptions {
+            recover: true,
+            ..ReadOptions::default()
+        }
+    }
+
+    /// (tid, time, function names) of every stored stack, and the thread
+    /// names (a file keeps each thread's latest).
+    fn stacks(bytes: &[u8], opts: ReadOptions) -> Result<(FileInfo, Vec<String>)> {
+        stacks_and_names(bytes, opts).map(|(i, s, _)| (i, s))
+    }
+
+    fn stacks_and_names(
+        bytes: &[u8],
+        opts: ReadOptions,
+    ) -> Result<(FileInfo, Vec<String>, Vec<String>)> {
+        let mut r = BinaryReader::new(io::Cursor::new(bytes), "t".into(), opts)?;
+        let mut out = Vec::new();
+        let mut tnames = Vec::new();
+        r.replay(|s, tab| {
+            let th = &s.threads[0];
+            let names: Vec<&str> = th
+                .frames
+                .iter()
+                .map(|&i| tab.str(tab.frame(i).func))
+                .collect();
+            out.push(format!("{} {} {names:?}", th.tid, s.timestamp_us));
+            if let Some(n) = th.name {
+                tnames.push(format!("{} {}", th.tid, tab.str(n)));
+            }
+        })?;
+        tnames.dedup();
+        Ok((r.info().clone(), out, tnames))
+    }
+
+    /// 240 samples of two threads with new frames (until sample 56) and a
+    /// name along the way; a checkpoint every `per_block` calls. Returns the writer's output
+    /// after each block (taken as it is being written, as a reader of a
+    /// killed recording would find it) and the finished file.
+    fn blocks_recording(c: Compression, per_block: usize) -> (Vec<(u64, Vec<u8>)>, Vec<u8>) {
+        let (mut t, f) = table();
+        let worker = t.intern_str("Worker-1");
+        let out = Shared::default();
+        let mut w = BinaryWriter::new(
+            out.clone(),
+            "t".into(),
+            WriterOptions {
+                compression: c,
+                start_time_us: 500,
+                // Each checkpoint may end a frame (the test takes them
+                // faster than once a second).
+                frame_every: std::time::Duration::ZERO,
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        let mut snapshots = Vec::new();
+        for i in 0..240u64 {
+            // New frames keep coming (f[0..8] over time); runs repeat.
+            let depth = 1 + (i / 7 % 8) as usize;
+            let mut s = sample(1000 + i * 100, f[..depth].to_vec());
+            let mut other = s.threads[0].clone();
+            other.tid = 43;
+            other.frames = vec![f[(i / 30 % 8) as usize]];
+            if i >= 40 {
+                other.name = Some(worker);
+            }
+            s.threads.push(other);
+            w.write_sample(&s, &t);
+            if (i + 1) % per_block as u64 == 0 {
+                w.checkpoint();
+                snapshots.push((w.sample_count(), out.bytes()));
+            }
+        }
+        w.finish().unwrap();
+        (snapshots, out.bytes())
+    }
+
+    #[test]
+    fn a_killed_recording_is_read_up_to_its_last_block() {
+        let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
+        let (info, all) = stacks(&whole, ReadOptions::default()).unwrap();
+        assert_eq!((info.sample_count, info.truncated), (480, false));
+        assert_eq!(snaps.len(), 6);
+        for (n, bytes) in &snaps {
+            // Strictly, it is refused with a reason.
+            let e = stacks(bytes, ReadOptions::default()).unwrap_err();
+            assert!(e.to_string().contains("never finished"), "{e}");
+            let (info, got) = stacks(bytes, recovering()).unwrap();
+            assert!(info.truncated);
+            assert_eq!(info.sample_count, *n);
+            assert_eq!(got.len() as u64, *n);
+            assert_eq!(got[..], all[..got.len()]);
+        }
+        // The thread's name (given at sample 40) comes with the next block
+        // table (the block of 40-80 brings new frames).
+        let names = |i: usize| stacks_and_names(&snaps[i].1, recovering()).unwrap().2;
+        assert!(names(0).is_empty());
+        assert_eq!(names(1), ["43 Worker-1"]);
+    }
+
+    #[test]
+    fn a_recording_cut_at_any_byte_gives_every_whole_block_before_the_cut() {
+        for (snap_i, c) in [(None, Compression::Zstd), (Some(2), Compression::Zstd)] {
+            let (snaps, whole) = blocks_recording(c, 40);
+            let bytes = match snap_i {
+                Some(i) => snaps[i].1.clone(),
+                None => whole.clone(),
+            };
+            let (_, all) = stacks(&whole, ReadOptions::default()).unwrap();
+            let mut last = 0;
+            for cut in 0..=bytes.len() {
+                let r = stacks(&bytes[..cut], recovering());
+                if cut < HEADER_SIZE as usize {
+                    let e = r.unwrap_err().to_string();
+                    assert!(e.contains("not a binary sampling profile"), "{cut}: {e}");
+                    continue;
+                }
+                let (info, got) = r.unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+                let n = got.len() as u64;
+                assert_eq!(info.truncated, cut < whole.len(), "cut at {cut}");
+                assert!(n >= last, "cut at {cut}: {n} samples after {last}");
+                // Cut where the writer had flushed: all it had written.
+                if let Some((k, _)) = snaps.iter().find(|(_, b)| b.len() == cut) {
+                    assert_eq!(n, *k, "cut at {cut}, a flush point");
+                }
+                assert_eq!(got[..], all[..got.len()], "cut at {cut}");
+                last = n;
+            }
+            let want = snap_i.map_or(480, |i| snaps[i].0);
+            assert_eq!(last, want);
+        }
+    }
+
+    #[test]
+    fn a_damaged_recording_cut_short_is_an_error_or_a_read_never_a_panic() {
+        let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
+        for bytes in [&snaps[3].1, &whole] {
+            for at in 0..bytes.len() {
+                for x in [0x01u8, 0x80, 0xff] {
+                    let mut b = bytes.clone();
+                    b[at] ^= x;
+                    // Cut too, so that the recovery path reads it.
+                    let cut = &b[..bytes.len() - 1];
+                    match stacks(cut, recovering()) {
+                        Ok((info, got)) => assert_eq!(info.sample_count, got.len() as u64),
+                        Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_uncompressed_recording_cut_short_is_read_as_empty() {
+        let (snaps, whole) = blocks_recording(Compression::None, 40);
+        let (info, got) = stacks(&snaps[2].1, recovering()).unwrap();
+        assert!(info.truncated);
+        assert!(got.is_empty());
+        assert_eq!(stacks(&whole, recovering()).unwrap().1.len(), 480);
     }
 
     #[test]

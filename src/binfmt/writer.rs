@@ -1,10 +1,28 @@
-//! Streaming writer: samples are encoded per thread, compressed as they go
-//! and the header is written last, by seeking back to the start.
+//! Streaming writer: samples are encoded per thread and written in blocks;
+//! the final header is written last, by seeking back to the start.
 //!
 //! Memory stays bounded by the number of threads and distinct frames: each
 //! thread keeps its previous stack and at most [`REPEAT_BUFFER`] bytes of
-//! pending REPEAT entries; encoded records pass through a [`FLUSH_SIZE`]
-//! staging buffer into the (compressing) output.
+//! pending REPEAT entries; encoded records gather in a staging buffer.
+//!
+//! A recording survives the writer's death (`kill -9`, a power cut): a
+//! provisional header goes first, and at a *checkpoint* (at least every
+//! [`CHECKPOINT_EVERY`], sooner at the start, and whenever [`FLUSH_SIZE`]
+//! bytes of records are staged) every sample so far reaches the file.
+//! The records go into a zstd frame that a checkpoint flushes (a decoder
+//! gets everything up to there) and keeps open, so it keeps its window;
+//! when the records since the last end of a frame brought new strings or
+//! frames, the checkpoint (the first at once, later ones at most once a
+//! [`CHECKPOINT_EVERY`]) ends the frame instead and writes after it a
+//! zstd skippable frame ([`super::BLOCK_MAGIC`], a block table) with the
+//! strings, frames and thread names first used in it and the sample and
+//! thread totals so far. Any zstd reader (the reference's too) reads the
+//! frames one after another as one stream and skips the skippable ones,
+//! so a complete file is the reference's format; a file cut anywhere is
+//! read by [`super::reader`] up to the last flush before the cut. A
+//! thread renamed since the last block table reads without its new name.
+//! `--compression none` has no place for the tables: its records are
+//! flushed as well, but a cut file gives none of them back.
 
 use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
@@ -31,6 +49,13 @@ pub const FLUSH_SIZE: usize = 512 * 1024;
 pub const IDLE_THREAD_US: u64 = 10_000_000;
 /// Threads looked at for [`IDLE_THREAD_US`] per sample written.
 const IDLE_CHECKS: usize = 4;
+/// A block is written at least this often while samples come: what a
+/// killed recording loses.
+pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The first block comes sooner, and the wait doubles up to
+/// [`CHECKPOINT_EVERY`]: a recording killed in its first second keeps
+/// most of it too.
+pub const FIRST_CHECKPOINT: std::time::Duration = std::time::Duration::from_millis(125);
 
 /// What goes into the header besides the counts.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +71,9 @@ pub struct WriterOptions {
     pub python_version: (u8, u8, u8),
     pub mode: Option<Mode>,
     pub capture: Option<CaptureConfig>,
+    /// After its first, a zstd frame ends (for new strings or frames) at
+    /// most this often ([`CHECKPOINT_EVERY`]; zero: at every checkpoint).
+    pub frame_every: std::time::Duration,
 }
 
 impl Default for WriterOptions {
@@ -58,6 +86,7 @@ impl Default for WriterOptions {
             python_version: (0, 0, 0),
             mode: None,
             capture: None,
+            frame_every: CHECKPOINT_EVERY,
         }
     }
 }
@@ -88,13 +117,28 @@ struct ThreadState {
     /// The thread's latest name (and its id in the caller's table).
     name_id: Option<StrId>,
     name: Option<Box<str>>,
+    /// The name changed since the last block.
+    name_dirty: bool,
 }
 
 enum Sink<W: Write> {
     Raw(W),
+    /// The open zstd frame (see the module documentation).
     Zstd(zstd::stream::write::Encoder<'static, W>),
     /// Finished, or poisoned by an error.
     Done,
+}
+
+/// A zstd encoder of tachyon's settings on `out`, starting a frame.
+fn encoder<W: Write>(
+    out: W,
+    level: i32,
+) -> std::io::Result<zstd::stream::write::Encoder<'static, W>> {
+    let mut enc = zstd::stream::write::Encoder::new(out, level)?;
+    enc.window_log(ZSTD_WINDOW_LOG)?;
+    // A torn frame is told from a whole one.
+    enc.include_checksum(true)?;
+    Ok(enc)
 }
 
 /// Writes one binary profile; see the module documentation.
@@ -121,6 +165,17 @@ pub struct BinaryWriter<W: Write + Seek> {
     idle_cursor: usize,
     /// The first write error; later calls do nothing and `finish` reports it.
     failed: Option<std::io::Error>,
+    /// Strings and frames already in a block's table.
+    strings_in_blocks: usize,
+    frames_in_blocks: usize,
+    /// zstd frames ended (each followed by its block table).
+    blocks: u64,
+    /// Records went into the open zstd frame.
+    frame_used: bool,
+    last_frame_end: std::time::Instant,
+    last_checkpoint: std::time::Instant,
+    /// The wait from one block to the next (see [`FIRST_CHECKPOINT`]).
+    checkpoint_wait: std::time::Duration,
 }
 
 impl<W: Write + Seek> BinaryWriter<W> {
@@ -128,14 +183,12 @@ impl<W: Write + Seek> BinaryWriter<W> {
     /// the output in error messages.
     pub fn new(mut out: W, name: String, opts: WriterOptions) -> Result<Self> {
         let io = |e| Error::io(format!("cannot write {name}"), e);
-        out.write_all(&[0u8; HEADER_SIZE as usize]).map_err(io)?;
+        // Provisional: no tables yet (offset 0), no counts.
+        out.write_all(&header(&opts, 0, 0, 0, 0)).map_err(io)?;
+        out.flush().map_err(io)?;
         let sink = match opts.compression {
             Compression::None => Sink::Raw(out),
-            Compression::Zstd => {
-                let mut enc = zstd::stream::write::Encoder::new(out, opts.level).map_err(io)?;
-                enc.window_log(ZSTD_WINDOW_LOG).map_err(io)?;
-                Sink::Zstd(enc)
-            }
+            Compression::Zstd => Sink::Zstd(encoder(out, opts.level).map_err(io)?),
         };
         Ok(BinaryWriter {
             sink,
@@ -156,6 +209,13 @@ impl<W: Write + Seek> BinaryWriter<W> {
             stack: Vec::new(),
             idle_cursor: 0,
             failed: None,
+            strings_in_blocks: 0,
+            frames_in_blocks: 0,
+            blocks: 0,
+            frame_used: false,
+            last_frame_end: std::time::Instant::now(),
+            last_checkpoint: std::time::Instant::now(),
+            checkpoint_wait: FIRST_CHECKPOINT,
         })
     }
 
@@ -211,13 +271,130 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 if th.name_id != Some(n) {
                     th.name_id = Some(n);
                     th.name = Some(table.str(n).into());
+                    th.name_dirty = true;
                 }
             }
         }
         self.release_idle(sample.timestamp_us);
-        if self.staging.len() >= FLUSH_SIZE {
-            self.flush_staging();
+        let now = std::time::Instant::now();
+        if self.staging.len() >= FLUSH_SIZE
+            || now - self.last_checkpoint >= self.checkpoint_wait
+            || (self.new_tables() && now - self.last_frame_end >= self.opts.frame_every)
+        {
+            self.checkpoint();
         }
+    }
+
+    /// Strings or frames no block table holds yet.
+    fn new_tables(&self) -> bool {
+        self.strings.len() > self.strings_in_blocks || self.frames.len() > self.frames_in_blocks
+    }
+
+    /// Write every sample so far to the file as a block and flush it: a
+    /// reader of the file, even if the writer dies now, gets them all.
+    /// Called by itself at least every [`CHECKPOINT_EVERY`].
+    pub fn checkpoint(&mut self) {
+        self.last_checkpoint = std::time::Instant::now();
+        self.checkpoint_wait = (self.checkpoint_wait * 2).min(CHECKPOINT_EVERY);
+        if self.failed.is_some() {
+            return;
+        }
+        for th in &mut self.threads {
+            flush_repeat(th, &mut self.staging, &mut self.enc);
+        }
+        if self.staging.is_empty() {
+            return;
+        }
+        let r = match &mut self.sink {
+            Sink::Raw(w) => w.write_all(&self.staging).and_then(|()| w.flush()),
+            Sink::Zstd(z) => z.write_all(&self.staging),
+            Sink::Done => Ok(()),
+        };
+        self.staging.clear();
+        if let Err(e) = r {
+            return self.fail(e);
+        }
+        if !matches!(self.sink, Sink::Zstd(_)) {
+            return;
+        }
+        self.frame_used = true;
+        // A frame ended costs its window (a few percent of the data per
+        // frame): the first ends at once, the others at most once a
+        // `frame_every` (what a killed run may lose of samples with new
+        // frames), so the quick checkpoints of the start only flush.
+        let new_tables = self.new_tables();
+        let due = self.blocks == 0 || self.last_frame_end.elapsed() >= self.opts.frame_every;
+        let r = if new_tables && due {
+            self.end_frame(true)
+        } else {
+            // The frame goes on (and keeps its window): what is flushed
+            // decodes with the tables already written.
+            match &mut self.sink {
+                Sink::Zstd(z) => z.flush(),
+                _ => Ok(()),
+            }
+        };
+        if let Err(e) = r {
+            self.fail(e);
+        }
+    }
+
+    /// End the open zstd frame, write its block table and flush; with
+    /// `again`, open the next frame.
+    fn end_frame(&mut self, again: bool) -> std::io::Result<()> {
+        let table = self.block_table();
+        let Sink::Zstd(z) = std::mem::replace(&mut self.sink, Sink::Done) else {
+            return Ok(());
+        };
+        let mut out = z.finish()?;
+        out.write_all(&table)?;
+        out.flush()?;
+        self.blocks += 1;
+        // The checkpoint's own instant: the next one a second later is due.
+        self.last_frame_end = self.last_checkpoint;
+        self.frame_used = false;
+        self.strings_in_blocks = self.strings.len();
+        self.frames_in_blocks = self.frames.len();
+        for th in &mut self.threads {
+            th.name_dirty = false;
+        }
+        self.sink = if again {
+            Sink::Zstd(encoder(out, self.opts.level)?)
+        } else {
+            Sink::Raw(out)
+        };
+        Ok(())
+    }
+
+    /// The skippable frame after a block: what the block's records need
+    /// that no earlier block gave (see [`super::BlockTable`]).
+    fn block_table(&self) -> Vec<u8> {
+        let mut strings = Vec::new();
+        for s in &self.strings[self.strings_in_blocks..] {
+            put_string(&mut strings, s);
+        }
+        let mut frames = Vec::new();
+        for f in &self.frames[self.frames_in_blocks..] {
+            put_frame(&mut frames, f);
+        }
+        let mut names = Vec::new();
+        let mut n_names = 0u32;
+        for th in self.threads.iter().filter(|t| t.name_dirty) {
+            if let Some(name) = &th.name {
+                put_string(&mut names, &super::thread_name_record(th.tid, th.iid, name));
+                n_names += 1;
+            }
+        }
+        super::BlockTable {
+            samples_total: self.sample_count,
+            threads_total: self.threads.len() as u32,
+            first_string: self.strings_in_blocks as u32,
+            first_frame: self.frames_in_blocks as u32,
+            strings: (self.strings.len() - self.strings_in_blocks) as u32,
+            frames: (self.frames.len() - self.frames_in_blocks) as u32,
+            names: n_names,
+        }
+        .encode(&strings, &frames, &names)
     }
 
     /// Give back the memory of a few threads not sampled for
@@ -254,6 +431,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 released: false,
                 name_id: None,
                 name: None,
+                name_dirty: false,
             });
             self.threads.len() - 1
         });
@@ -385,21 +563,6 @@ impl<W: Write + Seek> BinaryWriter<W> {
         idx
     }
 
-    fn flush_staging(&mut self) {
-        if self.staging.is_empty() {
-            return;
-        }
-        let r = match &mut self.sink {
-            Sink::Raw(w) => w.write_all(&self.staging),
-            Sink::Zstd(z) => z.write_all(&self.staging),
-            Sink::Done => Ok(()),
-        };
-        self.staging.clear();
-        if let Err(e) = r {
-            self.fail(e);
-        }
-    }
-
     fn fail(&mut self, e: std::io::Error) {
         if self.failed.is_none() {
             self.failed = Some(e);
@@ -416,17 +579,18 @@ impl<W: Write + Seek> BinaryWriter<W> {
     /// Write the pending repeats, the tables, the trailer, the footer and
     /// the header; return the output.
     pub fn finish(mut self) -> Result<W> {
-        for th in &mut self.threads {
-            flush_repeat(th, &mut self.staging, &mut self.enc);
-        }
-        self.flush_staging();
+        self.checkpoint();
         if let Some(e) = self.failed.take() {
             return Err(Error::io(format!("cannot write {}", self.name), e));
         }
         let name = self.name.clone();
         let io = |e| Error::io(format!("cannot write {name}"), e);
+        if self.frame_used {
+            self.end_frame(false).map_err(io)?;
+        }
         let mut out = match std::mem::replace(&mut self.sink, Sink::Done) {
             Sink::Raw(w) => w,
+            // No samples at all: the one empty frame.
             Sink::Zstd(z) => z.finish().map_err(io)?,
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
@@ -441,25 +605,11 @@ impl<W: Write + Seek> BinaryWriter<W> {
         }
         let mut buf = Vec::new();
         for s in &self.strings {
-            put_varint(&mut buf, s.len() as u64);
-            buf.extend_from_slice(s.as_bytes());
+            put_string(&mut buf, s);
         }
         let frame_off = string_off + buf.len() as u64;
         for f in &self.frames {
-            put_varint(&mut buf, f.file as u64);
-            put_varint(&mut buf, f.func as u64);
-            put_varint(&mut buf, zigzag(f.line) as u64);
-            let delta = |a: i32, b: i32| {
-                if a == -1 || b == -1 {
-                    0
-                } else {
-                    b.wrapping_sub(a)
-                }
-            };
-            put_varint(&mut buf, zigzag(delta(f.line, f.end_line)) as u64);
-            put_varint(&mut buf, zigzag(f.col) as u64);
-            put_varint(&mut buf, zigzag(delta(f.col, f.end_col)) as u64);
-            buf.push(f.opcode);
+            put_frame(&mut buf, f);
         }
         if let Some(st) = self.stats {
             let present =
@@ -485,31 +635,74 @@ impl<W: Write + Seek> BinaryWriter<W> {
         buf.extend_from_slice(&[0u8; 16]);
         out.write_all(&buf).map_err(io)?;
 
-        let o = &self.opts;
-        let mut h = Vec::with_capacity(HEADER_SIZE as usize);
-        h.extend_from_slice(&MAGIC.to_le_bytes());
-        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        h.extend_from_slice(&[
-            o.python_version.0,
-            o.python_version.1,
-            o.python_version.2,
-            0,
-        ]);
-        h.extend_from_slice(&o.start_time_us.to_le_bytes());
-        h.extend_from_slice(&o.interval_us.to_le_bytes());
-        h.extend_from_slice(&self.sample_count.to_le_bytes());
-        h.extend_from_slice(&(self.threads.len() as u32).to_le_bytes());
-        h.extend_from_slice(&string_off.to_le_bytes());
-        h.extend_from_slice(&frame_off.to_le_bytes());
-        h.extend_from_slice(&o.compression.code().to_le_bytes());
-        h.extend_from_slice(&encode_config(o.mode, o.capture).to_le_bytes());
-        debug_assert_eq!(h.len() as u64, HEADER_SIZE);
+        let h = header(
+            &self.opts,
+            self.sample_count,
+            self.threads.len() as u32,
+            string_off,
+            frame_off,
+        );
+        // Everything else is on disk before the header makes it whole.
+        out.flush().map_err(io)?;
         out.seek(SeekFrom::Start(0)).map_err(io)?;
         out.write_all(&h).map_err(io)?;
         out.seek(SeekFrom::Start(file_size)).map_err(io)?;
         out.flush().map_err(io)?;
         Ok(out)
     }
+}
+
+/// The 64-byte header; a provisional one has `string_off` 0.
+fn header(
+    o: &WriterOptions,
+    samples: u64,
+    threads: u32,
+    string_off: u64,
+    frame_off: u64,
+) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER_SIZE as usize);
+    h.extend_from_slice(&MAGIC.to_le_bytes());
+    h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h.extend_from_slice(&[
+        o.python_version.0,
+        o.python_version.1,
+        o.python_version.2,
+        0,
+    ]);
+    h.extend_from_slice(&o.start_time_us.to_le_bytes());
+    h.extend_from_slice(&o.interval_us.to_le_bytes());
+    h.extend_from_slice(&samples.to_le_bytes());
+    h.extend_from_slice(&threads.to_le_bytes());
+    h.extend_from_slice(&string_off.to_le_bytes());
+    h.extend_from_slice(&frame_off.to_le_bytes());
+    h.extend_from_slice(&o.compression.code().to_le_bytes());
+    h.extend_from_slice(&encode_config(o.mode, o.capture).to_le_bytes());
+    debug_assert_eq!(h.len() as u64, HEADER_SIZE);
+    h
+}
+
+/// A string-table entry: its length, its bytes.
+fn put_string(buf: &mut Vec<u8>, s: &str) {
+    put_varint(buf, s.len() as u64);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+/// A frame-table entry.
+fn put_frame(buf: &mut Vec<u8>, f: &BinFrame) {
+    put_varint(buf, f.file as u64);
+    put_varint(buf, f.func as u64);
+    put_varint(buf, zigzag(f.line) as u64);
+    let delta = |a: i32, b: i32| {
+        if a == -1 || b == -1 {
+            0
+        } else {
+            b.wrapping_sub(a)
+        }
+    };
+    put_varint(buf, zigzag(delta(f.line, f.end_line)) as u64);
+    put_varint(buf, zigzag(f.col) as u64);
+    put_varint(buf, zigzag(delta(f.col, f.end_col)) as u64);
+    buf.push(f.opcode);
 }
 
 /// Write `th`'s pending REPEAT entries as one record.

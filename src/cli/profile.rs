@@ -348,6 +348,8 @@ impl SampleArgs {
                     compression,
                     python_version: Some((version.major, version.minor, version.micro)),
                     capture: Some(self.capture()),
+                    interval_us: Some(self.rate.as_micros() as u64),
+                    mode: Some(mode),
                 },
             )?)
         } else {
@@ -540,11 +542,12 @@ fn profile(
     // is a program whose threading cannot be read, not a passing moment.
     super::say_why_no_names(unwinder.names_unavailable(3));
     report_children(&children, args.merge);
-    // A failed write leaves no partial file: outputs are written under a
-    // temporary name and renamed only when complete.
+    // A failed write leaves no partial file (outputs are written under a
+    // temporary name and renamed only when complete), except a zstd
+    // recording, which keeps what it had flushed and says so.
     if let Some(c) = &mut output {
         c.finish(frames, &total)
-            .context("cannot write the profile (no partial file was left)")?;
+            .context("cannot write the profile")?;
     }
     args.out.open_browser(first_pid as u32);
     Ok(reason)

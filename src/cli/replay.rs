@@ -80,6 +80,13 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
     })
     .with_context(|| format!("cannot replay {shown}"))?;
     tachyon::outln!();
+    if info.truncated {
+        // Its writer was killed (or the file cut): what it had flushed.
+        let up_to = reader
+            .last_timestamp_us()
+            .map_or(0.0, |t| t.saturating_sub(info.start_time_us) as f64 / 1e6);
+        tachyon::errln!("truncated recording: {count} samples, up to {up_to:.1} s");
+    }
     collector
         .finish(reader.frames(), &reader.run_stats())
         .context("cannot write the output")?;

@@ -7,6 +7,15 @@
 //! named pipe are written in place (a rename would put a plain file where
 //! the device was), and a symbolic link keeps pointing where it did, its
 //! target being the file replaced.
+//!
+//! A binary recording is the exception ([`AtomicFile::in_place`]): it is
+//! written where it was asked for from its first sample on, flushed and
+//! synced as it goes, so that a killed run leaves a recording `replay`
+//! reads up to its last block, not a hidden temporary.
+//!
+//! A run killed while writing a temporary leaves it behind: the next run
+//! that writes beside it removes each `.NAME.PID.tmp` whose process is
+//! gone, and says so.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -22,7 +31,57 @@ pub struct AtomicFile {
     /// writing in place (a device, a pipe).
     tmp: Option<PathBuf>,
     file: Option<BufWriter<File>>,
+    /// Flushes also reach the disk (at most once a second, in the
+    /// background): a recording written in place.
+    durable: bool,
+    syncer: Option<Syncer>,
+    synced: std::time::Instant,
 }
+
+/// Syncs a file to the disk on request, on a thread of its own: a slow
+/// disk never holds up the sampling.
+struct Syncer {
+    ask: Option<std::sync::mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Syncer {
+    fn new(file: File) -> Option<Syncer> {
+        let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("tachyon-sync".into())
+            .spawn(move || {
+                for () in asked {
+                    // The last sync, at the commit, reports errors.
+                    let _ = file.sync_data();
+                }
+            })
+            .ok()?;
+        Some(Syncer {
+            ask: Some(ask),
+            thread: Some(thread),
+        })
+    }
+
+    /// Ask for a sync, unless one is waiting already.
+    fn request(&self) {
+        if let Some(a) = &self.ask {
+            let _ = a.try_send(());
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.ask = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// At most this often a durable file's flush syncs it to the disk.
+const SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl AtomicFile {
     /// Start writing what will become `path`.
@@ -36,23 +95,39 @@ impl AtomicFile {
         };
         if in_place {
             let file = File::create(path).map_err(cannot)?;
-            return Ok(AtomicFile {
-                path: target,
-                tmp: None,
-                file: Some(BufWriter::with_capacity(1 << 16, file)),
-            });
+            return Ok(AtomicFile::new(target, None, file, false));
         }
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        remove_stale_temporaries(&target);
+        let tmp = temporary_name(&target, std::process::id());
         let file = File::create(&tmp).map_err(cannot)?;
-        Ok(AtomicFile {
-            path: target,
-            tmp: Some(tmp),
+        Ok(AtomicFile::new(target, Some(tmp), file, false))
+    }
+
+    /// Write `path` itself, from now on (it is truncated now): what is
+    /// flushed is in the file, and is synced to the disk at most once a
+    /// second. Dropped without a commit, the file stays as far as it got.
+    pub fn in_place(path: &Path) -> Result<Self> {
+        let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
+        remove_stale_temporaries(path);
+        let file = File::create(path).map_err(cannot)?;
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        Ok(AtomicFile::new(path.to_path_buf(), None, file, regular))
+    }
+
+    fn new(path: PathBuf, tmp: Option<PathBuf>, file: File, durable: bool) -> Self {
+        let syncer = if durable {
+            file.try_clone().ok().and_then(Syncer::new)
+        } else {
+            None
+        };
+        AtomicFile {
+            path,
+            tmp,
             file: Some(BufWriter::with_capacity(1 << 16, file)),
-        })
+            durable,
+            syncer,
+            synced: std::time::Instant::now(),
+        }
     }
 
     /// The file's final name.
@@ -67,8 +142,13 @@ impl AtomicFile {
             return Err(cannot(std::io::Error::other("already committed")));
         };
         let file = w.into_inner().map_err(|e| cannot(e.into_error()))?;
+        self.syncer = None;
         let Some(tmp) = &self.tmp else {
-            return Ok(());
+            return if self.durable {
+                file.sync_data().map_err(cannot)
+            } else {
+                Ok(())
+            };
         };
         // On a disk that fills up, the data may only fail to fit now.
         file.sync_data()
@@ -104,7 +184,68 @@ impl Write for AtomicFile {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.writer()?.flush()
+        self.writer()?.flush()?;
+        if let Some(s) = &self.syncer
+            && self.synced.elapsed() >= SYNC_EVERY
+        {
+            s.request();
+            self.synced = std::time::Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// The temporary copy process `pid` writes of `target`.
+fn temporary_name(target: &Path, pid: u32) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.{pid}.tmp"))
+}
+
+/// The temporaries of `target` (`.NAME.PID.tmp` beside it) whose process
+/// is gone, with its pid.
+pub fn stale_temporaries(target: &Path) -> Vec<(PathBuf, u32)> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, u32)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let file = e.file_name().into_string().ok()?;
+            let pid: u32 = file
+                .strip_prefix(&prefix)?
+                .strip_suffix(".tmp")?
+                .parse()
+                .ok()?;
+            let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+            (!alive && e.file_type().ok()?.is_file()).then(|| (e.path(), pid))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Remove the stale temporaries of `target`, saying so on stderr.
+fn remove_stale_temporaries(target: &Path) {
+    for (tmp, pid) in stale_temporaries(target) {
+        if std::fs::remove_file(&tmp).is_ok() {
+            crate::errln!(
+                "tachyon: removed {}, left by an interrupted run (process {pid}) writing {}",
+                tmp.display(),
+                target.display()
+            );
+        }
     }
 }
 
@@ -178,6 +319,40 @@ mod tests {
                 .is_symlink()
         );
         assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn temporaries_of_dead_runs_are_removed_and_live_ones_kept() {
+        let d = scratch("stale");
+        let p = d.join("out.json");
+        // A pid no process has (above the kernel's pid_max of 2^22).
+        let dead = temporary_name(&p, 4_999_999);
+        let live = temporary_name(&p, 1);
+        let other = d.join(".other.json.4999999.tmp");
+        for f in [&dead, &live, &other] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        assert_eq!(stale_temporaries(&p), vec![(dead.clone(), 4_999_999)]);
+        write_file(&p, b"{}").unwrap();
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_file_written_in_place_keeps_what_was_flushed_when_dropped() {
+        let d = scratch("inplace");
+        let p = d.join("rec.bin");
+        {
+            let mut f = AtomicFile::in_place(&p).unwrap();
+            f.write_all(b"block one").unwrap();
+            f.flush().unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"block one");
+            f.write_all(b", two").unwrap();
+        }
+        assert_eq!(std::fs::read(&p).unwrap(), b"block one, two");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -2,7 +2,8 @@
 //! a file in the reference's binary format ([`crate::binfmt`]), which
 //! `tachyon replay` or `python3.15 -m profiling.sampling replay` later turn
 //! into any other output. The interval, mode and statistics are stored
-//! when sampling ends.
+//! when sampling ends; the samples reach the file at least every second,
+//! so a killed run loses at most about the last second.
 
 use super::atomic::AtomicFile;
 use super::{Collector, Output, RunStats};
@@ -19,12 +20,18 @@ pub struct BinaryOptions {
     pub python_version: Option<(u8, u8, u8)>,
     /// What was captured (`-a`, `--native`, GC frames, `--blocking`).
     pub capture: Option<CaptureConfig>,
+    /// The sampling interval and mode, when known at the start: the
+    /// header of a recording that is cut short keeps them (a finished one
+    /// stores the run's own).
+    pub interval_us: Option<u64>,
+    pub mode: Option<crate::model::Mode>,
 }
 
 /// Streams samples into a binary profile; see the module documentation.
 pub struct BinaryCollector {
     path: std::path::PathBuf,
     writer: Option<BinaryWriter<AtomicFile>>,
+    compression: Compression,
     /// Print the reference's encoding statistics before the last line.
     pub print_encoding_stats: bool,
 }
@@ -39,15 +46,21 @@ impl BinaryCollector {
                 std::io::Error::other("give an output file with -o PATH"),
             ));
         };
-        // Written under a temporary name and renamed when complete: an
-        // existing recording stays whole until the new one is.
+        // Written in place, a block at least every second: a run that is
+        // killed leaves a recording `replay` reads up to its last block
+        // (see `binfmt::writer`). The price: an existing file of that name
+        // is replaced from the start, not once the new one is whole.
         let writer = BinaryWriter::new(
-            AtomicFile::create(&path)?,
+            AtomicFile::in_place(&path)?,
             path.display().to_string(),
             WriterOptions {
                 compression: opts.compression,
                 python_version: opts.python_version.unwrap_or((0, 0, 0)),
                 capture: opts.capture,
+                interval_us: opts
+                    .interval_us
+                    .unwrap_or(WriterOptions::default().interval_us),
+                mode: opts.mode,
                 // Sample times are since the epoch: deltas from now are
                 // small, and a replay gets the times back.
                 start_time_us: crate::model::epoch_us(),
@@ -57,6 +70,7 @@ impl BinaryCollector {
         Ok(BinaryCollector {
             path,
             writer: Some(writer),
+            compression: opts.compression,
             print_encoding_stats: true,
         })
     }
@@ -89,7 +103,9 @@ impl Collector for BinaryCollector {
         w.set_stats(StoredStats::from_run(stats));
         let n = w.sample_count();
         let enc = w.encoding_stats();
-        w.finish()?.commit()?;
+        if let Err(e) = w.finish().and_then(|f| f.commit()) {
+            return Err(self.failed(e));
+        }
         if self.print_encoding_stats {
             crate::out!("{}", format_encoding_stats(&enc));
         }
@@ -98,6 +114,31 @@ impl Collector for BinaryCollector {
             self.path.display()
         );
         Ok(())
+    }
+}
+
+impl BinaryCollector {
+    /// A recording whose write failed (a full disk): a zstd one is kept,
+    /// since `replay` reads what it had flushed, and the error says so; an
+    /// uncompressed one, of which nothing can be read back, is removed.
+    fn failed(&self, e: Error) -> Error {
+        let regular = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file());
+        if !regular {
+            return e;
+        }
+        match (self.compression, e) {
+            (Compression::None, e) => {
+                let _ = std::fs::remove_file(&self.path);
+                e
+            }
+            (Compression::Zstd, Error::Io { context, cause }) => Error::Io {
+                context: format!(
+                    "{context} (what was recorded before is kept there: `tachyon replay` reads it)"
+                ),
+                cause,
+            },
+            (_, e) => e,
+        }
     }
 }
 
