@@ -284,6 +284,9 @@ fn every_reported_caller_callee_pair_is_in_the_call_graph() {
     for it in interpreters() {
         let mut target = spawn(&it, CALLGRAPH, &[], &[]);
         target.wait_for("READY", Duration::from_secs(30));
+        // The target on one CPU, the sampler on another: the target then
+        // runs while it is read, the case where slots change under reads.
+        let _apart = Apart::new(target.pid());
         let opts = UnwindOptions {
             all_threads: true,
             ..UnwindOptions::default()
@@ -351,4 +354,60 @@ fn every_reported_caller_callee_pair_is_in_the_call_graph() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The target's threads on CPU 0 and this thread on CPU 1 while it lives
+/// (on a machine with two CPUs or more; elsewhere nothing changes): the
+/// target runs while it is read. This thread's own affinity comes back on
+/// drop.
+struct Apart {
+    old: Option<libc::cpu_set_t>,
+}
+
+impl Apart {
+    fn new(pid: i32) -> Apart {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            return Apart { old: None };
+        }
+        // SAFETY: cpu_set_t is plain data; the calls get valid pointers and
+        // its size.
+        unsafe {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut old) != 0 {
+                return Apart { old: None };
+            }
+            let mut zero: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut zero);
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(1, &mut one);
+            for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Some(tid) = task
+                    .file_name()
+                    .to_str()
+                    .and_then(|t| t.parse::<i32>().ok())
+                {
+                    libc::sched_setaffinity(tid, size, &zero);
+                }
+            }
+            libc::sched_setaffinity(0, size, &one);
+            Apart { old: Some(old) }
+        }
+    }
+}
+
+impl Drop for Apart {
+    fn drop(&mut self) {
+        if let Some(old) = &self.old {
+            // SAFETY: as above.
+            unsafe {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), old);
+            }
+        }
+    }
 }

@@ -181,6 +181,10 @@ pub struct Offsets {
     /// much of the data stack. 3.13+: 8 bytes after `co_firstlineno`
     /// (`co_nlocalsplus` between); not carried for 3.11/3.12.
     pub code_framesize: Option<u64>,
+    /// 3.11, which keeps no frame size: (`co_nlocalsplus`, `co_stacksize`),
+    /// whose sum and the frame's own words (`frame_size` less its one
+    /// `localsplus` slot) are the size.
+    pub code_framesize_sum: Option<(u64, u64)>,
     pub code_filename: u64,
     pub code_qualname: u64,
     pub code_linetable: u64,
@@ -652,6 +656,7 @@ impl Offsets {
             instr_ptr_is_prev: false,
             code_size,
             code_framesize: Some(code_framesize),
+            code_framesize_sum: None,
             tstate_datastack_top: Some(tstate_datastack_top),
             code_filename,
             code_qualname,
