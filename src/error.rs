@@ -135,6 +135,12 @@ pub enum Torn {
     OutsideDataStack { addr: u64 },
     #[error("the frame at {addr:#x} lies above its callee in the data stack")]
     OutOfOrder { addr: u64 },
+    #[error(
+        "the frame at {addr:#x} ends at {end:#x}, not where the frame above it in the data stack begins ({expected:#x})"
+    )]
+    NotContiguous { addr: u64, end: u64, expected: u64 },
+    #[error("the frame at {addr:#x}, below the newest, has no code: a slot being reused")]
+    NoCode { addr: u64 },
     #[error("the frame at {addr:#x} was reached twice (a cycle)")]
     Cycle { addr: u64 },
     #[error("the code object at {code:#x} of the frame at {addr:#x} cannot be read: {cause}")]

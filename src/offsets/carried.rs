@@ -68,6 +68,7 @@ const PY311: Carried = Carried {
         ("thread_state.thread_id", 152),
         ("thread_state.native_thread_id", 160),
         ("thread_state.datastack_chunk", 296),
+        ("thread_state.datastack_top", 304),
         // exc_state.exc_value: the exception being handled.
         ("thread_state.handled_exception", 320),
         // The bottom `_PyCFrame`, where `cframe` points while no eval loop
@@ -86,6 +87,8 @@ const PY311: Carried = Carried {
         // PyCodeObject
         ("code_object.size", 192),
         ("code_object.firstlineno", 72),
+        ("code_object.stacksize", 68),
+        ("code_object.nlocalsplus", 76),
         ("code_object.filename", 112),
         ("code_object.qualname", 128),
         ("code_object.linetable", 136),
@@ -161,6 +164,7 @@ const PY312: Carried = Carried {
         ("thread_state.thread_id", 136),
         ("thread_state.native_thread_id", 144),
         ("thread_state.datastack_chunk", 232),
+        ("thread_state.datastack_top", 240),
         ("thread_state.handled_exception", 256),
         ("thread_state.root_cframe", 272),
         // _PyCFrame
@@ -175,6 +179,7 @@ const PY312: Carried = Carried {
         // PyCodeObject
         ("code_object.size", 200),
         ("code_object.firstlineno", 68),
+        ("code_object.framesize", 76),
         ("code_object.filename", 112),
         ("code_object.qualname", 128),
         ("code_object.linetable", 136),
@@ -336,6 +341,18 @@ impl Offsets {
         let code_qualname = cf("code_object.qualname", 8)?;
         let code_linetable = cf("code_object.linetable", 8)?;
         let code_firstlineno = cf("code_object.firstlineno", 4)?;
+        // 3.12 keeps a frame's size in words; 3.11 computes it from the
+        // locals and the stack depth, plus the frame's own words.
+        let (code_framesize, code_framesize_sum) = if minor == 12 {
+            (Some(cf("code_object.framesize", 4)?), None)
+        } else {
+            let parts = (
+                cf("code_object.nlocalsplus", 4)?,
+                cf("code_object.stacksize", 4)?,
+            );
+            (None, Some(parts))
+        };
+        let tstate_datastack_top = tf("thread_state.datastack_top", 8)?;
         let code_adaptive = v.get("code_object.co_code_adaptive")?;
         if code_adaptive > code_size || code_adaptive < code_linetable + 8 {
             return Err(v.err(format!(
@@ -418,6 +435,7 @@ impl Offsets {
             tstate_thread_id,
             tstate_native_thread_id,
             tstate_datastack_chunk,
+            tstate_datastack_top: Some(tstate_datastack_top),
             tstate_status,
             holds_gil: GilFlag::Holder,
             gil_requested: None,
@@ -432,6 +450,8 @@ impl Offsets {
             frame_is_entry,
             instr_ptr_is_prev: true,
             code_size,
+            code_framesize,
+            code_framesize_sum,
             code_filename,
             code_qualname,
             code_linetable,

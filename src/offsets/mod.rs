@@ -153,6 +153,9 @@ pub struct Offsets {
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
     pub tstate_datastack_chunk: u64,
+    /// `tstate.datastack_top`: where the newest data-stack frame ends
+    /// (3.13+: the word after `datastack_chunk`; not carried for 3.11/3.12).
+    pub tstate_datastack_top: Option<u64>,
     pub tstate_status: u64,
     pub holds_gil: GilFlag,
     pub gil_requested: Option<u64>,
@@ -174,6 +177,14 @@ pub struct Offsets {
     pub instr_ptr_is_prev: bool,
 
     pub code_size: u64,
+    /// `co_framesize` (int32, in words): a frame of the code takes that
+    /// much of the data stack. 3.13+: 8 bytes after `co_firstlineno`
+    /// (`co_nlocalsplus` between); not carried for 3.11/3.12.
+    pub code_framesize: Option<u64>,
+    /// 3.11, which keeps no frame size: (`co_nlocalsplus`, `co_stacksize`),
+    /// whose sum and the frame's own words (`frame_size` less its one
+    /// `localsplus` slot) are the size.
+    pub code_framesize_sum: Option<(u64, u64)>,
     pub code_filename: u64,
     pub code_qualname: u64,
     pub code_linetable: u64,
@@ -489,13 +500,27 @@ impl Offsets {
         let code_linetable = cf("code_object.linetable", 8)?;
         let code_firstlineno = cf("code_object.firstlineno", 4)?;
         let code_adaptive = v.get("code_object.co_code_adaptive")?;
+        let code_framesize = code_firstlineno + 8;
+        v.check(
+            "code_object.co_framesize (firstlineno + 8)",
+            code_framesize,
+            4,
+            code_size,
+        )?;
+        let tstate_datastack_top = tstate_datastack_chunk + 8;
+        v.check(
+            "thread_state.datastack_top (datastack_chunk + 8)",
+            tstate_datastack_top,
+            8,
+            tstate_size,
+        )?;
         // The bytecode (the struct's last, flexible member) starts at the
         // end of the header: after every field read above, at most at the
         // size.
         let header_end = (code_filename + 8)
             .max(code_qualname + 8)
             .max(code_linetable + 8)
-            .max(code_firstlineno + 4);
+            .max(code_framesize + 4);
         if code_adaptive > code_size
             || code_adaptive < header_end
             || !code_adaptive.is_multiple_of(2)
@@ -630,6 +655,9 @@ impl Offsets {
             frame_is_entry: None,
             instr_ptr_is_prev: false,
             code_size,
+            code_framesize: Some(code_framesize),
+            code_framesize_sum: None,
+            tstate_datastack_top: Some(tstate_datastack_top),
             code_filename,
             code_qualname,
             code_linetable,

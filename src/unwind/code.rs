@@ -40,6 +40,9 @@ struct CodeInfo {
     file: StrId,
     func: StrId,
     firstlineno: i32,
+    /// `co_framesize` in words, 0 when the version's offsets do not have
+    /// it (see [`CodeCache::frame_fast_sized`]).
+    framesize: u32,
     /// `None` when the table was too large to read: frames get no location.
     linetable: Option<Box<[u8]>>,
     fingerprint: Fingerprint,
@@ -57,6 +60,7 @@ impl CodeInfo {
         self.file == other.file
             && self.func == other.func
             && self.firstlineno == other.firstlineno
+            && self.framesize == other.framesize
             && self.linetable == other.linetable
             && self.fingerprint == other.fingerprint
     }
@@ -73,6 +77,7 @@ struct FastEntry {
     instr_ptr: u64,
     epoch: u32,
     id: FrameId,
+    framesize: u32,
 }
 
 /// The slot for (code, instr_ptr): a multiplicative hash, so neighbouring
@@ -181,21 +186,29 @@ impl CodeCache {
     /// it: no reads, no hashing. `None` means ask [`CodeCache::frame`].
     #[inline]
     pub fn frame_fast(&mut self, code: u64, instr_ptr: u64) -> Option<FrameId> {
+        self.frame_fast_sized(code, instr_ptr).map(|(id, _)| id)
+    }
+
+    /// [`CodeCache::frame_fast`], with the code's `co_framesize` (0 when
+    /// unknown): how many words of the data stack its frame takes.
+    #[inline]
+    pub fn frame_fast_sized(&mut self, code: u64, instr_ptr: u64) -> Option<(FrameId, u32)> {
         let e = self.fast[fast_slot(code, instr_ptr)];
         if e.epoch == self.epoch && e.code == code && e.instr_ptr == instr_ptr {
             self.hits += 1;
-            Some(e.id)
+            Some((e.id, e.framesize))
         } else {
             None
         }
     }
 
-    fn remember_fast(&mut self, code: u64, instr_ptr: u64, id: FrameId) {
+    fn remember_fast(&mut self, code: u64, instr_ptr: u64, id: FrameId, framesize: u32) {
         self.fast[fast_slot(code, instr_ptr)] = FastEntry {
             code,
             instr_ptr,
             epoch: self.epoch,
             id,
+            framesize,
         };
     }
 
@@ -256,6 +269,20 @@ impl CodeCache {
         code: u64,
         instr_ptr: u64,
     ) -> Result<FrameId> {
+        self.frame_sized(mem, offs, table, code, instr_ptr)
+            .map(|(id, _)| id)
+    }
+
+    /// [`CodeCache::frame`], with the code's `co_framesize` (0 when
+    /// unknown).
+    pub fn frame_sized(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        table: &mut FrameTable,
+        code: u64,
+        instr_ptr: u64,
+    ) -> Result<(FrameId, u32)> {
         let base = code.wrapping_add(offs.code_adaptive);
         // Code units since the start of the bytecode; anything implausible
         // (a torn instr_ptr) gets no location rather than a wild lookup.
@@ -267,10 +294,11 @@ impl CodeCache {
             let info = &self.codes[&code];
             if let Some(&id) = addrq.and_then(|a| info.locs.get(&a)) {
                 self.hits += 1;
+                let framesize = info.framesize;
                 if info.trusted {
-                    self.remember_fast(code, instr_ptr, id);
+                    self.remember_fast(code, instr_ptr, id, framesize);
                 }
-                return Ok(id);
+                return Ok((id, framesize));
             }
         } else {
             if self.budget == 0 {
@@ -341,13 +369,14 @@ impl CodeCache {
             func: info.func,
             location,
         });
+        let framesize = info.framesize;
         if let Some(a) = addrq {
             info.locs.insert(a, id);
             if info.trusted {
-                self.remember_fast(code, instr_ptr, id);
+                self.remember_fast(code, instr_ptr, id, framesize);
             }
         }
-        Ok(id)
+        Ok((id, framesize))
     }
 
     fn load(
@@ -383,6 +412,19 @@ impl CodeCache {
         let qualname = buf.u64_at(offs.code_qualname).ok_or_else(short)?;
         let lt = buf.u64_at(offs.code_linetable).ok_or_else(short)?;
         let firstlineno = buf.i32_at(offs.code_firstlineno).ok_or_else(short)?;
+        // A size no frame has (a torn read) is no size: nothing is checked.
+        let framesize = match (offs.code_framesize, offs.code_framesize_sum) {
+            (Some(at), _) => buf.i32_at(at),
+            (None, Some((locals, stack))) => {
+                let own = (offs.frame_size / 8).saturating_sub(1) as i32;
+                buf.i32_at(locals)
+                    .zip(buf.i32_at(stack))
+                    .map(|(l, s)| l.saturating_add(s).saturating_add(own))
+            }
+            (None, None) => None,
+        }
+        .filter(|w| (1..1 << 20).contains(w))
+        .map_or(0, |w| w as u32);
         // Neither a file name nor a qualified name can hold a NUL: one
         // that does was read from a torn or corrupted string.
         let name = |addr| {
@@ -399,6 +441,7 @@ impl CodeCache {
             file,
             func,
             firstlineno,
+            framesize,
             linetable,
             fingerprint,
             trusted: false,
@@ -417,6 +460,7 @@ mod tests {
             file: 0,
             func: 0,
             firstlineno: 1,
+            framesize: 0,
             linetable: None,
             fingerprint: [0; 4],
             trusted: true,
@@ -429,7 +473,7 @@ mod tests {
     fn fast_table_hits_only_the_same_code_and_instruction() {
         let mut c = CodeCache::new();
         assert_eq!(c.frame_fast(0x1000, 0x1040), None);
-        c.remember_fast(0x1000, 0x1040, 7);
+        c.remember_fast(0x1000, 0x1040, 7, 0);
         assert_eq!(c.frame_fast(0x1000, 0x1040), Some(7));
         assert_eq!(c.frame_fast(0x1000, 0x1042), None);
         assert_eq!(c.frame_fast(0x2000, 0x1040), None);
@@ -441,16 +485,16 @@ mod tests {
     fn evicting_or_clearing_a_code_object_forgets_its_fast_frames() {
         let mut c = CodeCache::new();
         c.codes.insert(0x1000, info());
-        c.remember_fast(0x1000, 0x1040, 7);
+        c.remember_fast(0x1000, 0x1040, 7, 0);
         c.evict(0x3000); // not cached: nothing to forget
         assert_eq!(c.frame_fast(0x1000, 0x1040), Some(7));
         c.evict(0x1000);
         assert_eq!(c.frame_fast(0x1000, 0x1040), None);
 
-        c.remember_fast(0x1000, 0x1040, 8);
+        c.remember_fast(0x1000, 0x1040, 8, 0);
         c.check_generation(5);
         assert_eq!(c.frame_fast(0x1000, 0x1040), None);
-        c.remember_fast(0x1000, 0x1040, 9);
+        c.remember_fast(0x1000, 0x1040, 9, 0);
         c.check_generation(5);
         assert_eq!(c.frame_fast(0x1000, 0x1040), Some(9));
         c.clear();
@@ -460,9 +504,9 @@ mod tests {
     #[test]
     fn a_wrapped_epoch_wipes_the_table() {
         let mut c = CodeCache::new();
-        c.remember_fast(0x1000, 0x1040, 7);
+        c.remember_fast(0x1000, 0x1040, 7, 0);
         c.epoch = u32::MAX;
-        c.remember_fast(0x2000, 0x2040, 8);
+        c.remember_fast(0x2000, 0x2040, 8, 0);
         c.clear();
         assert_eq!(c.epoch, 1);
         assert_eq!(c.frame_fast(0x1000, 0x1040), None);

@@ -486,6 +486,73 @@ impl Walk<'_> {
     }
 }
 
+/// The data stack is one contiguous stack: a frame begins where its
+/// caller's ends (`co_framesize` words on), in the same chunk, and the
+/// newest ends at or below the thread's `datastack_top` (below while a
+/// frame above it is being pushed, or popped: an exception's unwinding
+/// leaves the current frame to the caller before it clears the dying
+/// frame). A frame whose slot was read at another instant than the state
+/// and the frames around it (a slot a later call took) breaks this,
+/// however whole its links look: a frame would be missing from the
+/// stack, or a stranger spliced in.
+struct Contiguous {
+    /// Where the next data-stack frame down must end: (chunk, address).
+    above: Option<(usize, u64)>,
+    /// `above` is the thread's `datastack_top`, a bound, not an address.
+    at_top: bool,
+    /// Past the frames the walk decodes: nothing more is checked.
+    stopped: bool,
+}
+
+impl Contiguous {
+    /// Checks that start from the newest frame's end, if known.
+    fn new(newest_end: Option<u64>) -> Self {
+        Contiguous {
+            above: newest_end.map(|end| (0, end)),
+            at_top: true,
+            stopped: false,
+        }
+    }
+
+    /// The data-stack frame at `addr` in chunk `chunk` (0: the newest),
+    /// of `words` words (0: unknown, not checked), is the next one down.
+    fn check(&mut self, chunk: usize, addr: u64, words: u32) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        if let Some((c, expected)) = self.above
+            && c == chunk
+            && words != 0
+        {
+            let end = addr.wrapping_add(8 * words as u64);
+            if end != expected && !(self.at_top && end <= expected) {
+                return Err(Torn::NotContiguous {
+                    addr,
+                    end,
+                    expected,
+                }
+                .into());
+            }
+        }
+        self.above = Some((chunk, addr));
+        self.at_top = false;
+        Ok(())
+    }
+
+    /// A data-stack frame with no code to size it by: the next one down is
+    /// checked against where it begins.
+    fn skip(&mut self, chunk: usize, addr: u64) {
+        if !self.stopped {
+            self.above = Some((chunk, addr));
+            self.at_top = false;
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stopped = true;
+    }
+}
+
 /// Interned ids of the synthetic frames a walk may emit.
 #[derive(Clone, Copy)]
 pub struct Markers {
@@ -611,6 +678,17 @@ struct OpcodeAt {
 }
 
 impl Walk<'_> {
+    /// Where the thread's newest data-stack frame ends (its
+    /// `datastack_top`, read with its state), when the version tells and
+    /// this walk is a thread's whole stack.
+    fn newest_end(&self) -> Option<u64> {
+        if self.stop_at != 0 {
+            return None;
+        }
+        let at = self.offs.tstate_datastack_top?;
+        self.tstate.1.u64_at(at).filter(|&top| top != 0)
+    }
+
     /// The bytes of a frame outside the data stack as this sample has them
     /// without a read (in the thread state copy, or prefetched), and
     /// whether from the thread state.
@@ -677,16 +755,17 @@ impl Walk<'_> {
     /// The frame of the frame at `addr`, running `executable` at
     /// `instr_ptr`, from the code cache (which may read the code object,
     /// its names and its location table, granted from the budget). A code
-    /// object that cannot be read is a torn stack.
-    fn load_frame(&mut self, addr: u64, executable: u64, instr_ptr: u64) -> Result<FrameId> {
+    /// object that cannot be read is a torn stack. With the code's
+    /// `co_framesize` (0: unknown).
+    fn load_frame(&mut self, addr: u64, executable: u64, instr_ptr: u64) -> Result<(FrameId, u32)> {
         if !self.code.is_ready(executable) {
             (self.grant)(READS_PER_CODE_LOAD, BYTES_PER_CODE_LOAD);
         }
         match self
             .code
-            .frame(self.mem, self.offs, self.table, executable, instr_ptr)
+            .frame_sized(self.mem, self.offs, self.table, executable, instr_ptr)
         {
-            Ok(id) => Ok(id),
+            Ok(sized) => Ok(sized),
             Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => Err(e),
             Err(e) => Err(Torn::UnreadableCode {
                 addr,
@@ -760,6 +839,8 @@ impl Walk<'_> {
         let mut last_owner = None;
         // Where the last data-stack frame was: (chunk, address).
         let mut last_pos: Option<(usize, u64)> = None;
+        // Where the next data-stack frame must end (see `Contiguous`).
+        let mut contiguous = Contiguous::new(self.newest_end());
         let mut truncated = false;
         let mut visited = 0usize;
         self.seen.clear();
@@ -779,6 +860,7 @@ impl Walk<'_> {
                     native: self.native,
                     base_frame,
                     entry_expected: self.entry_previous,
+                    newest_end: self.newest_end(),
                 };
                 if self.reuse(t, &c, out) {
                     return Ok(true);
@@ -824,6 +906,13 @@ impl Walk<'_> {
             if !entry_owner && !o.owners.is_code(owner) {
                 return Err(Torn::UnknownOwner { addr, owner }.into());
             }
+            // Only the newest frame can be caught half pushed or popped,
+            // its code slot not yet (or no longer) set: a frame below it
+            // is a caller, which runs a call. One without code there was
+            // read after its slot went to another frame.
+            if executable == 0 && !entry_owner && addr != current {
+                return Err(Torn::NoCode { addr }.into());
+            }
             // The newest eval loop's entry frame links to the frame that
             // called into it. Else the current frame was read in the
             // instant the loop had published its `_PyCFrame` but not yet
@@ -852,6 +941,13 @@ impl Walk<'_> {
                 }
                 return Err(Torn::OutsideDataStack { addr }.into());
             }
+            if let Some((i, _)) = pos
+                && (entry_owner || executable == 0)
+            {
+                // No code to size it by: the next frame is checked against
+                // where this one begins.
+                contiguous.skip(i, addr);
+            }
             if pos.is_none() && !in_tstate && self.outside.len() < MAX_PREFETCH {
                 self.outside.push(addr);
             }
@@ -860,6 +956,8 @@ impl Walk<'_> {
             last_addr = addr;
             addr = previous;
             if truncated {
+                // Frames past the depth are not decoded, so not sized.
+                contiguous.stop();
                 continue;
             }
             let gc = self.gc_frame != 0 && last_addr == self.gc_frame;
@@ -879,13 +977,13 @@ impl Walk<'_> {
                 out.push(self.markers.gc);
             }
             if entry_owner || executable == 0 {
-                // An entry frame has no code of ours. A frame whose code
-                // slot is NULL is being pushed or popped at this very
-                // instant: its caller below is intact, so skip it rather
-                // than lose the sample.
+                // An entry frame has no code of ours. The newest frame
+                // whose code slot is NULL is being pushed or popped at
+                // this very instant: its caller below is intact, so skip
+                // it rather than lose the sample.
             } else {
-                let id = match self.code.frame_fast(executable, instr_ptr) {
-                    Some(id) => id,
+                let (id, words) = match self.code.frame_fast_sized(executable, instr_ptr) {
+                    Some(sized) => sized,
                     None => {
                         if let Some(t) = tail.as_deref_mut() {
                             t.spoil();
@@ -893,6 +991,9 @@ impl Walk<'_> {
                         self.load_frame(last_addr, executable, instr_ptr)?
                     }
                 };
+                if let Some((i, _)) = pos {
+                    contiguous.check(i, last_addr, words)?;
+                }
                 // Whichever way the frame was found (the frame table or the
                 // code cache), it gets its opcode and may end the walk.
                 if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {

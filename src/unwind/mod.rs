@@ -501,6 +501,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.frame_grants.set(0);
         let mut r = self.sample_checked(out);
         let mut tries = 1;
+        let mut before = (0, 0);
         while let Err(e) = &r
             && !e.is_fatal()
             && !self.mem.spent()
@@ -510,7 +511,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             // the same budget; what the failed try learnt (thread states,
             // chunks, frames outside the data stack) is read in the next
             // one's first system call, which meets the target at another
-            // moment.
+            // moment. Not when another try as costly as the last would
+            // not fit: the sample is torn, not over budget.
+            let used = self.mem.used();
+            let limit = self.mem.limit();
+            let cost = (used.0 - before.0, used.1 - before.1);
+            if used.0.saturating_add(cost.0) > limit.0 || used.1.saturating_add(cost.1) > limit.1 {
+                break;
+            }
+            before = used;
             tries += 1;
             r = self.sample_checked(out);
         }

@@ -89,6 +89,8 @@ pub struct Context {
     pub base_frame: Option<u64>,
     /// The 3.11/3.12 entry link the walk is checked against below the leaf.
     pub entry_expected: Option<u64>,
+    /// Where the newest data-stack frame ends (see `frames::Contiguous`).
+    pub newest_end: Option<u64>,
 }
 
 impl Tail {
@@ -255,6 +257,7 @@ mod tests {
             native: false,
             base_frame: None,
             entry_expected: None,
+            newest_end: None,
         }
     }
 
