@@ -141,6 +141,8 @@ pub enum Torn {
     NotContiguous { addr: u64, end: u64, expected: u64 },
     #[error("the frame at {addr:#x}, below the newest, has no code: a slot being reused")]
     NoCode { addr: u64 },
+    #[error("the running task's frame at {addr:#x} is not called from an eval loop's entry")]
+    TaskFrameNotRunning { addr: u64 },
     #[error("the frame at {addr:#x} was reached twice (a cycle)")]
     Cycle { addr: u64 },
     #[error("the code object at {code:#x} of the frame at {addr:#x} cannot be read: {cause}")]

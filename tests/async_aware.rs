@@ -788,8 +788,14 @@ fn check_agen_running(who: &str, stacks: &BTreeSet<String>, every: bool) {
         "{who}: the spinning task never showed its loop:\n{stacks:#?}"
     );
     if every {
+        // Root first: the task's part must be whole; a callee of the spin
+        // line may sit above it (`sleep` read from the slot the last
+        // iteration's call left, on the slower debug builds).
         for s in spinning {
-            assert_eq!(s, want, "{who}: the recursive task's running stack");
+            assert!(
+                s == want || s.starts_with(&format!("{want};")),
+                "{who}: the recursive task's running stack\n  got: {s}\n want: {want}"
+            );
         }
     } else {
         assert!(

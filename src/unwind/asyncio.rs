@@ -34,7 +34,7 @@ use super::names::ThreadKey;
 use super::objects::read_str_raw;
 use super::threads::{InterpFacts, MAX_INTERPRETERS, ThreadFacts};
 use super::{READS_PER_CODE_LOAD, Unwinder, push_ranges};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Torn};
 use crate::model::{
     Frame, FrameId, FrameKind, FrameTable, MAX_DEPTH, Sample, StrId, ThreadSample, status,
 };
@@ -1101,8 +1101,7 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// The running task's frames, into `st.run_frames`: the thread's stack
     /// from its current frame down to the frame of the task's coroutine,
-    /// told by its address (its code can recur above it), or all of it if
-    /// that frame is not on the stack. The walk sees the coroutine's frame
+    /// told by its address (its code can recur above it). The walk sees the coroutine's frame
     /// linked straight to the thread's base frame, so it ends there and
     /// its end is checked as any thread's.
     #[allow(clippy::too_many_arguments)]
@@ -1172,8 +1171,10 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// Where the walk of a running task is cut (see [`Relinked`]): with a
     /// base frame (3.15), the task frame links to it; without (3.14), the
-    /// entry frame the task frame was called from links to nothing. No
-    /// cut (address 0) when the task frame is not running.
+    /// entry frame the task frame was called from links to nothing. A
+    /// task frame not called from an entry frame is not running at this
+    /// instant (the task was read as running a moment before): the stack
+    /// is torn, not the whole thread's.
     fn task_frame_cut(
         &self,
         o: &Offsets,
@@ -1186,13 +1187,13 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         let caller = self.mem.read_u64(link)? & o.tag_mask;
         if caller == 0 || !frames::plausible(caller) {
-            return Ok((0, 0));
+            return Err(Torn::TaskFrameNotRunning { addr: task_frame }.into());
         }
         let mut owner = [0u8; 1];
         self.mem
             .read(caller.wrapping_add(o.frame_owner), &mut owner)?;
         if !o.owners.is_entry(owner[0]) {
-            return Ok((0, 0));
+            return Err(Torn::TaskFrameNotRunning { addr: task_frame }.into());
         }
         Ok((caller.wrapping_add(o.frame_previous), 0))
     }
