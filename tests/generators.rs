@@ -83,6 +83,33 @@ struct Tally {
     misshapen: usize,
 }
 
+impl Tally {
+    /// What every generator test asks of a run of `samples`: whole stacks
+    /// only, none over budget, and at least one in `at_least` good.
+    fn problems(&self, who: &str, samples: usize, at_least: usize) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.rootless + self.misshapen > 0 {
+            v.push(format!(
+                "{who}: {} stacks without <module>, {} of another shape",
+                self.rootless, self.misshapen
+            ));
+        }
+        if self.over_budget > 0 {
+            v.push(format!(
+                "{who}: {} samples over budget: {:?}",
+                self.over_budget, self.errors
+            ));
+        }
+        if self.ok * at_least < samples {
+            v.push(format!(
+                "{who}: only {} of {samples} samples succeeded: {:?}",
+                self.ok, self.errors
+            ));
+        }
+        v
+    }
+}
+
 fn reason(e: &Error) -> String {
     e.to_string()
         .split(' ')
@@ -175,39 +202,14 @@ fn a_500_deep_yield_from_chain_fits_the_budget_and_is_whole() {
             t.depths.get(&(DEPTH + 1)).unwrap_or(&0),
             t.errors
         );
-        if t.over_budget > 0 {
-            problems.push(format!(
-                "{}: {} samples over budget: {:?}",
-                it.name, t.over_budget, t.errors
-            ));
-        }
-        if t.rootless > 0 {
-            problems.push(format!(
-                "{}: {} stacks without <module>",
-                it.name, t.rootless
-            ));
-        }
+        problems.extend(t.problems(&it.name, SAMPLES, 10));
         // Between values, the chain is suspended from its leaf down and
         // resumed from its root up: a stack holds any number of its frames,
         // and nothing else. It must reach the whole chain at times.
-        if t.misshapen > 0 {
-            problems.push(format!(
-                "{}: {} stacks of another shape",
-                it.name, t.misshapen
-            ));
-        }
         if !t.depths.contains_key(&(DEPTH + 1)) {
             problems.push(format!(
                 "{}: no stack holds the whole chain: {:?}",
                 it.name, t.depths
-            ));
-        }
-        // The chain changes at every value: some samples fail torn, but
-        // not nearly all (the bar is low: it depends on machine speed).
-        if t.ok * 10 < SAMPLES {
-            problems.push(format!(
-                "{}: only {} of {SAMPLES} samples succeeded: {:?}",
-                it.name, t.ok, t.errors
             ));
         }
     }
@@ -234,24 +236,7 @@ fn nested_generators_are_sampled_whole() {
             "{}: {} of {SAMPLES} good, failed {:?}",
             it.name, t.ok, t.errors
         );
-        if t.rootless + t.misshapen > 0 {
-            problems.push(format!(
-                "{}: {} stacks without <module>, {} of another shape",
-                it.name, t.rootless, t.misshapen
-            ));
-        }
-        if t.over_budget > 0 {
-            problems.push(format!(
-                "{}: {} samples over budget",
-                it.name, t.over_budget
-            ));
-        }
-        if t.ok * 2 < SAMPLES {
-            problems.push(format!(
-                "{}: only {} of {SAMPLES} samples succeeded: {:?}",
-                it.name, t.ok, t.errors
-            ));
-        }
+        problems.extend(t.problems(&it.name, SAMPLES, 2));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
