@@ -842,8 +842,8 @@ print(n)
 
 /// The sample data's bytes in zstd frames and in skippable frames (block
 /// tables), walking it frame by frame.
-fn split_sample_data(mut d: &[u8]) -> (u64, u64) {
-    let (mut frames, mut skipped) = (0, 0);
+fn split_sample_data(mut d: &[u8]) -> (u64, u64, u64) {
+    let (mut frames, mut skipped, mut count) = (0, 0, 0);
     while d.len() >= 8 {
         let magic = u32::from_le_bytes(d[..4].try_into().unwrap());
         let n = if magic & 0xFFFF_FFF0 == 0x184D_2A50 {
@@ -853,12 +853,13 @@ fn split_sample_data(mut d: &[u8]) -> (u64, u64) {
         } else {
             let n = zstd::zstd_safe::find_frame_compressed_size(d).expect("a zstd frame");
             frames += n as u64;
+            count += 1;
             n
         };
         d = &d[n..];
     }
     assert!(d.is_empty(), "{} bytes after the last frame", d.len());
-    (frames, skipped)
+    (frames, skipped, count)
 }
 
 /// The target: a `.bin` file takes no more bytes per sample than
@@ -914,21 +915,30 @@ fn a_churning_profile_is_no_larger_than_the_references_writer_makes_it() {
     let samples_part = |path: &std::path::Path| {
         let b = std::fs::read(path).unwrap();
         let string_off = u64::from_le_bytes(b[40..48].try_into().unwrap()) as usize;
-        let (frames, tables) = split_sample_data(&b[64..string_off]);
-        (frames, tables, b.len())
+        let (frames, tables, count) = split_sample_data(&b[64..string_off]);
+        (frames, tables, count, b.len())
     };
-    let (ours_part, ours_tables, ours_len) = samples_part(&ours);
-    let (theirs_part, theirs_tables, theirs_len) = samples_part(&dir.outside.join("r.bin"));
+    let (ours_part, ours_tables, ours_frames, ours_len) = samples_part(&ours);
+    let (theirs_part, theirs_tables, theirs_frames, theirs_len) =
+        samples_part(&dir.outside.join("r.bin"));
     assert_eq!(theirs_tables, 0);
-    eprintln!("tachyon's block tables: {ours_tables} bytes");
+    eprintln!(
+        "tachyon's block tables: {ours_tables} bytes; zstd frames: {ours_frames}, the reference's {theirs_frames}"
+    );
     eprintln!(
         "{replayed} samples: tachyon's sample data {ours_part} bytes, the reference writer's {theirs_part} (ratio {:.3}); whole files {ours_len} and {theirs_len}",
         ours_part as f64 / theirs_part as f64
     );
     // At zstd level 5 this was 1.07-1.09; at 7, 1.00-1.01 (see
-    // binfmt::DEFAULT_ZSTD_LEVEL). The margin is for other samples.
+    // binfmt::DEFAULT_ZSTD_LEVEL). The margin is for other samples. A
+    // recording that can be read after a kill ends a zstd frame when new
+    // strings or frames came, at most once a second: each such frame
+    // costs its header and a fresh window, per second of recording and
+    // not per sample. A loaded machine takes fewer samples a second, so
+    // that share grows: each frame beyond the reference's gets 128 bytes.
+    let per_frame = 128 * ours_frames.saturating_sub(theirs_frames);
     assert!(
-        ours_part * 100 <= theirs_part * 105,
+        ours_part * 100 <= theirs_part * 105 + per_frame * 100,
         "{replayed} samples: tachyon's sample data takes {ours_part} bytes, the reference writer's {theirs_part}"
     );
 }
