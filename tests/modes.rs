@@ -109,14 +109,24 @@ fn all_threads() -> UnwindOptions {
 
 /// Start modes_threads.py; returns the target and its role → tid map.
 fn threads_target(it: &Interp) -> (Target, BTreeMap<String, u64>) {
+    let (t, roles, _) = threads_target_says(it);
+    (t, roles)
+}
+
+/// [`threads_target`], with what `sys.exception()` gave each blocking role.
+fn threads_target_says(it: &Interp) -> (Target, BTreeMap<String, u64>, BTreeMap<String, bool>) {
     let mut t = spawn(it, THREADS_PY, &[], &[]);
+    let line = t.wait_for("SAYS ", Duration::from_secs(30));
+    let says: BTreeMap<String, bool> = serde_json::from_str(&line["SAYS ".len()..])
+        .unwrap_or_else(|e| panic!("{}: bad SAYS line {line:?}: {e}", it.name));
     let line = t.wait_for("READY ", Duration::from_secs(30));
     let roles: BTreeMap<String, u64> = serde_json::from_str(&line["READY ".len()..])
         .unwrap_or_else(|e| panic!("{}: bad READY line {line:?}: {e}", it.name));
-    assert_eq!(roles.len(), 7, "{}: {line}", it.name);
+    assert_eq!(roles.len(), 12, "{}: {line}", it.name);
+    assert_eq!(says.len(), 8, "{}: {says:?}", it.name);
     // Every thread is a few bytecodes from its blocking call: let it get there.
     std::thread::sleep(Duration::from_millis(150));
-    (t, roles)
+    (t, roles, says)
 }
 
 /// Per role: (samples where the thread was present, samples where `bit`
@@ -194,17 +204,37 @@ fn gil_is_held_by_the_busy_thread_and_never_by_sleepers() {
     }
 }
 
+/// HAS_EXCEPTION is what `sys.exception()` says in the thread: an
+/// exception handled in the thread's own frames, or in a generator's or
+/// coroutine's (whose handled exception lives in the object, on the
+/// thread's `exc_info` chain while it runs), and not one a suspended
+/// generator holds.
 #[test]
 fn has_exception_exactly_while_an_exception_is_handled() {
     for it in modes_interpreters() {
-        let (t, roles) = threads_target(&it);
+        let (t, roles, says) = threads_target_says(&it);
+        let handling = [
+            "in_except",
+            "in_finally",
+            "gen_except",
+            "coro_except",
+            "genexpr_callee",
+            "outer_gen",
+        ];
+        for (role, &handles) in &says {
+            assert_eq!(
+                handles,
+                handling.contains(&role.as_str()),
+                "{}: the target's sys.exception() in {role}: {says:?}",
+                it.name
+            );
+        }
         let mut u = attach(&t, all_threads());
         let samples = take(&mut u, 100, Duration::from_millis(2), &it.name);
         let counts = count_bit(&it, &samples, &roles, status::HAS_EXCEPTION);
         eprintln!("{}: HAS_EXCEPTION {counts:?}", it.name);
         for (role, &(n, set)) in &counts {
-            let expected = matches!(role.as_str(), "in_except" | "in_finally");
-            let want = if expected { n } else { 0 };
+            let want = if says.get(role) == Some(&true) { n } else { 0 };
             assert_eq!(
                 set,
                 want,
@@ -214,16 +244,24 @@ fn has_exception_exactly_while_an_exception_is_handled() {
             );
         }
         // The blocked threads are where the target says they are.
-        for (role, leaf2) in [
-            ("in_except", "in_except"),
-            ("in_finally", "in_finally"),
-            ("after_except", "after_except"),
-            ("lock_waiter", "lock_waiter"),
+        for (role, leaf) in [
+            ("in_except", &["block", "says", "in_except"][..]),
+            ("in_finally", &["block", "says", "in_finally"]),
+            ("after_except", &["block", "says", "after_except"]),
+            ("lock_waiter", &["block", "lock_waiter"]),
+            ("gen_except", &["block", "says", "gen_except.<locals>.gen"]),
+            (
+                "coro_except",
+                &["block", "says", "coro_except.<locals>.coro"],
+            ),
+            ("genexpr_callee", &["block", "says", "plain_handler"]),
+            ("outer_gen", &["block", "says", "outer_gen.<locals>.inner"]),
+            ("gen_suspended", &["block", "says", "gen_suspended"]),
         ] {
             let th = samples[0].iter().find(|t| t.tid == roles[role]).unwrap();
             assert_eq!(
-                th.frames.get(..2),
-                Some(&["block".to_owned(), leaf2.to_owned()][..]),
+                th.frames.get(..leaf.len()),
+                Some(&leaf.iter().map(|f| f.to_string()).collect::<Vec<_>>()[..]),
                 "{}: {role}",
                 it.name
             );
@@ -553,18 +591,21 @@ fn exception_mode_end_to_end_shows_the_raising_function() {
         let lines = attach_collapsed(&t, &["--mode", "exception", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
         let raiser = samples_in(&lines, "raiser");
+        let in_gen = samples_in(&lines, "handle_in_gen");
         let calm = samples_in(&lines, "calm");
         eprintln!(
-            "{}: exception mode: raiser {raiser}, calm {calm}, total {total}",
+            "{}: exception mode: raiser {raiser}, generator's handler {in_gen}, calm {calm}, total {total}",
             it.name
         );
-        // The raiser holds the GIL about half the time and has an exception
-        // for part of that; the calm thread never has one. How many samples
-        // land in a second depends on the machine: only that some do.
+        // The raisers hold the GIL about a third of the time each and have
+        // an exception for part of that; the calm thread never has one. How
+        // many samples land in a second depends on the machine: only that
+        // some do.
         assert!(raiser > 0, "{}: raiser {raiser}: {lines:?}", it.name);
+        assert!(in_gen > 0, "{}: handle_in_gen {in_gen}: {lines:?}", it.name);
         assert!(
-            raiser * 100 >= total * 98,
-            "{}: raiser {raiser}/{total}: {lines:?}",
+            (raiser + samples_in(&lines, "gen_raiser")) * 100 >= total * 98,
+            "{}: raisers {raiser}/{total}: {lines:?}",
             it.name
         );
         assert_eq!(calm, 0, "{}: {lines:?}", it.name);

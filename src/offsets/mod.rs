@@ -24,6 +24,16 @@ use crate::error::{Error, Result};
 /// The 8-byte cookie at the start of the table.
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
 
+/// How far a generator's (or coroutine's) `gi_exc_state.exc_value` lies
+/// before its embedded frame `gi_iframe`, on every version 3.11-3.15: the
+/// 16-byte `_PyErr_StackItem`, `gi_origin_or_finalizer` and the word of
+/// flag bytes come between. Measured on 3.11.2, 3.11.7, 3.12.1, 3.13.0 and
+/// the sid 3.13/3.14/3.15 release and debug builds (exc_state at 48/40,
+/// frame at 80/72). While the generator runs, its item is on the thread's
+/// `exc_info` chain, and `exc_value` is the exception its handlers (and
+/// those of the plain functions it calls) are handling.
+pub const GEN_EXC_VALUE_BEFORE_FRAME: u64 = 32;
+
 /// A `PY_VERSION_HEX`, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PyVersion {

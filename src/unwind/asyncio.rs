@@ -1164,6 +1164,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: None,
             tail: None,
+            none_addr: self.runtime.none_addr,
+            handles_exception: false,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)

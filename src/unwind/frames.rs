@@ -12,7 +12,7 @@ use super::code::CodeCache;
 use super::reuse::{Context, Tail};
 use crate::error::{Error, Result, Torn};
 use crate::model::{Frame, FrameId, FrameKind, FrameTable};
-use crate::offsets::Offsets;
+use crate::offsets::{GEN_EXC_VALUE_BEFORE_FRAME, Offsets};
 use crate::opcodes::OpTable;
 use crate::process::{LocalBytes, ProcessMemory, RANGES_PER_CALL, ReadReq};
 
@@ -47,6 +47,11 @@ pub const MAX_GRANTED_FRAMES: usize = 1024;
 /// The largest `_PyInterpreterFrame` we read (the offsets table's frame
 /// size is checked against it).
 pub const MAX_FRAME_BYTES: u64 = 512;
+/// Bytes read before every frame outside the data stack, with it: for a
+/// generator's frame they hold its handled exception
+/// ([`GEN_EXC_VALUE_BEFORE_FRAME`] before the frame), so the thread's
+/// exception status costs no read of its own.
+const PREFIX: usize = GEN_EXC_VALUE_BEFORE_FRAME as usize;
 
 /// Local copies of one thread's data-stack chunks, and of frames that live
 /// elsewhere but were seen last time (entry frames on the C stack,
@@ -149,10 +154,16 @@ impl Chunks {
         let (slot_addr, buf) = &mut self.bufs[0];
         *slot_addr = first;
         buf.resize(live_end.unwrap_or(CHUNK_GUESS), 0);
-        let fs = frame_size as usize;
-        self.extra_buf.resize(prefetch.len() * fs, 0);
-        self.extra
-            .extend(prefetch.iter().enumerate().map(|(i, &a)| (a, i * fs)));
+        // Each copy starts `PREFIX` bytes early: a generator's handled
+        // exception lies there (see [`Chunks::before_prefetched`]).
+        let piece = PREFIX + frame_size as usize;
+        self.extra_buf.resize(prefetch.len() * piece, 0);
+        self.extra.extend(
+            prefetch
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| (a, i * piece + PREFIX)),
+        );
         self.spec_n = 0;
         for &(a, len) in &self.last_chain {
             if a == first || self.spec_n >= MAX_SPEC_CHUNKS {
@@ -218,14 +229,14 @@ impl Chunks {
             addr,
             buf: &mut self.bufs[0].1[..],
         });
-        let fs = if self.extra.is_empty() {
+        let piece = if self.extra.is_empty() {
             1
         } else {
             self.extra_buf.len() / self.extra.len()
         };
-        for (&(a, _), piece) in self.extra.iter().zip(self.extra_buf.chunks_mut(fs)) {
+        for (&(a, _), piece) in self.extra.iter().zip(self.extra_buf.chunks_mut(piece)) {
             reqs.push(ReadReq {
-                addr: a,
+                addr: a.wrapping_sub(PREFIX as u64),
                 buf: piece,
             });
         }
@@ -344,6 +355,13 @@ impl Chunks {
     pub fn prefetched(&self, addr: u64, len: u64) -> Option<&[u8]> {
         let &(_, off) = self.extra.iter().find(|(a, _)| *a == addr)?;
         self.extra_buf.get(off..off + len as usize)
+    }
+
+    /// The [`PREFIX`] bytes before a prefetched frame at `addr`, read in
+    /// the same instant as the frame.
+    pub fn before_prefetched(&self, addr: u64) -> Option<&[u8]> {
+        let &(_, off) = self.extra.iter().find(|(a, _)| *a == addr)?;
+        self.extra_buf.get(off.checked_sub(PREFIX)?..off)
     }
 
     /// The `len` bytes at remote `addr`, if they lie inside a copied
@@ -594,6 +612,25 @@ pub const READS_PER_CODE_LOAD: u32 = 16;
 /// names, with room to spare.
 pub const BYTES_PER_CODE_LOAD: u64 = 128 * 1024;
 
+/// A frame's bytes as a walk has them.
+struct FrameBytes<'b> {
+    frame: &'b [u8],
+    /// From the thread state's copy.
+    in_tstate: bool,
+    /// The [`PREFIX`] bytes before a frame outside the data stack.
+    before: Option<&'b [u8]>,
+}
+
+impl<'b> FrameBytes<'b> {
+    fn new(frame: &'b [u8], in_tstate: bool, before: Option<&'b [u8]>) -> Self {
+        FrameBytes {
+            frame,
+            in_tstate,
+            before,
+        }
+    }
+}
+
 /// What one walk needs besides the memory.
 pub struct Walk<'a> {
     pub mem: &'a dyn ProcessMemory,
@@ -636,6 +673,12 @@ pub struct Walk<'a> {
     /// the leaf changed, recorded otherwise (see [`super::reuse`]). `None`
     /// for walks that are never kept (opcodes, task stacks).
     pub tail: Option<&'a mut Tail>,
+    /// `Py_None`, which a handled-exception slot may hold for "none".
+    pub none_addr: Option<u64>,
+    /// Out: a generator or coroutine on the walked chain is handling an
+    /// exception (its `gi_exc_state`, on the thread's `exc_info` chain
+    /// while it runs, holds one). Meaningful for a thread's whole stack.
+    pub handles_exception: bool,
 }
 
 /// Frames of one walk whose opcodes are read (`--opcodes`); the rest get
@@ -705,29 +748,69 @@ impl Walk<'_> {
     }
 
     /// The bytes of the frame at `addr`: from its chunk's copy (`in_chunk`),
-    /// the thread state's copy (the second value says so), a prefetched
-    /// copy, or else read now into `local`.
+    /// the thread state's copy (`in_tstate` says so), a prefetched copy,
+    /// or else read now into `local`. Frames outside the data stack come
+    /// with the [`PREFIX`] bytes before them, when they were read.
     fn frame_bytes<'b>(
         &'b self,
         addr: u64,
         in_chunk: Option<&'b [u8]>,
-        local: &'b mut [u8; MAX_FRAME_BYTES as usize],
-    ) -> Result<(&'b [u8], bool)> {
-        if let Some(b) = in_chunk {
-            return Ok((b, false));
+        local: &'b mut [u8; PREFIX + MAX_FRAME_BYTES as usize],
+    ) -> Result<FrameBytes<'b>> {
+        if let Some(frame) = in_chunk {
+            return Ok(FrameBytes::new(frame, false, None));
         }
-        if let Some((b, in_tstate)) = self.outside_frame(addr) {
-            return Ok((b, in_tstate));
+        if let Some((frame, in_tstate)) = self.outside_frame(addr) {
+            let before = self.chunks.before_prefetched(addr);
+            return Ok(FrameBytes::new(frame, in_tstate, before));
         }
         let buf = local
-            .get_mut(..self.offs.frame_size as usize)
+            .get_mut(..PREFIX + self.offs.frame_size as usize)
             .ok_or_else(|| Error::corrupt("frame size larger than 512 bytes"))?;
         (self.grant_frame)();
-        match self.mem.read(addr, buf) {
-            Ok(()) => Ok((buf, false)),
+        let fail = |e: Error| match e {
+            e if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => e,
+            _ => Torn::UnreadableFrame { addr }.into(),
+        };
+        match self.mem.read(addr.wrapping_sub(PREFIX as u64), buf) {
+            Ok(()) => {
+                let (before, frame) = buf.split_at(PREFIX);
+                Ok(FrameBytes::new(frame, false, Some(before)))
+            }
             Err(e) if e.is_fatal() || matches!(e, Error::ReadBudget { .. }) => Err(e),
-            Err(_) => Err(Torn::UnreadableFrame { addr }.into()),
+            Err(_) => {
+                // The bytes before it are not ours to read (a frame at
+                // the start of a mapping, or a recorded snapshot that has
+                // only the frame): the frame alone, with no exception.
+                let frame = &mut buf[PREFIX..];
+                (self.grant_frame)();
+                self.mem.read(addr, frame).map_err(fail)?;
+                Ok(FrameBytes::new(frame, false, None))
+            }
         }
+    }
+
+    /// Does the generator whose frame has `before` (the [`PREFIX`] bytes
+    /// before it) handle an exception? Its `exc_value` is NULL or None when
+    /// not.
+    fn generator_handles(&self, before: Option<&[u8]>) -> bool {
+        let exc = before.and_then(|b| b.u64_at(PREFIX as u64 - GEN_EXC_VALUE_BEFORE_FRAME));
+        exc.is_some_and(|v| v != 0 && Some(v) != self.none_addr)
+    }
+
+    /// After a reuse of the last walk below the leaf: do the generators of
+    /// that tail handle an exception? Their frames are unchanged, but a
+    /// plain function above one may have entered or left an `except` block,
+    /// which writes its item: the item is read fresh, with the frame's
+    /// prefetched copy.
+    fn tail_handles(&self, tail: &Tail) -> bool {
+        let o = self.offs;
+        tail.prefetch().any(|a| {
+            self.chunks.prefetched(a, o.frame_size).is_some_and(|f| {
+                f.u8_at(o.frame_owner) == Some(o.owners.generator)
+                    && self.generator_handles(self.chunks.before_prefetched(a))
+            })
+        })
     }
 
     /// Past the leaf: if the last walk below it (`t`) holds for context
@@ -743,6 +826,7 @@ impl Walk<'_> {
         }
         out.extend_from_slice(t.frames());
         self.used_codes.extend_from_slice(t.codes());
+        self.handles_exception |= self.tail_handles(t);
         for a in t.prefetch() {
             if self.outside.len() < MAX_PREFETCH {
                 self.outside.push(a);
@@ -832,7 +916,7 @@ impl Walk<'_> {
         // The last frame shown was pushed by the eval loop, not from C.
         let mut callee_inline = false;
         let fsize = o.frame_size;
-        let mut local = [0u8; MAX_FRAME_BYTES as usize];
+        let mut local = [0u8; PREFIX + MAX_FRAME_BYTES as usize];
         let mut addr = current;
         let mut last_addr = 0u64;
         let mut last_was_entry = false;
@@ -884,7 +968,8 @@ impl Walk<'_> {
             } else if !self.seen.insert(addr) {
                 return Err(Torn::Cycle { addr }.into());
             }
-            let (fb, in_tstate) = self.frame_bytes(addr, pos.map(|(_, b)| b), &mut local)?;
+            let got = self.frame_bytes(addr, pos.map(|(_, b)| b), &mut local)?;
+            let (fb, in_tstate) = (got.frame, got.in_tstate);
             if pos.is_none()
                 && let Some(t) = tail.as_deref_mut()
             {
@@ -895,6 +980,7 @@ impl Walk<'_> {
             let executable = fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask;
             let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
             let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
+            let handles = owner == o.owners.generator && self.generator_handles(got.before);
 
             // An entry frame opens an eval-loop invocation: C called into
             // Python here. 3.12+: a frame of its own, with no code to show;
@@ -951,6 +1037,7 @@ impl Walk<'_> {
             if pos.is_none() && !in_tstate && self.outside.len() < MAX_PREFETCH {
                 self.outside.push(addr);
             }
+            self.handles_exception |= handles;
             last_was_entry = entry;
             last_owner = Some(owner);
             last_addr = addr;

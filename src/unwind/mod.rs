@@ -1187,8 +1187,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             entry_previous: t.entry_previous,
             opcodes,
             tail: (opcodes.is_none() && idx < reuse::MAX_KEPT_THREADS).then_some(&mut ts.tail),
+            none_addr: self.runtime.none_addr,
+            handles_exception: false,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
+        if walk.handles_exception {
+            // A generator's handler: on the `exc_info` chain, not in the
+            // thread state's own slots.
+            slot.status |= crate::model::status::HAS_EXCEPTION;
+        }
         self.prefetch
             .replace(tstate, &mut self.outside, &self.seen, walked.is_ok());
         walked?;
