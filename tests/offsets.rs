@@ -286,7 +286,7 @@ enum Kind {
 
 use Kind::*;
 
-/// The fields tachyon reads (src/offsets/mod.rs builds `Offsets` from
+/// The fields tachyon reads (src/offsets/spec.rs lists and checks
 /// exactly these), with the C type facts that bound them.
 const SPEC: &[(&str, Kind)] = &[
     ("runtime_state.size", Size),
