@@ -50,7 +50,7 @@ enum Size {
 
 /// How a field is bounded.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Width {
+enum Width {
     /// A field of this many bytes: aligned to them, inside its struct.
     Bytes(u64),
     /// An offset checked by the builder against the fields it must follow.
@@ -396,6 +396,7 @@ impl Checked<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offsets::{PyVersion, carried};
 
     #[test]
     fn every_section_and_field_is_named_once_per_version() {
@@ -409,5 +410,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The walk refuses a table by the name of the size or field at fault,
+    /// and lets the builder see only what it checked.
+    #[test]
+    fn the_walk_names_what_it_refuses() {
+        let good = carried::CARRIED[1].table(PyVersion::from_hex(0x030c_01f0));
+        let refused = |name: &str, v: Option<u64>, want: &str| {
+            let mut raw = good.clone();
+            match v {
+                Some(v) => assert!(raw.set(name, v)),
+                None => raw.fields.retain(|(n, _)| *n != name),
+            }
+            match check(1, &raw) {
+                Err(Error::InvalidOffsets { what, .. }) => {
+                    assert!(what.contains(name) && what.contains(want), "{what}")
+                }
+                Err(e) => panic!("{name}: {e}"),
+                Ok(_) => panic!("{name} = {v:?}: accepted"),
+            }
+        };
+        refused(
+            "thread_state.size",
+            Some(8),
+            "expected between 64 and 65536",
+        );
+        refused("thread_state.next", Some(4), "not aligned to 8 bytes");
+        refused(
+            "thread_state.status",
+            Some(288),
+            "outside its struct of 288",
+        );
+        refused("cframe.previous", Some(24), "outside its struct of 24");
+        refused("gil_state.holder", None, "is missing");
+        let c = check(1, &good).unwrap();
+        assert_eq!(c.get("thread_state.size").unwrap(), 288);
+        // In the table, but not listed for 3.12: never handed out.
+        assert!(good.get("runtime_state.main_thread").is_some());
+        assert!(c.get("runtime_state.main_thread").is_err());
     }
 }
