@@ -286,7 +286,7 @@ enum Kind {
 
 use Kind::*;
 
-/// The fields tachyon reads (src/offsets/mod.rs builds `Offsets` from
+/// The fields tachyon reads (src/offsets/spec.rs lists and checks
 /// exactly these), with the C type facts that bound them.
 const SPEC: &[(&str, Kind)] = &[
     ("runtime_state.size", Size),
@@ -783,6 +783,75 @@ fn a_table_relabelled_as_another_minor_is_refused() {
             match decode(&b).and_then(|r| offsets(&r)) {
                 Err(Error::InvalidOffsets { .. }) => {}
                 other => panic!("{name} read as 3.{minor}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Prints every `Offsets` tachyon computes, and the verdict on a fixed set
+/// of corruptions of every field, for the live interpreters, the fixtures
+/// and the carried layouts: run before and after a change to the
+/// validator and diff the outputs (`cargo test --test offsets dump_offsets
+/// -- --ignored --nocapture`).
+#[test]
+#[ignore = "prints offsets for a before/after comparison"]
+fn dump_offsets() {
+    let mut all = interpreters();
+    all.extend(common::machine_old_interpreters());
+    for interp in all {
+        let (t, version, debug) = start(&interp);
+        let proc = LinuxProcess::open(t.pid()).unwrap();
+        let rt = tachyon::runtime::locate(&proc).unwrap();
+        println!(
+            "LIVE {} {}: {:?}",
+            interp.name,
+            fixture_name(&version, debug),
+            rt.offsets
+        );
+    }
+    let verdict = |r: tachyon::Result<Offsets>| match r {
+        Ok(o) => format!("{o:?}"),
+        Err(e) => format!("ERR {e}"),
+    };
+    let mut tables: Vec<(String, RawTable, bool)> = fixtures()
+        .into_iter()
+        .map(|(n, b)| (n, decode(&b).unwrap(), false))
+        .collect();
+    for c in tachyon::offsets::carried::CARRIED {
+        let v = tachyon::offsets::PyVersion::from_hex(0x0300_01f0 | (c.minor as u64) << 16);
+        tables.push((format!("carried-3.{}", c.minor), c.table(v), true));
+    }
+    for (name, raw, carried) in tables {
+        let run = |r: &RawTable| {
+            verdict(if carried {
+                Offsets::from_carried(PID, r)
+            } else {
+                Offsets::from_raw(PID, r)
+            })
+        };
+        println!("TABLE {name}: {}", run(&raw));
+        for &(field, v) in raw.fields() {
+            let size = field
+                .rsplit_once('.')
+                .and_then(|(s, _)| raw.get(&format!("{s}.size")))
+                .unwrap_or(0);
+            for value in [
+                u64::MAX,
+                1 << 40,
+                0,
+                1,
+                v + 1,
+                v + 2,
+                v + 4,
+                v + 8,
+                v.saturating_sub(8),
+                size,
+                size.saturating_sub(2),
+                size.saturating_sub(8),
+            ] {
+                let mut bad = raw.clone();
+                bad.set(field, value);
+                println!("MUT {name} {field}={value}: {}", run(&bad));
             }
         }
     }

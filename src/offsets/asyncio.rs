@@ -125,6 +125,141 @@ impl Check<'_> {
     }
 }
 
+/// The task object's fields, words 1-6 of the section: (name, width).
+/// The node is two words (next, prev): [`NODE`].
+const TASK_FIELDS: [(&str, u64); 6] = [
+    ("task_name", 8),
+    ("task_awaited_by", 8),
+    ("task_is_task", 1),
+    ("task_awaited_by_is_set", 1),
+    ("task_coro", 8),
+    ("task_node", NODE),
+];
+
+/// The width of an `llist_node` field: two words, 8-aligned.
+const NODE: u64 = 16;
+
+impl Check<'_> {
+    /// `v`, a field of `width` bytes in a struct of `size`: a [`NODE`] is
+    /// 8-aligned and its two words end inside the struct.
+    fn field_or_node(&self, name: &str, v: u64, width: u64, size: u64) -> Result<u64> {
+        match width {
+            NODE => self.field(name, v, 8, size.saturating_sub(8)),
+            _ => self.field(name, v, width, size),
+        }
+    }
+
+    /// The section is whole and belongs to a version that has one.
+    fn section(&self, version: PyVersion) -> Result<()> {
+        if self.words.len() < SECTION_SIZE {
+            return Err(self.err(format!(
+                "the AsyncioDebug section is {} bytes, expected {SECTION_SIZE}",
+                self.words.len()
+            )));
+        }
+        if version.minor < 14 {
+            return Err(self.err("an AsyncioDebug section before Python 3.14".into()));
+        }
+        Ok(())
+    }
+
+    /// `asyncio_task_object`: its size and fields (words 0-6).
+    fn task(&self) -> Result<[u64; 7]> {
+        let size = self.size("asyncio_task_object.size", self.word(0), MAX_TASK)?;
+        let mut out = [size; 7];
+        for (i, (name, width)) in TASK_FIELDS.into_iter().enumerate() {
+            let name = format!("asyncio_task_object.{name}");
+            out[i + 1] = self.field_or_node(&name, self.word(i + 1), width, size)?;
+        }
+        Ok(out)
+    }
+
+    /// `asyncio_interpreter_state` (words 7, 8): the list head of the
+    /// interpreter's tasks, a node in the same struct the main table sizes.
+    fn interp_tasks_head(&self, o: &Offsets) -> Result<u64> {
+        let size = self.word(7);
+        if size != o.interp_size {
+            return Err(self.err(format!(
+                "asyncio_interpreter_state.size is {size}, but interpreter_state.size is {}",
+                o.interp_size
+            )));
+        }
+        let name = "asyncio_interpreter_state.asyncio_tasks_head";
+        self.field_or_node(name, self.word(8), NODE, size)
+    }
+
+    /// `asyncio_thread_state` (words 9-12): `_PyThreadStateImpl`, which
+    /// holds the thread state, and its size.
+    fn thread(&self, o: &Offsets) -> Result<[u64; 4]> {
+        let size = self.size("asyncio_thread_state.size", self.word(9), MAX_THREAD)?;
+        if size < o.tstate_size {
+            return Err(self.err(format!(
+                "asyncio_thread_state.size is {size}, smaller than the thread state ({})",
+                o.tstate_size
+            )));
+        }
+        let f = |name: &str, i: usize, width: u64| {
+            let name = format!("asyncio_thread_state.{name}");
+            self.field_or_node(&name, self.word(i), width, size)
+        };
+        Ok([
+            size,
+            f("asyncio_running_loop", 10, 8)?,
+            f("asyncio_running_task", 11, 8)?,
+            f("asyncio_tasks_head", 12, NODE)?,
+        ])
+    }
+
+    /// A field of the main table, `width` bytes inside a struct of `size`.
+    fn main_field(&self, name: &str, width: u64, size: u64) -> Result<u64> {
+        self.field(name, self.main(name)?, width, size)
+    }
+
+    /// The generator (coroutine) object of the main table: its size, its
+    /// embedded frame (a whole frame must fit) and its frame state.
+    fn generator(&self, o: &Offsets) -> Result<[u64; 3]> {
+        let size = self.size("gen_object.size", self.main("gen_object.size")?, MAX_GEN)?;
+        let iframe = self.main_field("gen_object.gi_iframe", 8, size)?;
+        if iframe + o.frame_size > size {
+            return Err(self.err(format!(
+                "gen_object.gi_iframe = {iframe}: a frame of {} bytes there does not fit the generator of {size} bytes",
+                o.frame_size
+            )));
+        }
+        let state = self.main_field("gen_object.gi_frame_state", 1, size)?;
+        Ok([size, iframe, state])
+    }
+
+    /// `PySetObject` of the main table: size, `used`, `mask`, `table`.
+    fn set(&self) -> Result<[u64; 4]> {
+        let size = self.size("set_object.size", self.main("set_object.size")?, MAX_SET)?;
+        Ok([
+            size,
+            self.main_field("set_object.used", 8, size)?,
+            self.main_field("set_object.mask", 8, size)?,
+            self.main_field("set_object.table", 8, size)?,
+        ])
+    }
+}
+
+/// `gi_frame_state` values and where a suspended coroutine's awaited
+/// object lies below its frame's stack pointer, per version.
+fn generator_facts(minor: u8) -> (GenStates, u64) {
+    if minor >= 15 {
+        let s = GenStates {
+            cleared: 5,
+            yield_from: [2, 3],
+        };
+        (s, 16)
+    } else {
+        let s = GenStates {
+            cleared: 4,
+            yield_from: [-1, -1],
+        };
+        (s, 8)
+    }
+}
+
 impl AsyncOffsets {
     /// Decode and validate the section's bytes for a target whose main
     /// table is `raw` (normalised as `o`).
@@ -135,113 +270,28 @@ impl AsyncOffsets {
             words: bytes,
             raw,
         };
-        if bytes.len() < SECTION_SIZE {
-            return Err(c.err(format!(
-                "the AsyncioDebug section is {} bytes, expected {SECTION_SIZE}",
-                bytes.len()
-            )));
-        }
-        if o.version.minor < 14 {
-            return Err(c.err("an AsyncioDebug section before Python 3.14".into()));
-        }
-        let task_size = c.size("asyncio_task_object.size", c.word(0), MAX_TASK)?;
-        let tf = |name: &str, i: usize, width: u64| {
-            c.field(
-                &format!("asyncio_task_object.{name}"),
-                c.word(i),
-                width,
-                task_size,
-            )
-        };
-        let task_name = tf("task_name", 1, 8)?;
-        let task_awaited_by = tf("task_awaited_by", 2, 8)?;
-        let task_is_task = tf("task_is_task", 3, 1)?;
-        let task_awaited_by_is_set = tf("task_awaited_by_is_set", 4, 1)?;
-        let task_coro = tf("task_coro", 5, 8)?;
-        // The node is two words: next and prev.
-        let task_node = c.field(
-            "asyncio_task_object.task_node",
-            c.word(6),
-            8,
-            task_size.saturating_sub(8),
-        )?;
-        // The interpreter's list head, a node too, inside the interpreter
-        // state.
-        // Both tables measure the same struct.
-        let interp_size = c.word(7);
-        if interp_size != o.interp_size {
-            return Err(c.err(format!(
-                "asyncio_interpreter_state.size is {interp_size}, but interpreter_state.size is {}",
-                o.interp_size
-            )));
-        }
-        let interp_tasks_head = c.field(
-            "asyncio_interpreter_state.asyncio_tasks_head",
-            c.word(8),
-            8,
-            interp_size.saturating_sub(8),
-        )?;
-        let thread_size = c.size("asyncio_thread_state.size", c.word(9), MAX_THREAD)?;
-        if thread_size < o.tstate_size {
-            return Err(c.err(format!(
-                "asyncio_thread_state.size is {thread_size}, smaller than the thread state ({})",
-                o.tstate_size
-            )));
-        }
-        let thf = |name: &str, i: usize, size: u64| {
-            c.field(&format!("asyncio_thread_state.{name}"), c.word(i), 8, size)
-        };
-        let thread_running_loop = thf("asyncio_running_loop", 10, thread_size)?;
-        let thread_running_task = thf("asyncio_running_task", 11, thread_size)?;
-        let thread_tasks_head = thf("asyncio_tasks_head", 12, thread_size - 8)?;
-
-        let gen_size = c.size("gen_object.size", c.main("gen_object.size")?, MAX_GEN)?;
-        let gen_iframe = c.field(
-            "gen_object.gi_iframe",
-            c.main("gen_object.gi_iframe")?,
-            8,
-            gen_size,
-        )?;
-        if gen_iframe + o.frame_size > gen_size {
-            return Err(c.err(format!(
-                "gen_object.gi_iframe = {gen_iframe}: a frame of {} bytes there does not fit the generator of {gen_size} bytes",
-                o.frame_size
-            )));
-        }
-        let gen_frame_state = c.field(
-            "gen_object.gi_frame_state",
-            c.main("gen_object.gi_frame_state")?,
-            1,
-            gen_size,
-        )?;
-        let frame_stackpointer = c.field(
-            "interpreter_frame.stackpointer",
-            c.main("interpreter_frame.stackpointer")?,
-            8,
-            o.frame_size,
-        )?;
-        let llist_next = c.field("llist_node.next", c.main("llist_node.next")?, 8, 16)?;
-        let set_size = c.size("set_object.size", c.main("set_object.size")?, MAX_SET)?;
-        let sf = |name: &str| -> Result<u64> {
-            let full = format!("set_object.{name}");
-            c.field(&full, c.main(&full)?, 8, set_size)
-        };
-        let set_used = sf("used")?;
-        let set_mask = sf("mask")?;
-        let set_table = sf("table")?;
-        let (gen_states, await_below) = if o.version.minor >= 15 {
-            let s = GenStates {
-                cleared: 5,
-                yield_from: [2, 3],
-            };
-            (s, 16)
-        } else {
-            let s = GenStates {
-                cleared: 4,
-                yield_from: [-1, -1],
-            };
-            (s, 8)
-        };
+        c.section(o.version)?;
+        let [
+            task_size,
+            task_name,
+            task_awaited_by,
+            task_is_task,
+            task_awaited_by_is_set,
+            task_coro,
+            task_node,
+        ] = c.task()?;
+        let interp_tasks_head = c.interp_tasks_head(o)?;
+        let [
+            thread_size,
+            thread_running_loop,
+            thread_running_task,
+            thread_tasks_head,
+        ] = c.thread(o)?;
+        let [gen_size, gen_iframe, gen_frame_state] = c.generator(o)?;
+        let frame_stackpointer = c.main_field("interpreter_frame.stackpointer", 8, o.frame_size)?;
+        let llist_next = c.main_field("llist_node.next", 8, 16)?;
+        let [set_size, set_used, set_mask, set_table] = c.set()?;
+        let (gen_states, await_below) = generator_facts(o.version.minor);
         Ok(AsyncOffsets {
             task_size,
             task_name,

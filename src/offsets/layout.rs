@@ -4,8 +4,8 @@
 //! byte `8 * n` and a layout is just the list of field names in order. The
 //! lists were taken from CPython's headers (`pycore_runtime.h` for 3.13,
 //! `pycore_debug_offsets.h` for 3.14 and 3.15) and checked against the
-//! tables of the real interpreters in the test root (see the tests in
-//! `offsets/mod.rs`). The table is only stable between patch releases of a
+//! tables of the real interpreters in the test root (see
+//! `tests/offsets.rs`). The table is only stable between patch releases of a
 //! minor version, so an unknown minor gets no layout and is refused.
 
 const HEAD: &[&str] = &["cookie", "version", "free_threaded"];

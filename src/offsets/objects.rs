@@ -24,7 +24,7 @@
 //!   dict; 3.13+ a dict pointer 24 before it and, with inline values, a
 //!   `PyDictValues` at `obj + tp_basicsize` (`valid` byte at 3, values at 8).
 
-use super::Validator;
+use super::spec::Checked;
 use crate::error::Result;
 
 /// How instance attributes of a managed-dict type are found.
@@ -68,56 +68,44 @@ pub const TPFLAGS_HEAPTYPE: u64 = 1 << 9;
 /// Bytes between the end of `PyTypeObject` and `ht_cached_keys`.
 const CACHED_KEYS_AFTER_TYPE: u64 = 464;
 
-/// Caps on the sizes of the small structs read here.
-const MAX_SMALL: u64 = 4096;
-
 impl ObjectOffsets {
-    /// From a debug table or carried layout of `minor`, validated like
-    /// every other offset: each field aligned and inside its struct, or the
-    /// table is refused naming it.
-    pub(super) fn validate(v: &Validator<'_>, minor: u8, interp_size: u64) -> Result<Self> {
-        let raw = v.raw;
-        let interp_modules = v.field("interpreter_state.imports_modules", 8, interp_size)?;
-        let dict_size = v.size("dict_object", 16, MAX_SMALL)?;
-        let dict_keys = v.field("dict_object.ma_keys", 8, dict_size)?;
-        let dict_values = v.field("dict_object.ma_values", 8, dict_size)?;
-        let long_size = v.size("long_object", 16, MAX_SMALL)?;
-        let (tag_name, signed) = match raw.get("long_object.lv_tag") {
-            Some(_) => ("long_object.lv_tag", false),
-            None => ("long_object.ob_size", true),
+    /// From a checked debug table or carried layout (every field aligned
+    /// and inside its struct), plus the relations between them and the
+    /// per-version facts.
+    pub(super) fn from_checked(c: &Checked) -> Result<Self> {
+        let minor = c.minor();
+        // 3.11's `ob_size` is the signed digit count; 3.12+ keep `lv_tag`.
+        let (tag_name, signed) = match minor {
+            11 => ("long_object.ob_size", true),
+            _ => ("long_object.lv_tag", false),
         };
-        let long_tag = v.field(tag_name, 8, long_size)?;
+        let long_tag = c.get(tag_name)?;
         // Two 30-bit digits are read; the first one must fit the struct.
-        let long_digit = v.field("long_object.ob_digit", 4, long_size)?;
+        let long_digit = c.get("long_object.ob_digit")?;
         if long_digit < long_tag + 8 {
-            return Err(v.err(format!(
+            return Err(c.err(format!(
                 "long_object.ob_digit = {long_digit} does not follow {tag_name} ({long_tag})"
             )));
         }
-        let type_size = v.size("type_object", 32, MAX_SMALL)?;
-        let type_flags = v.field("type_object.tp_flags", 8, type_size)?;
-        let type_basicsize = match raw.get("type_object.tp_basicsize") {
-            Some(_) => v.field("type_object.tp_basicsize", 8, type_size)?,
-            None => 32,
-        };
-        let heap_cached_keys = match raw.get("heap_type_object.ht_cached_keys") {
-            Some(_) => {
-                let heap_size = v.size("heap_type_object", type_size, MAX_SMALL)?;
-                v.field("heap_type_object.ht_cached_keys", 8, heap_size)?
-            }
-            None => type_size + CACHED_KEYS_AFTER_TYPE,
+        let type_size = c.get("type_object.size")?;
+        let (type_basicsize, heap_cached_keys) = match minor {
+            15.. => (
+                c.get("type_object.tp_basicsize")?,
+                c.get("heap_type_object.ht_cached_keys")?,
+            ),
+            _ => (32, type_size + CACHED_KEYS_AFTER_TYPE),
         };
         Ok(ObjectOffsets {
-            interp_modules,
-            dict_keys,
-            dict_values,
+            interp_modules: c.get("interpreter_state.imports_modules")?,
+            dict_keys: c.get("dict_object.ma_keys")?,
+            dict_values: c.get("dict_object.ma_values")?,
             values_header: if minor >= 13 { 8 } else { 0 },
             long_tag,
             long_size_is_signed_count: signed,
             long_digit,
             module_dict: 16,
             type_basicsize,
-            type_flags,
+            type_flags: c.get("type_object.tp_flags")?,
             heap_cached_keys,
             managed: match minor {
                 11 => ManagedDict::Split311,
@@ -132,67 +120,67 @@ impl ObjectOffsets {
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::offsets::{PyVersion, RawTable};
+    use crate::offsets::{Offsets, PyVersion, RawTable, carried};
 
-    fn raw(minor: u8, fields: &[(&'static str, u64)]) -> RawTable {
-        RawTable {
-            version: PyVersion::from_hex(0x0300_00f0 | (minor as u64) << 16),
-            free_threaded: false,
-            fields: fields.to_vec(),
-        }
+    /// Real tables: Debian's 3.14.10 and 3.15.2, and the carried 3.12.
+    fn real(minor: u8) -> RawTable {
+        let bytes: &[u8] = match minor {
+            14 => include_bytes!("../../fixtures/offsets/3.14.10.bin"),
+            15 => include_bytes!("../../fixtures/offsets/3.15.2.bin"),
+            _ => return carried::CARRIED[1].table(PyVersion::from_hex(0x030c_01f0)),
+        };
+        RawTable::decode(1, bytes).unwrap()
     }
 
-    const COMMON: &[(&str, u64)] = &[
-        ("interpreter_state.imports_modules", 7688),
-        ("dict_object.size", 48),
-        ("dict_object.ma_keys", 32),
-        ("dict_object.ma_values", 40),
-        ("long_object.size", 32),
-        ("long_object.lv_tag", 16),
-        ("long_object.ob_digit", 24),
-        ("type_object.tp_flags", 168),
-        ("type_object.size", 416),
-    ];
-
-    fn validate(r: &RawTable) -> Result<ObjectOffsets> {
-        let v = Validator { raw: r, pid: 1 };
-        ObjectOffsets::validate(&v, r.version.minor, 200_000)
+    fn objects(raw: &RawTable) -> Result<ObjectOffsets> {
+        let o = match raw.version.minor {
+            12 => Offsets::from_carried(1, raw),
+            _ => Offsets::from_raw(1, raw),
+        };
+        o.map(|o| o.objects)
     }
 
     #[test]
     fn cached_keys_follow_the_type_unless_the_table_says() {
-        let o = validate(&raw(14, COMMON)).unwrap();
+        let o = objects(&real(14)).unwrap();
         assert_eq!(o.heap_cached_keys, 880);
         assert_eq!(o.managed, ManagedDict::Inline313);
         assert_eq!(o.values_header, 8);
+        assert_eq!(o.type_basicsize, 32);
         // 3.15 gives it, and the rule agrees with what it gives.
-        let mut f = COMMON.to_vec();
-        f.retain(|(n, _)| *n != "type_object.size");
-        f.push(("type_object.size", 424));
-        let by_rule = validate(&raw(15, &f)).unwrap();
-        f.extend([
-            ("heap_type_object.size", 944),
-            ("heap_type_object.ht_cached_keys", 888),
-        ]);
-        assert_eq!(by_rule, validate(&raw(15, &f)).unwrap());
+        let raw = real(15);
+        let type_size = raw.get("type_object.size").unwrap();
+        let o = objects(&raw).unwrap();
+        assert_eq!(o.heap_cached_keys, type_size + CACHED_KEYS_AFTER_TYPE);
+        assert_eq!(o.type_basicsize, 32);
+        let o = objects(&real(12)).unwrap();
+        assert_eq!(o.heap_cached_keys, 880);
+        assert_eq!(o.managed, ManagedDict::Tagged312);
+        assert_eq!(o.values_header, 0);
     }
 
     #[test]
     fn missing_or_wild_fields_are_refused_by_name() {
-        let named = |f: &[(&'static str, u64)], name: &str| match validate(&raw(14, f)) {
+        let named = |raw: &RawTable, name: &str| match objects(raw) {
             Err(Error::InvalidOffsets { what, .. }) => assert!(what.contains(name), "{what}"),
             other => panic!("{name}: {other:?}"),
         };
-        let mut f = COMMON.to_vec();
-        f.retain(|(n, _)| *n != "dict_object.ma_keys");
-        named(&f, "dict_object.ma_keys");
-        let mut f = COMMON.to_vec();
-        f.retain(|(n, _)| *n != "interpreter_state.imports_modules");
-        f.push(("interpreter_state.imports_modules", u64::MAX - 7));
-        named(&f, "imports_modules");
-        let mut f = COMMON.to_vec();
-        f.retain(|(n, _)| *n != "long_object.ob_digit");
-        f.push(("long_object.ob_digit", 16));
-        named(&f, "long_object.ob_digit");
+        for minor in [12, 14, 15] {
+            let mut raw = real(minor);
+            raw.fields.retain(|(n, _)| *n != "dict_object.ma_keys");
+            named(&raw, "dict_object.ma_keys");
+            let mut raw = real(minor);
+            raw.set("interpreter_state.imports_modules", u64::MAX - 7);
+            named(&raw, "imports_modules");
+            let mut raw = real(minor);
+            raw.set("long_object.ob_digit", 16);
+            named(&raw, "long_object.ob_digit");
+        }
+        let mut raw = real(15);
+        raw.set(
+            "heap_type_object.size",
+            raw.get("type_object.size").unwrap() - 8,
+        );
+        named(&raw, "heap_type_object.size");
     }
 }
