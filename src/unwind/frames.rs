@@ -912,215 +912,358 @@ impl Walk<'_> {
         at: &mut Vec<OpcodeAt>,
         mut tail: Option<&mut Tail>,
     ) -> Result<bool> {
-        let o = self.offs;
-        // The last frame shown was pushed by the eval loop, not from C.
-        let mut callee_inline = false;
-        let fsize = o.frame_size;
         let mut local = [0u8; PREFIX + MAX_FRAME_BYTES as usize];
-        let mut addr = current;
-        let mut last_addr = 0u64;
-        let mut last_was_entry = false;
-        let mut last_owner = None;
-        // Where the last data-stack frame was: (chunk, address).
-        let mut last_pos: Option<(usize, u64)> = None;
-        // Where the next data-stack frame must end (see `Contiguous`).
-        let mut contiguous = Contiguous::new(self.newest_end());
-        let mut truncated = false;
-        let mut visited = 0usize;
+        let mut c = Cursor::new(current, self.newest_end());
         self.seen.clear();
-        while addr != 0 {
-            if visited == 1
-                && !truncated
+        while c.addr != 0 {
+            if c.visited == 1
+                && !c.truncated
                 && let Some(t) = tail.as_deref_mut()
+                && self.reuse_or_record(t, current, c.addr, base_frame, out)
             {
-                // Past the leaf: reuse the last walk from here if nothing
-                // below changed, else record this one.
-                let c = Context {
-                    tstate: self.tstate.0,
-                    leaf: current,
-                    leaf_previous: addr,
-                    epoch: self.code.epoch(),
-                    gc_frame: self.gc_frame,
-                    native: self.native,
-                    base_frame,
-                    entry_expected: self.entry_previous,
-                    newest_end: self.newest_end(),
-                };
-                if self.reuse(t, &c, out) {
-                    return Ok(true);
-                }
-                t.begin(&c, out.len(), self.used_codes.len(), fsize as usize);
+                return Ok(true);
             }
-            visited += 1;
-            if !plausible(addr) {
-                return Err(Torn::BadAddress { addr }.into());
+            c.visited += 1;
+            let addr = c.addr;
+            let pos = self.place(&mut c, addr)?;
+            let h = self.header(addr, pos, &mut local, tail.as_deref_mut())?;
+            let chunk = pos.map(|(i, _)| i);
+            self.check_header(addr, current, &h)?;
+            if h.owner == self.offs.owners.thread && chunk.is_none() {
+                return self.thread_frame_outside(&c, addr, out, tail.as_deref_mut());
             }
-            let pos = self.chunks.find(addr, fsize);
-            if let Some((i, _)) = pos {
-                // The data stack is a stack: a caller lies below its callee,
-                // in the same chunk or an older one.
-                if let Some((li, la)) = last_pos
-                    && (i < li || (i == li && addr >= la))
-                {
-                    return Err(Torn::OutOfOrder { addr }.into());
-                }
-                last_pos = Some((i, addr));
-            } else if !self.seen.insert(addr) {
-                return Err(Torn::Cycle { addr }.into());
-            }
-            let got = self.frame_bytes(addr, pos.map(|(_, b)| b), &mut local)?;
-            let (fb, in_tstate) = (got.frame, got.in_tstate);
-            if pos.is_none()
-                && let Some(t) = tail.as_deref_mut()
-            {
-                t.note_outside(addr, fb, in_tstate);
-            }
-            let bad = || Error::corrupt("short frame");
-            let previous = fb.u64_at(o.frame_previous).ok_or_else(bad)?;
-            let executable = fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask;
-            let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
-            let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
-            let handles = owner == o.owners.generator && self.generator_handles(got.before);
-
-            // An entry frame opens an eval-loop invocation: C called into
-            // Python here. 3.12+: a frame of its own, with no code to show;
-            // 3.11: the invocation's first frame, marked by a flag.
-            let entry_owner = o.owners.is_entry(owner);
-            let entry = entry_owner
-                || o.frame_is_entry
-                    .is_some_and(|off| fb.u8_at(off).is_some_and(|b| b != 0));
-            if !entry_owner && !o.owners.is_code(owner) {
-                return Err(Torn::UnknownOwner { addr, owner }.into());
-            }
-            // Only the newest frame can be caught half pushed or popped,
-            // its code slot not yet (or no longer) set: a frame below it
-            // is a caller, which runs a call. One without code there was
-            // read after its slot went to another frame.
-            if executable == 0 && !entry_owner && addr != current {
-                return Err(Torn::NoCode { addr }.into());
-            }
-            // The newest eval loop's entry frame links to the frame that
-            // called into it. Else the current frame was read in the
-            // instant the loop had published its `_PyCFrame` but not yet
-            // its frame: it is a stale one (see `cframe`).
-            if entry
-                && let Some(expected) = self.entry_previous.take()
-                && previous != expected
-            {
-                return Err(Torn::StaleCurrentFrame {
-                    addr,
-                    previous,
-                    expected,
-                }
-                .into());
-            }
-            if owner == o.owners.thread && pos.is_none() {
-                if self.chunks.cut() && last_pos.map(|(i, _)| i + 1) == Some(self.chunks.copied()) {
-                    // A stack larger than we copy, walked down through its
-                    // oldest copied chunk: keep what we have, truncated.
-                    // (Its root cannot be checked.)
-                    out.push(self.markers.truncated);
-                    if let Some(t) = tail.as_deref_mut() {
-                        t.spoil();
-                    }
-                    return Ok(false);
-                }
-                return Err(Torn::OutsideDataStack { addr }.into());
-            }
-            if let Some((i, _)) = pos
-                && (entry_owner || executable == 0)
-            {
-                // No code to size it by: the next frame is checked against
-                // where this one begins.
-                contiguous.skip(i, addr);
-            }
-            if pos.is_none() && !in_tstate && self.outside.len() < MAX_PREFETCH {
-                self.outside.push(addr);
-            }
-            self.handles_exception |= handles;
-            last_was_entry = entry;
-            last_owner = Some(owner);
-            last_addr = addr;
-            addr = previous;
-            if truncated {
+            self.step(&mut c, addr, chunk, &h);
+            if c.truncated {
                 // Frames past the depth are not decoded, so not sized.
-                contiguous.stop();
+                c.contiguous.stop();
                 continue;
             }
-            let gc = self.gc_frame != 0 && last_addr == self.gc_frame;
-            // The entry frame of an eval-loop invocation: C called into
-            // Python here. It holds no code of its own.
-            let native = entry && self.native && previous != 0 && previous != self.gc_frame;
-            let shown = !entry_owner && executable != 0;
-            // Room for what this frame shows, and `<truncated>` after it.
-            if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
-                truncated = true;
-                if let Some(t) = tail.as_deref_mut() {
-                    t.spoil();
-                }
-                continue;
-            }
-            if gc {
-                out.push(self.markers.gc);
-            }
-            if entry_owner || executable == 0 {
-                // An entry frame has no code of ours. The newest frame
-                // whose code slot is NULL is being pushed or popped at
-                // this very instant: its caller below is intact, so skip
-                // it rather than lose the sample.
-            } else {
-                let (id, words) = match self.code.frame_fast_sized(executable, instr_ptr) {
-                    Some(sized) => sized,
-                    None => {
-                        if let Some(t) = tail.as_deref_mut() {
-                            t.spoil();
-                        }
-                        self.load_frame(last_addr, executable, instr_ptr)?
-                    }
-                };
-                if let Some((i, _)) = pos {
-                    contiguous.check(i, last_addr, words)?;
-                }
-                // Whichever way the frame was found (the frame table or the
-                // code cache), it gets its opcode and may end the walk.
-                if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
-                    at.push(OpcodeAt {
-                        index: out.len(),
-                        instr_ptr,
-                        base: executable.wrapping_add(o.code_adaptive),
-                        in_caches: o.instr_ptr_is_prev && callee_inline,
-                        walk: o.instr_ptr_is_prev,
-                    });
-                }
-                out.push(id);
-                self.used_codes.push(executable);
-                if self.stop_at != 0 && executable == self.stop_at {
-                    // A part of the stack, not checked to its root.
-                    return Ok(false);
-                }
-            }
-            if native {
-                out.push(self.markers.native);
-            }
-            if shown || entry {
-                callee_inline = !entry;
+            if self.emit(&mut c, chunk, &h, out, at, tail.as_deref_mut())? {
+                // A part of the stack (`stop_at`), not checked to its root.
+                return Ok(false);
             }
         }
-        if truncated {
+        self.finish(&c, current, base_frame, out)
+    }
+
+    /// Past the leaf: reuse the last walk from here (`leaf_previous`) if
+    /// nothing below changed, and say so; else record this one.
+    fn reuse_or_record(
+        &mut self,
+        t: &mut Tail,
+        leaf: u64,
+        leaf_previous: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+    ) -> bool {
+        let c = Context {
+            tstate: self.tstate.0,
+            leaf,
+            leaf_previous,
+            epoch: self.code.epoch(),
+            gc_frame: self.gc_frame,
+            native: self.native,
+            base_frame,
+            entry_expected: self.entry_previous,
+            newest_end: self.newest_end(),
+        };
+        if self.reuse(t, &c, out) {
+            return true;
+        }
+        t.begin(
+            &c,
+            out.len(),
+            self.used_codes.len(),
+            self.offs.frame_size as usize,
+        );
+        false
+    }
+
+    /// Where the frame at `addr` is: in a copied chunk (its place and
+    /// bytes), or outside the data stack (`None`). The data stack is a
+    /// stack: a caller lies below its callee, in the same chunk or an
+    /// older one; a frame outside it is reached once.
+    fn place<'b>(&'b self, c: &mut Cursor, addr: u64) -> Result<Option<(usize, &'b [u8])>> {
+        if !plausible(addr) {
+            return Err(Torn::BadAddress { addr }.into());
+        }
+        let pos = self.chunks.find(addr, self.offs.frame_size);
+        if let Some((i, _)) = pos {
+            if let Some((li, la)) = c.last_pos
+                && (i < li || (i == li && addr >= la))
+            {
+                return Err(Torn::OutOfOrder { addr }.into());
+            }
+            c.last_pos = Some((i, addr));
+        } else if self.seen.contains(&addr) {
+            // (`step` adds each frame outside the data stack it passes.)
+            return Err(Torn::Cycle { addr }.into());
+        }
+        Ok(pos)
+    }
+
+    /// Read (or find) the frame at `addr` and decode what the walk needs of
+    /// it; note a frame outside the data stack in the tail being recorded.
+    fn header(
+        &self,
+        addr: u64,
+        pos: Option<(usize, &[u8])>,
+        local: &mut [u8; PREFIX + MAX_FRAME_BYTES as usize],
+        tail: Option<&mut Tail>,
+    ) -> Result<Header> {
+        let o = self.offs;
+        let got = self.frame_bytes(addr, pos.map(|(_, b)| b), local)?;
+        let fb = got.frame;
+        if pos.is_none()
+            && let Some(t) = tail
+        {
+            t.note_outside(addr, fb, got.in_tstate);
+        }
+        let bad = || Error::corrupt("short frame");
+        let owner = fb.u8_at(o.frame_owner).ok_or_else(bad)?;
+        // An entry frame opens an eval-loop invocation: C called into
+        // Python here. 3.12+: a frame of its own, with no code to show;
+        // 3.11: the invocation's first frame, marked by a flag.
+        let entry_owner = o.owners.is_entry(owner);
+        Ok(Header {
+            previous: fb.u64_at(o.frame_previous).ok_or_else(bad)?,
+            executable: fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask,
+            instr_ptr: fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?,
+            owner,
+            entry_owner,
+            entry: entry_owner
+                || o.frame_is_entry
+                    .is_some_and(|off| fb.u8_at(off).is_some_and(|b| b != 0)),
+            in_tstate: got.in_tstate,
+            handles: owner == o.owners.generator && self.generator_handles(got.before),
+        })
+    }
+
+    /// The checks a frame's header must pass to belong to the chain
+    /// starting at `current`.
+    fn check_header(&mut self, addr: u64, current: u64, h: &Header) -> Result<()> {
+        if !h.entry_owner && !self.offs.owners.is_code(h.owner) {
+            return Err(Torn::UnknownOwner {
+                addr,
+                owner: h.owner,
+            }
+            .into());
+        }
+        // Only the newest frame can be caught half pushed or popped, its
+        // code slot not yet (or no longer) set: a frame below it is a
+        // caller, which runs a call. One without code there was read after
+        // its slot went to another frame.
+        if h.executable == 0 && !h.entry_owner && addr != current {
+            return Err(Torn::NoCode { addr }.into());
+        }
+        // The newest eval loop's entry frame links to the frame that called
+        // into it. Else the current frame was read in the instant the loop
+        // had published its `_PyCFrame` but not yet its frame: it is a
+        // stale one (see `cframe`).
+        if h.entry
+            && let Some(expected) = self.entry_previous.take()
+            && h.previous != expected
+        {
+            return Err(Torn::StaleCurrentFrame {
+                addr,
+                previous: h.previous,
+                expected,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// A frame owned by the thread but outside its copied data stack: a
+    /// stack larger than we copy, walked down through its oldest copied
+    /// chunk, keeps what it has, truncated (its root cannot be checked);
+    /// anything else is torn.
+    fn thread_frame_outside(
+        &self,
+        c: &Cursor,
+        addr: u64,
+        out: &mut Vec<FrameId>,
+        tail: Option<&mut Tail>,
+    ) -> Result<bool> {
+        if self.chunks.cut() && c.last_pos.map(|(i, _)| i + 1) == Some(self.chunks.copied()) {
+            out.push(self.markers.truncated);
+            if let Some(t) = tail {
+                t.spoil();
+            }
+            return Ok(false);
+        }
+        Err(Torn::OutsideDataStack { addr }.into())
+    }
+
+    /// Move the cursor past the frame at `addr`, to its caller.
+    fn step(&mut self, c: &mut Cursor, addr: u64, chunk: Option<usize>, h: &Header) {
+        match chunk {
+            // No code to size it by: the next frame is checked against
+            // where this one begins.
+            Some(i) if h.entry_owner || h.executable == 0 => c.contiguous.skip(i, addr),
+            Some(_) => {}
+            None => {
+                self.seen.insert(addr);
+                if !h.in_tstate && self.outside.len() < MAX_PREFETCH {
+                    self.outside.push(addr);
+                }
+            }
+        }
+        self.handles_exception |= h.handles;
+        c.last_was_entry = h.entry;
+        c.last_owner = Some(h.owner);
+        c.last_addr = addr;
+        c.addr = h.previous;
+    }
+
+    /// Push what the frame just stepped past shows (its code's frame, and
+    /// the `<GC>` and `<native>` markers around it), or mark the walk
+    /// truncated when it would not fit. True if the walk ends here
+    /// (`stop_at`).
+    fn emit(
+        &mut self,
+        c: &mut Cursor,
+        chunk: Option<usize>,
+        h: &Header,
+        out: &mut Vec<FrameId>,
+        at: &mut Vec<OpcodeAt>,
+        tail: Option<&mut Tail>,
+    ) -> Result<bool> {
+        let gc = self.gc_frame != 0 && c.last_addr == self.gc_frame;
+        // The entry frame of an eval-loop invocation: C called into Python
+        // here. It holds no code of its own.
+        let native = h.entry && self.native && h.previous != 0 && h.previous != self.gc_frame;
+        let shown = !h.entry_owner && h.executable != 0;
+        // Room for what this frame shows, and `<truncated>` after it.
+        if out.len() + gc as usize + native as usize + shown as usize + 1 > MAX_DEPTH {
+            c.truncated = true;
+            if let Some(t) = tail {
+                t.spoil();
+            }
+            return Ok(false);
+        }
+        if gc {
+            out.push(self.markers.gc);
+        }
+        // An entry frame has no code of ours. The newest frame whose code
+        // slot is NULL is being pushed or popped at this very instant: its
+        // caller below is intact, so skip it rather than lose the sample.
+        if shown {
+            let (id, words) = match self.code.frame_fast_sized(h.executable, h.instr_ptr) {
+                Some(sized) => sized,
+                None => {
+                    if let Some(t) = tail {
+                        t.spoil();
+                    }
+                    self.load_frame(c.last_addr, h.executable, h.instr_ptr)?
+                }
+            };
+            if let Some(i) = chunk {
+                c.contiguous.check(i, c.last_addr, words)?;
+            }
+            // Whichever way the frame was found (the frame table or the
+            // code cache), it gets its opcode and may end the walk.
+            if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
+                at.push(OpcodeAt {
+                    index: out.len(),
+                    instr_ptr: h.instr_ptr,
+                    base: h.executable.wrapping_add(self.offs.code_adaptive),
+                    in_caches: self.offs.instr_ptr_is_prev && c.callee_inline,
+                    walk: self.offs.instr_ptr_is_prev,
+                });
+            }
+            out.push(id);
+            self.used_codes.push(h.executable);
+            if self.stop_at != 0 && h.executable == self.stop_at {
+                return Ok(true);
+            }
+        }
+        if native {
+            out.push(self.markers.native);
+        }
+        if shown || h.entry {
+            c.callee_inline = !h.entry;
+        }
+        Ok(false)
+    }
+
+    /// The chain ended (a NULL `previous`): is it rooted where the
+    /// interpreter roots a thread's stack?
+    fn finish(
+        &self,
+        c: &Cursor,
+        current: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+    ) -> Result<bool> {
+        if c.truncated {
             out.push(self.markers.truncated);
         }
         if current == 0 {
             return Ok(false);
         }
         match base_frame {
-            Some(base) if base == 0 || last_addr != base => Err(Torn::NoBaseFrame.into()),
-            None if !last_was_entry => Err(Torn::NoEntryFrame.into()),
+            Some(base) if base == 0 || c.last_addr != base => Err(Torn::NoBaseFrame.into()),
+            None if !c.last_was_entry => Err(Torn::NoEntryFrame.into()),
             // 3.11 marks a generator's frame as an entry while C code
             // (`next()`, a `for` over it) runs it, linked to its caller; on
             // a yield the link is cut. A chain that ends there was read
             // across a yield: the thread's real root is further down.
-            None if last_owner == Some(o.owners.generator) => Err(Torn::SuspendedGenerator.into()),
+            None if c.last_owner == Some(self.offs.owners.generator) => {
+                Err(Torn::SuspendedGenerator.into())
+            }
             _ => Ok(false),
         }
     }
+}
+
+/// Where a walk is, between one frame and the next.
+struct Cursor {
+    /// The next frame to visit (0: the chain ended).
+    addr: u64,
+    /// The frame visited last, and what it was.
+    last_addr: u64,
+    last_was_entry: bool,
+    last_owner: Option<u8>,
+    /// Where the last data-stack frame was: (chunk, address).
+    last_pos: Option<(usize, u64)>,
+    /// Where the next data-stack frame must end (see `Contiguous`).
+    contiguous: Contiguous,
+    /// Past [`MAX_DEPTH`]: frames are followed, not shown.
+    truncated: bool,
+    visited: usize,
+    /// The last frame shown was pushed by the eval loop, not from C.
+    callee_inline: bool,
+}
+
+impl Cursor {
+    fn new(current: u64, newest_end: Option<u64>) -> Self {
+        Cursor {
+            addr: current,
+            last_addr: 0,
+            last_was_entry: false,
+            last_owner: None,
+            last_pos: None,
+            contiguous: Contiguous::new(newest_end),
+            truncated: false,
+            visited: 0,
+            callee_inline: false,
+        }
+    }
+}
+
+/// What a walk reads of one frame.
+struct Header {
+    previous: u64,
+    executable: u64,
+    instr_ptr: u64,
+    owner: u8,
+    /// Owned by the eval loop's entry (3.12+: a shim frame of its own).
+    entry_owner: bool,
+    /// Opens an eval-loop invocation (3.11: flagged `is_entry`).
+    entry: bool,
+    /// Found in the thread state's copy.
+    in_tstate: bool,
+    /// A generator's frame whose generator handles an exception.
+    handles: bool,
 }
