@@ -10,7 +10,9 @@
 //! [`ReadOptions::recover`], up to the last flush before the cut (see
 //! [`super::writer`]): the block tables stand in for the missing tables,
 //! the data ends quietly at the first thing that is not whole, the counts
-//! are those found, and [`FileInfo::truncated`] says so.
+//! are those found, and [`FileInfo::truncated`] says so. Uncompressed
+//! sample data may hold block records ([`super::ENC_BLOCK`], a recording
+//! not finished): the decoder skips them.
 
 use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
@@ -18,8 +20,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::{
-    Compression, DEFAULT_MAX_DECOMPRESSED, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX,
-    FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
+    Compression, DEFAULT_MAX_DECOMPRESSED, ENC_BLOCK, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT,
+    ENC_SUFFIX, FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
     MIN_FRAME_ENTRY, OPCODE_NONE, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE,
     TRAILER_VERSION, decode_config, invalid, parse_thread_name_record, unzigzag,
 };
@@ -215,15 +217,10 @@ impl<R: Read + Seek> BinaryReader<R> {
             size
         };
         let found = match compression {
-            Compression::Zstd => {
-                scan_blocks(&mut src, end, opts.max_decompressed).map_err(io_err)?
-            }
-            // Its tables are only at the end: nothing to decode with.
-            Compression::None => Recovered {
-                end: HEADER_SIZE,
-                ..Recovered::default()
-            },
-        };
+            Compression::Zstd => scan_blocks(&mut src, end, opts.max_decompressed),
+            Compression::None => scan_raw_blocks(&mut src, end),
+        }
+        .map_err(io_err)?;
         let mut tables = found.strings;
         let mut string_count = found.string_count;
         for entry in found.names.values() {
@@ -305,7 +302,6 @@ impl<R: Read + Seek> BinaryReader<R> {
         let region = (&mut self.src).take(self.data_end - HEADER_SIZE);
         let truncated = self.info.truncated;
         let inner: Box<dyn Read + '_> = match self.info.compression {
-            Compression::None if truncated => Box::new(io::empty()),
             Compression::None => Box::new(region),
             Compression::Zstd => Box::new(ZstdRegion::new(
                 region,
@@ -638,6 +634,96 @@ fn zstd_frame<R: io::BufRead>(r: &mut R, m: &[u8; 4], cap: u64) -> io::Result<Op
             return Ok(Some((len, produced)));
         }
     }
+}
+
+/// Walk uncompressed sample data from the header to `end`: records, and
+/// after some, a block record. Stops, without error, at the first thing
+/// that is not whole or not consistent, as [`scan_blocks`] does.
+fn scan_raw_blocks<R: Read + Seek>(src: &mut R, end: u64) -> io::Result<Recovered> {
+    use super::BlockTable;
+    let mut found = Recovered {
+        end: HEADER_SIZE,
+        ..Recovered::default()
+    };
+    src.seek(SeekFrom::Start(HEADER_SIZE))?;
+    let mut r = BufReader::new(src.take(end - HEADER_SIZE));
+    let mut pos = HEADER_SIZE;
+    // A record read since the last block table.
+    let mut pending = false;
+    loop {
+        let mut hdr = [0u8; RECORD_HEADER_SIZE];
+        if r.read_exact(&mut hdr).is_err() {
+            break;
+        }
+        pos += RECORD_HEADER_SIZE as u64;
+        if hdr[12] != ENC_BLOCK {
+            let Some(len) = record_body_len(&mut r, hdr[12]) else {
+                break;
+            };
+            pos += len;
+            pending = true;
+            continue;
+        }
+        let size = u64::from(Fixed { b: &hdr, be: false }.u32(8));
+        if size > end - pos {
+            break;
+        }
+        let mut payload = Vec::new();
+        (&mut r).take(size).read_to_end(&mut payload)?;
+        pos += size;
+        let Some(b) = BlockTable::decode(&payload, end) else {
+            break;
+        };
+        if !pending || !add_block(&mut found, b) {
+            break;
+        }
+        pending = false;
+        found.end = pos;
+    }
+    Ok(found)
+}
+
+/// The length of a sample record's body (after its header) of encoding
+/// `enc`, read past; `None` if it is cut or no sample record.
+fn record_body_len<R: io::BufRead>(r: &mut R, enc: u8) -> Option<u64> {
+    let mut len = 0u64;
+    let count = match enc {
+        ENC_REPEAT => skip_varint(r, &mut len)?,
+        ENC_FULL | ENC_SUFFIX | ENC_POP_PUSH => 1,
+        _ => return None,
+    };
+    for _ in 0..count {
+        // A sample: its time and status byte.
+        skip_varint(r, &mut len)?;
+        r.read_exact(&mut [0u8; 1]).ok()?;
+        len += 1;
+        if enc == ENC_REPEAT {
+            continue;
+        }
+        if enc != ENC_FULL {
+            // Shared or popped frames.
+            skip_varint(r, &mut len)?;
+        }
+        for _ in 0..skip_varint(r, &mut len)? {
+            skip_varint(r, &mut len)?;
+        }
+    }
+    Some(len)
+}
+
+/// A varint read past, its length added to `len`.
+fn skip_varint<R: io::BufRead>(r: &mut R, len: &mut u64) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b).ok()?;
+        *len += 1;
+        v |= u64::from(b[0] & 0x7f).checked_shl(7 * i)?;
+        if b[0] & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// Add a block's tables to `found`; `false` if they do not follow on
@@ -1061,6 +1147,9 @@ impl Decoder<'_> {
         f: &mut dyn FnMut(&Sample),
     ) -> Result<()> {
         let h = rec.header(first, self.info.big_endian)?;
+        if h.enc == ENC_BLOCK && self.info.compression == Compression::None {
+            return self.skip_block(rec, &h);
+        }
         let ti = self.thread_slot(st, &h)?;
         match h.enc {
             ENC_REPEAT => self.repeat(rec, st, ti, f),
@@ -1094,7 +1183,17 @@ impl Decoder<'_> {
         Ok(st.threads.len() - 1)
     }
 
-    /// REPEAT: samples of the thread's previous stack.
+    /// A block record: a recording's tables, not samples (the tables of a
+    /// whole file hold the same).
+    fn skip_block<R: Read>(&self, rec: &mut Record<R>, h: &RecordHeader) -> Result<()> {
+        for _ in 0..h.iid {
+            rec.byte()?;
+        }
+        Ok(())
+    }
+
+    /// REPEAT: samples of the thread's previous stack (none: the filler
+    /// where a block record was).
     fn repeat<R: Read>(
         &self,
         rec: &mut Record<R>,
@@ -1103,9 +1202,6 @@ impl Decoder<'_> {
         f: &mut dyn FnMut(&Sample),
     ) -> Result<()> {
         let count = rec.varint("repeat count")?;
-        if count == 0 {
-            return Err(data_error("a repeat record of 0 samples"));
-        }
         if count > self.limits().0 - st.seen {
             return Err(self.too_many_samples());
         }
@@ -1553,7 +1649,13 @@ mod tests {
 
     #[test]
     fn a_killed_recording_is_read_up_to_its_last_block() {
-        let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
+        for c in [Compression::Zstd, Compression::None] {
+            a_killed_recording_of(c);
+        }
+    }
+
+    fn a_killed_recording_of(c: Compression) {
+        let (snaps, whole) = blocks_recording(c, 40);
         let (info, all) = stacks(&whole, ReadOptions::default()).unwrap();
         assert_eq!((info.sample_count, info.truncated), (480, false));
         assert_eq!(snaps.len(), 6);
@@ -1576,7 +1678,14 @@ mod tests {
 
     #[test]
     fn a_recording_cut_at_any_byte_gives_every_whole_block_before_the_cut() {
-        for (snap_i, c) in [(None, Compression::Zstd), (Some(2), Compression::Zstd)] {
+        // A finished uncompressed file keeps no block tables: its
+        // recording is cut.
+        for (snap_i, c) in [
+            (None, Compression::Zstd),
+            (Some(2), Compression::Zstd),
+            (Some(2), Compression::None),
+            (Some(5), Compression::None),
+        ] {
             let (snaps, whole) = blocks_recording(c, 40);
             let bytes = match snap_i {
                 Some(i) => snaps[i].1.clone(),
@@ -1593,7 +1702,11 @@ mod tests {
                 }
                 let (info, got) = r.unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
                 let n = got.len() as u64;
-                assert_eq!(info.truncated, cut < whole.len(), "cut at {cut}");
+                assert_eq!(
+                    info.truncated,
+                    snap_i.is_some() || cut < whole.len(),
+                    "cut at {cut}"
+                );
                 assert!(n >= last, "cut at {cut}: {n} samples after {last}");
                 // Cut where the writer had flushed: all it had written.
                 if let Some((k, _)) = snaps.iter().find(|(_, b)| b.len() == cut) {
@@ -1610,7 +1723,8 @@ mod tests {
     #[test]
     fn a_damaged_recording_cut_short_is_an_error_or_a_read_never_a_panic() {
         let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
-        for bytes in [&snaps[3].1, &whole] {
+        let (raw_snaps, _) = blocks_recording(Compression::None, 40);
+        for bytes in [&snaps[3].1, &whole, &raw_snaps[3].1] {
             for at in 0..bytes.len() {
                 for x in [0x01u8, 0x80, 0xff] {
                     let mut b = bytes.clone();
@@ -1627,12 +1741,34 @@ mod tests {
     }
 
     #[test]
-    fn an_uncompressed_recording_cut_short_is_read_as_empty() {
+    fn a_finished_uncompressed_recording_has_fillers_for_its_block_records() {
         let (snaps, whole) = blocks_recording(Compression::None, 40);
-        let (info, got) = stacks(&snaps[2].1, recovering()).unwrap();
-        assert!(info.truncated);
-        assert!(got.is_empty());
-        assert_eq!(stacks(&whole, recovering()).unwrap().1.len(), 480);
+        let tag = |b: &[u8]| b.windows(8).filter(|w| w == b"TACHBLK1").count();
+        let (_, last) = snaps.last().unwrap();
+        assert!(tag(last) >= 2, "{} block records", tag(last));
+        assert_eq!(tag(&whole), 0);
+        // The same records where they were, and REPEATs of no sample
+        // (thread 42, the first) where each block record was.
+        let string_off = u64::from_le_bytes(whole[40..48].try_into().unwrap()) as usize;
+        assert_eq!(string_off, last.len());
+        let mut at = 64;
+        let mut fillers = 0;
+        while at < string_off {
+            if last[at + 12] == crate::binfmt::ENC_BLOCK {
+                let n = 13 + u32::from_le_bytes(last[at + 8..at + 12].try_into().unwrap()) as usize;
+                let f = crate::binfmt::filler_records(42, 0, n);
+                assert_eq!(whole[at..at + n], f[..]);
+                fillers += 1;
+                at += n;
+                continue;
+            }
+            let n = 13 + record_body_len(&mut &last[at + 13..], last[at + 12]).unwrap() as usize;
+            assert_eq!(whole[at..at + n], last[at..at + n]);
+            at += n;
+        }
+        assert_eq!(fillers, tag(last));
+        let (info, got) = stacks(&whole, ReadOptions::default()).unwrap();
+        assert_eq!((info.truncated, got.len()), (false, 480));
     }
 
     #[test]
@@ -1896,7 +2032,15 @@ mod tests {
             "truncated sample data: 16 trailing bytes",
         );
         bad(record(9, &[]), 1, "unknown record encoding 9");
-        bad(record(ENC_REPEAT, &[0]), 1, "0 samples");
+        // A repeat of no sample (the reference's reader takes it too).
+        let mut none = record(ENC_REPEAT, &[0x80, 0]);
+        none.extend(record(ENC_FULL, &[5, 1, 1, 0]));
+        assert_eq!(
+            read(&raw_file(&none, 1), ReadOptions::default())
+                .unwrap()
+                .len(),
+            1
+        );
         bad(record(ENC_REPEAT, &[3, 1, 1]), 1, "more samples than");
         bad(
             record(ENC_SUFFIX, &[5, 1, 1, 0]),
