@@ -3,6 +3,9 @@
 //! last flush (at least once a second); a recording cut at any byte
 //! replays what was whole before the cut, more the later the cut; a
 //! finished recording of several frames still replays in the reference.
+//! All of it holds for `--compression none` too, whose block tables are
+//! records of their own while it records (see `binfmt::writer`): cut
+//! anywhere, a killed one replays its whole blocks.
 
 mod common;
 
@@ -112,23 +115,36 @@ fn replay(path: &Path, dir: &Path) -> (u64, String) {
     (n, err)
 }
 
-#[test]
-fn a_recording_killed_with_sigkill_keeps_its_samples() {
+/// Record with `extra` options, kill -9 tachyon once the file at the
+/// asked-for path has grown past two flush points and holds `blocks`
+/// block tables; the file and the samples seen on disk before the kill.
+fn record_and_kill(tag: &str, extra: &[&str], blocks: usize) -> (PathBuf, Vec<u8>, u64) {
     let it = sid_314();
     let mut t = spawn(&it, TARGET_PY, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
-    let dir = tempdir("kill");
+    let dir = tempdir(tag);
     let path = dir.join("k").join("rec.bin");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let mut rec = record(t.pid(), &path, &[]);
+    let mut rec = record(t.pid(), &path, extra);
     // Two flush points seen from outside, the second after the first:
     // the file at the asked-for path grows while recording.
     let first = wait_for_samples(&path, 0, &mut rec);
     let second = wait_for_samples(&path, first, &mut rec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while block_ends(&std::fs::read(&path).unwrap()).len() < blocks {
+        assert!(Instant::now() < deadline, "fewer than {blocks} blocks");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     rec.kill_all();
     let _ = rec.child.wait();
     drop(t);
     let bytes = std::fs::read(&path).unwrap();
+    (path, bytes, second)
+}
+
+fn killed_recording_keeps_its_samples(tag: &str, extra: &[&str]) {
+    let (path, bytes, second) = record_and_kill(tag, extra, 0);
+    let dir = path.parent().unwrap().parent().unwrap().to_path_buf();
     let (n, truncated) = stored(&bytes).unwrap();
     assert!(truncated, "a killed recording reads as finished");
     assert!(
@@ -151,44 +167,43 @@ fn a_recording_killed_with_sigkill_keeps_its_samples() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The offsets where a block table of `bytes` ends (its skippable frame;
-/// a frame ends with one when it brought new strings or frames).
-fn block_ends(bytes: &[u8]) -> Vec<usize> {
-    let magic = tachyon::binfmt::BLOCK_MAGIC.to_le_bytes();
-    let mut ends = Vec::new();
-    let mut at = 64;
-    while at + 8 <= bytes.len() {
-        if bytes[at..at + 4] == magic {
-            let size = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
-            ends.push(at + 8 + size);
-        }
-        at += 1;
-    }
-    ends
+#[test]
+fn a_recording_killed_with_sigkill_keeps_its_samples() {
+    killed_recording_keeps_its_samples("kill", &[]);
 }
 
 #[test]
-fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
-    let it = sid_314();
-    let mut t = spawn(&it, TARGET_PY, &[], &[]);
-    t.wait_for("READY", Duration::from_secs(30));
-    let dir = RootDir::new(&[]);
-    let path = dir.outside("rec.bin");
-    let out = record(t.pid(), &path, &["-d", "3", "-a"]).finish(Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    drop(t);
-    let bytes = std::fs::read(&path).unwrap();
-    let (total, truncated) = stored(&bytes).unwrap();
-    assert!(!truncated && total > 0);
-    let ends = block_ends(&bytes);
-    assert!(!ends.is_empty(), "no block table in the file");
+fn an_uncompressed_recording_killed_with_sigkill_keeps_its_samples() {
+    killed_recording_keeps_its_samples("kill-none", &["--compression", "none"]);
+}
 
-    // Every byte of the first and last 4 KiB, a stride elsewhere, and both
-    // sides of every block table's end.
+/// The offsets where a (whole) block table of `bytes` ends. Each opens with the
+/// tag `TACHBLK1`, after its length: a zstd skippable frame (magic, u32
+/// size, then the tag) or, uncompressed, a record of its own (u64 0, u32
+/// size, its encoding byte, then the tag).
+fn block_ends(bytes: &[u8]) -> Vec<usize> {
+    let compressed = bytes[56] == 1;
+    let size_at = if compressed { 4 } else { 5 };
+    let mut ends = Vec::new();
+    for at in 64 + 13..bytes.len().saturating_sub(8) {
+        if &bytes[at..at + 8] == b"TACHBLK1" {
+            let b = &bytes[at - size_at..at - size_at + 4];
+            ends.push(at + u32::from_le_bytes(b.try_into().unwrap()) as usize);
+        }
+    }
+    ends.retain(|&e| e <= bytes.len());
+    ends
+}
+
+/// `bytes` (a finished recording, or one left by a kill) cut at every
+/// byte of its first and last 4 KiB, at a stride elsewhere and on both
+/// sides of every block table's end: each cut reads (from 64 bytes on),
+/// holds at least what a shorter cut held, and all of `total` at the end;
+/// a cut at a block's end holds more than one before it; the CLI replays
+/// a few cuts as truncated recordings.
+fn cuts_replay_whole_blocks(bytes: &[u8], total: u64, finished: bool, dir: &RootDir) {
+    let ends = block_ends(bytes);
+    assert!(ends.len() >= 2, "{} block tables in the file", ends.len());
     let mut cuts: Vec<usize> = (0..bytes.len())
         .filter(|&c| c < 4096 || c + 4096 >= bytes.len() || c % 97 == 0)
         .chain(ends.iter().flat_map(|&e| [e - 1, e, e + 1]))
@@ -205,7 +220,7 @@ fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
             }
             Ok((n, cut_short)) => {
                 assert!(cut >= 64);
-                assert_eq!(cut_short, cut < bytes.len());
+                assert_eq!(cut_short, !finished || cut < bytes.len(), "cut at {cut}");
                 assert!(n >= last, "cut at {cut}: {n} samples, {last} before");
                 last = n;
             }
@@ -219,9 +234,13 @@ fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
         at_end > before,
         "block 2 added nothing ({before} -> {at_end})"
     );
-
     // The CLI on a few cuts: a message, never the footer's absurd size.
-    for cut in [64, ends[0], ends[1] + 10, bytes.len() - 1] {
+    for cut in [
+        64,
+        ends[0],
+        (ends[1] + 10).min(bytes.len() - 1),
+        bytes.len() - 1,
+    ] {
         let p = dir.outside(&format!("cut{cut}.bin"));
         std::fs::write(&p, &bytes[..cut]).unwrap();
         let (n, err) = replay(&p, &dir.outside);
@@ -229,8 +248,31 @@ fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
         assert!(err.contains("truncated recording: "), "{err}");
         assert!(!err.contains("footer"), "{err}");
     }
+}
 
-    // The whole file, of several blocks, replays in the reference.
+/// Record 3 s of all threads with `extra` options into the root's
+/// `rec.bin`; its bytes and how many stacks it stores.
+fn finished_recording(dir: &RootDir, extra: &[&str]) -> (Vec<u8>, u64) {
+    let it = sid_314();
+    let mut t = spawn(&it, TARGET_PY, &[], &[]);
+    t.wait_for("READY", Duration::from_secs(30));
+    let path = dir.outside("rec.bin");
+    let args: Vec<&str> = ["-d", "3", "-a"].iter().chain(extra).copied().collect();
+    let out = record(t.pid(), &path, &args).finish(Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(t);
+    let bytes = std::fs::read(&path).unwrap();
+    let (total, truncated) = stored(&bytes).unwrap();
+    assert!(!truncated && total > 0);
+    (bytes, total)
+}
+
+/// The root's `rec.bin` replays in the reference: all `total` stacks.
+fn replays_in_the_reference(dir: &RootDir, total: u64) {
     let ref_out = Command::new("chroot")
         .arg(sid_root())
         .args(["/usr/bin/python3.15", "-m", "profiling.sampling", "replay"])
@@ -252,6 +294,35 @@ fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
         ref_text.contains(&format!("Replayed {total} samples")),
         "{ref_text}"
     );
+}
+
+#[test]
+fn a_real_recording_cut_anywhere_replays_its_whole_blocks() {
+    let dir = RootDir::new(&[]);
+    let (bytes, total) = finished_recording(&dir, &[]);
+    cuts_replay_whole_blocks(&bytes, total, true, &dir);
+    // The whole file, of several blocks, replays in the reference.
+    replays_in_the_reference(&dir, total);
+}
+
+/// An uncompressed recording keeps its block tables only while it
+/// records (a finished one is the reference's format, which has no room
+/// for them): it is the file a kill leaves that is cut anywhere.
+#[test]
+fn an_uncompressed_recording_cut_anywhere_replays_its_whole_blocks() {
+    let (path, bytes, _) = record_and_kill("cut-none", &["--compression", "none", "-a"], 2);
+    let (total, truncated) = stored(&bytes).unwrap();
+    assert!(truncated && total > 0, "{total} samples");
+    let dir = RootDir::new(&[]);
+    cuts_replay_whole_blocks(&bytes, total, false, &dir);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    // Finished, it replays in the reference, and in tachyon as finished.
+    let (bytes, total) = finished_recording(&dir, &["--compression", "none"]);
+    assert_eq!(bytes[56], 0, "not an uncompressed file");
+    replays_in_the_reference(&dir, total);
+    let (n, err) = replay(&dir.outside("rec.bin"), &dir.outside);
+    assert_eq!(n, total);
+    assert!(!err.contains("truncated"), "{err}");
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //! This module owns the on-disk layout of format version 1 as CPython
 //! 3.15.2 writes it (little-endian): the 64-byte header (written last), the
 //! per-thread sample records (REPEAT, FULL, SUFFIX and POP_PUSH encodings
-//! with LEB128 varints), optionally one zstd stream over them, the string
+//! with LEB128 varints), optionally one zstd stream over them, the block
+//! tables a recording carries so that a cut file can be read ([`BlockTable`]:
+//! zstd skippable frames, or uncompressed [`ENC_BLOCK`] records until the
+//! recording is finished), the string
 //! and frame tables, the 56-byte stats trailer and the 32-byte footer.
 //! [`writer::BinaryWriter`] streams samples to a file in bounded memory;
 //! [`reader::BinaryReader`] validates a file as untrusted input and gives
@@ -64,6 +67,11 @@ pub(crate) const ENC_REPEAT: u8 = 0;
 pub(crate) const ENC_FULL: u8 = 1;
 pub(crate) const ENC_SUFFIX: u8 = 2;
 pub(crate) const ENC_POP_PUSH: u8 = 3;
+/// A block table in uncompressed sample data while it is recorded (see
+/// [`writer`]): `u64 0, u32 size, ENC_BLOCK`, then `size` bytes of
+/// [`BlockTable`]. The reference knows no such encoding: a finished file
+/// has none (each became [`filler_records`]).
+pub(crate) const ENC_BLOCK: u8 = 0xB1;
 /// `thread_id u64, interpreter_id u32, encoding u8`.
 pub(crate) const RECORD_HEADER_SIZE: usize = 13;
 /// Smallest frame table entry: five one-byte varints and the opcode.
@@ -129,18 +137,36 @@ pub(crate) struct BlockSections {
 }
 
 impl BlockTable {
-    /// The whole skippable frame.
+    /// The whole skippable frame (in zstd sample data).
     pub(crate) fn encode(&self, strings: &[u8], frames: &[u8], names: &[u8]) -> Vec<u8> {
+        let payload = self.payload(strings, frames, names);
+        let mut out = Vec::with_capacity(8 + payload.len());
+        out.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// The whole [`ENC_BLOCK`] record (in uncompressed sample data).
+    pub(crate) fn encode_record(&self, strings: &[u8], frames: &[u8], names: &[u8]) -> Vec<u8> {
+        let payload = self.payload(strings, frames, names);
+        let mut out = Vec::with_capacity(RECORD_HEADER_SIZE + payload.len());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.push(ENC_BLOCK);
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// The tag, the fixed fields and the sections, compressed.
+    fn payload(&self, strings: &[u8], frames: &[u8], names: &[u8]) -> Vec<u8> {
         let mut raw = Vec::with_capacity(strings.len() + frames.len() + names.len());
         raw.extend_from_slice(strings);
         raw.extend_from_slice(frames);
         raw.extend_from_slice(names);
         // Small and written once a second: level 3, no tuning.
         let body = zstd::bulk::compress(&raw, 3).unwrap_or_default();
-        let mut out = Vec::with_capacity(8 + BLOCK_TABLE_FIXED + body.len());
-        let size = (BLOCK_TABLE_FIXED + body.len()) as u32;
-        out.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
-        out.extend_from_slice(&size.to_le_bytes());
+        let mut out = Vec::with_capacity(BLOCK_TABLE_FIXED + body.len());
         out.extend_from_slice(BLOCK_TAG);
         out.extend_from_slice(&self.samples_total.to_le_bytes());
         for v in [
@@ -160,7 +186,8 @@ impl BlockTable {
         out
     }
 
-    /// The payload of a skippable frame (after magic and size); `None`
+    /// The payload of a skippable frame or block record (after its size);
+    /// `None`
     /// unless it is a whole, consistent block table.
     pub(crate) fn decode(p: &[u8], max_bytes: u64) -> Option<BlockSections> {
         if p.len() < BLOCK_TABLE_FIXED || &p[..8] != BLOCK_TAG {
@@ -194,6 +221,32 @@ impl BlockTable {
             names: raw[ls + lf..].to_vec(),
         })
     }
+}
+
+/// Exactly `len` bytes of REPEAT records of no sample for thread `tid`
+/// of interpreter `iid`: what a finished uncompressed file has where its
+/// block tables were. Each is the 13-byte record header and a count of 0
+/// in 1 to 10 bytes (`0x80`s, then 0), so 14 to 23 bytes: any `len` of
+/// 14 to 23 or from 28 on (a block record is longer). The reference's
+/// reader, and tachyon's, read a count of 0 as no sample; a thread that
+/// had a record before is no new thread.
+pub(crate) fn filler_records(tid: u64, iid: u32, len: usize) -> Vec<u8> {
+    const MIN: usize = RECORD_HEADER_SIZE + 1;
+    const MAX: usize = RECORD_HEADER_SIZE + 10;
+    let n = len.div_ceil(MAX).max(1);
+    debug_assert!(n * MIN <= len && len <= n * MAX, "no filler of {len} bytes");
+    let mut extra = len.saturating_sub(n * MIN);
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..n {
+        let e = extra.min(MAX - MIN);
+        extra -= e;
+        out.extend_from_slice(&tid.to_le_bytes());
+        out.extend_from_slice(&iid.to_le_bytes());
+        out.push(ENC_REPEAT);
+        out.extend(std::iter::repeat_n(0x80u8, e));
+        out.push(0);
+    }
+    out
 }
 
 /// How the sample data is stored.
@@ -433,6 +486,25 @@ mod tests {
         }
         assert_eq!(zigzag(-1), 1);
         assert_eq!(zigzag(3), 6);
+    }
+
+    #[test]
+    fn fillers_take_exactly_their_length() {
+        for len in (14..=23).chain(28..200) {
+            let f = filler_records(7, 1, len);
+            assert_eq!(f.len(), len);
+            let mut at = 0;
+            while at < f.len() {
+                assert_eq!(u64::from_le_bytes(f[at..at + 8].try_into().unwrap()), 7);
+                assert_eq!(f[at + 12], ENC_REPEAT);
+                at += RECORD_HEADER_SIZE;
+                while f[at] == 0x80 {
+                    at += 1;
+                }
+                assert_eq!(f[at], 0);
+                at += 1;
+            }
+        }
     }
 
     #[test]

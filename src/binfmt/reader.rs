@@ -10,7 +10,9 @@
 //! [`ReadOptions::recover`], up to the last flush before the cut (see
 //! [`super::writer`]): the block tables stand in for the missing tables,
 //! the data ends quietly at the first thing that is not whole, the counts
-//! are those found, and [`FileInfo::truncated`] says so.
+//! are those found, and [`FileInfo::truncated`] says so. Uncompressed
+//! sample data may hold block records ([`super::ENC_BLOCK`], a recording
+//! not finished): the decoder skips them.
 
 use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
@@ -18,8 +20,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::{
-    Compression, DEFAULT_MAX_DECOMPRESSED, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX,
-    FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
+    Compression, DEFAULT_MAX_DECOMPRESSED, ENC_BLOCK, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT,
+    ENC_SUFFIX, FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
     MIN_FRAME_ENTRY, OPCODE_NONE, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE,
     TRAILER_VERSION, decode_config, invalid, parse_thread_name_record, unzigzag,
 };
@@ -148,135 +150,35 @@ impl<R: Read + Seek> BinaryReader<R> {
     pub fn new(mut src: R, name: String, opts: ReadOptions) -> Result<Self> {
         let io_err = |e| Error::io(format!("cannot read {name}"), e);
         let size = src.seek(SeekFrom::End(0)).map_err(io_err)?;
-        if size < HEADER_SIZE {
-            return Err(Error::InvalidProfile(format!(
-                "{NOT_A_PROFILE} ({size} bytes: shorter than the {HEADER_SIZE}-byte header)"
-            )));
-        }
-        let mut hb = [0u8; HEADER_SIZE as usize];
-        src.seek(SeekFrom::Start(0)).map_err(io_err)?;
-        src.read_exact(&mut hb).map_err(io_err)?;
-        let be = match &hb[..4] {
-            b if b == MAGIC.to_le_bytes() => false,
-            b if b == MAGIC.to_be_bytes() => true,
-            _ => {
-                return Err(Error::InvalidProfile(format!(
-                    "{NOT_A_PROFILE} (bad magic number)"
-                )));
-            }
-        };
+        let (hb, be) = read_header(&mut src, size, &io_err)?;
         let h = Fixed { b: &hb, be };
-        let version = h.u32(4);
-        let python_version = (hb[8], hb[9], hb[10]);
-        if version != FORMAT_VERSION {
-            return Err(invalid(format!(
-                "the file was created with Python {}.{}.{} in format version {version}; only version {FORMAT_VERSION} is supported",
-                python_version.0, python_version.1, python_version.2
-            )));
-        }
         let whole = size >= HEADER_SIZE + FOOTER_SIZE
             && h.u64(40) != 0
             && footer_size(&mut src, size, be).map_err(io_err)? == size;
         if !whole && opts.recover {
             return BinaryReader::recover(src, name, opts, &hb, be, size);
         }
-        if h.u64(40) == 0 {
-            return Err(invalid(
-                "the recording was never finished (its writer stopped before writing its tables); replay it with `tachyon replay` to get what it had flushed",
-            ));
-        }
-        if size < HEADER_SIZE + FOOTER_SIZE {
-            return Err(invalid(format!(
-                "truncated: {size} bytes cannot hold the header and the footer"
-            )));
-        }
-        let mut tail = vec![0u8; (size - HEADER_SIZE).min(FOOTER_SIZE + TRAILER_SIZE) as usize];
-        src.seek(SeekFrom::Start(size - tail.len() as u64))
-            .map_err(io_err)?;
-        src.read_exact(&mut tail).map_err(io_err)?;
-        let t = Fixed { b: &tail, be };
-        let foot = tail.len() - FOOTER_SIZE as usize;
-        let string_count = t.u32(foot);
-        let frame_count = t.u32(foot + 4);
-        let stated_size = t.u64(foot + 8);
-        if stated_size != size {
-            return Err(invalid(format!(
-                "the footer gives the file size as {stated_size} bytes but it has {size} (truncated or appended to?)"
-            )));
-        }
-
-        // The optional stats trailer, found by its magic just before the
-        // footer.
-        let mut stats = StoredStats::default();
-        let mut tables_end = size - FOOTER_SIZE;
-        if foot >= 16 && &tail[foot - 16..foot - 8] == TRAILER_MAGIC {
-            let tv = t.u32(foot - 8);
-            let tsize = u64::from(t.u32(foot - 4));
-            if tv != TRAILER_VERSION {
-                return Err(invalid(format!("unsupported stats trailer version {tv}")));
-            }
-            if tsize != TRAILER_SIZE && tsize != LEGACY_TRAILER_SIZE {
-                return Err(invalid(format!("invalid stats trailer size {tsize}")));
-            }
-            if (foot as u64) < tsize || tables_end < HEADER_SIZE + tsize {
-                return Err(invalid("the stats trailer does not fit in the file"));
-            }
-            let at = foot - tsize as usize;
-            stats.duration_s = Some(t.f64(at));
-            stats.sample_rate = Some(t.f64(at + 8));
-            if tsize == TRAILER_SIZE {
-                let present = t.u32(at + 32);
-                if present & !3 != 0 || t.u32(at + 36) != 0 {
-                    return Err(invalid("invalid flags in the stats trailer"));
-                }
-                stats.error_rate_pct = (present & 1 != 0).then(|| t.f64(at + 16));
-                stats.missed_pct = (present & 2 != 0).then(|| t.f64(at + 24));
-            }
-            tables_end -= tsize;
-        }
-
-        let string_off = h.u64(40);
-        let frame_off = h.u64(48);
-        if !(HEADER_SIZE <= string_off && string_off <= frame_off && frame_off <= tables_end) {
-            return Err(invalid(format!(
-                "table offsets out of range (strings at {string_off}, frames at {frame_off}, tables end at {tables_end})"
-            )));
-        }
-        if u64::from(string_count) > frame_off - string_off {
-            return Err(invalid(format!(
-                "{string_count} strings cannot fit in a {}-byte string table",
-                frame_off - string_off
-            )));
-        }
-        if u64::from(frame_count) > (tables_end - frame_off) / MIN_FRAME_ENTRY {
-            return Err(invalid(format!(
-                "{frame_count} frames cannot fit in a {}-byte frame table",
-                tables_end - frame_off
-            )));
-        }
-        let compression = match h.u32(56) {
-            0 => Compression::None,
-            1 => Compression::Zstd,
-            c => return Err(invalid(format!("unknown compression type {c}"))),
-        };
+        refuse_unfinished(&h, size)?;
+        let tail = Tail::read(&mut src, size, be, &io_err)?;
+        let (string_off, frame_off) = check_tables(&h, &tail)?;
+        let compression = compression_of(h.u32(56))?;
         let (mode, capture) = decode_config(h.u32(60)).map_err(invalid)?;
         let info = FileInfo {
-            python_version,
+            python_version: (hb[8], hb[9], hb[10]),
             start_time_us: h.u64(12),
             interval_us: h.u64(20),
             sample_count: h.u64(28),
             thread_count: h.u32(36),
-            string_count,
-            frame_count,
+            string_count: tail.string_count,
+            frame_count: tail.frame_count,
             compression,
             mode,
             capture,
-            stats,
+            stats: tail.stats,
             big_endian: be,
             truncated: false,
         };
-
-        let mut tables = vec![0u8; (tables_end - string_off) as usize];
+        let mut tables = vec![0u8; (tail.tables_end - string_off) as usize];
         src.seek(SeekFrom::Start(string_off)).map_err(io_err)?;
         src.read_exact(&mut tables).map_err(io_err)?;
         let (table, frame_ids, names) =
@@ -305,11 +207,7 @@ impl<R: Read + Seek> BinaryReader<R> {
     ) -> Result<Self> {
         let io_err = |e| Error::io(format!("cannot read {name}"), e);
         let h = Fixed { b: hb, be };
-        let compression = match h.u32(56) {
-            0 => Compression::None,
-            1 => Compression::Zstd,
-            c => return Err(invalid(format!("unknown compression type {c}"))),
-        };
+        let compression = compression_of(h.u32(56))?;
         let (mode, capture) = decode_config(h.u32(60)).unwrap_or((None, None));
         // A whole file cut in its tables: the data ends where they start.
         let stated = h.u64(40);
@@ -319,15 +217,10 @@ impl<R: Read + Seek> BinaryReader<R> {
             size
         };
         let found = match compression {
-            Compression::Zstd => {
-                scan_blocks(&mut src, end, opts.max_decompressed).map_err(io_err)?
-            }
-            // Its tables are only at the end: nothing to decode with.
-            Compression::None => Recovered {
-                end: HEADER_SIZE,
-                ..Recovered::default()
-            },
-        };
+            Compression::Zstd => scan_blocks(&mut src, end, opts.max_decompressed),
+            Compression::None => scan_raw_blocks(&mut src, end),
+        }
+        .map_err(io_err)?;
         let mut tables = found.strings;
         let mut string_count = found.string_count;
         for entry in found.names.values() {
@@ -409,7 +302,6 @@ impl<R: Read + Seek> BinaryReader<R> {
         let region = (&mut self.src).take(self.data_end - HEADER_SIZE);
         let truncated = self.info.truncated;
         let inner: Box<dyn Read + '_> = match self.info.compression {
-            Compression::None if truncated => Box::new(io::empty()),
             Compression::None => Box::new(region),
             Compression::Zstd => Box::new(ZstdRegion::new(
                 region,
@@ -473,6 +365,160 @@ impl<R: Read + Seek> BinaryReader<R> {
         }
         Ok(out)
     }
+}
+
+/// The 64-byte header and its byte order, if it is a profile of the one
+/// format version.
+fn read_header<R: Read + Seek>(
+    src: &mut R,
+    size: u64,
+    io_err: &dyn Fn(io::Error) -> Error,
+) -> Result<([u8; HEADER_SIZE as usize], bool)> {
+    if size < HEADER_SIZE {
+        return Err(Error::InvalidProfile(format!(
+            "{NOT_A_PROFILE} ({size} bytes: shorter than the {HEADER_SIZE}-byte header)"
+        )));
+    }
+    let mut hb = [0u8; HEADER_SIZE as usize];
+    src.seek(SeekFrom::Start(0)).map_err(io_err)?;
+    src.read_exact(&mut hb).map_err(io_err)?;
+    let be = match &hb[..4] {
+        b if b == MAGIC.to_le_bytes() => false,
+        b if b == MAGIC.to_be_bytes() => true,
+        _ => {
+            return Err(Error::InvalidProfile(format!(
+                "{NOT_A_PROFILE} (bad magic number)"
+            )));
+        }
+    };
+    let version = Fixed { b: &hb, be }.u32(4);
+    if version != FORMAT_VERSION {
+        return Err(invalid(format!(
+            "the file was created with Python {}.{}.{} in format version {version}; only version {FORMAT_VERSION} is supported",
+            hb[8], hb[9], hb[10]
+        )));
+    }
+    Ok((hb, be))
+}
+
+/// A file read strictly must have been finished and have room for its
+/// footer.
+fn refuse_unfinished(h: &Fixed, size: u64) -> Result<()> {
+    if h.u64(40) == 0 {
+        return Err(invalid(
+            "the recording was never finished (its writer stopped before writing its tables); replay it with `tachyon replay` to get what it had flushed",
+        ));
+    }
+    if size < HEADER_SIZE + FOOTER_SIZE {
+        return Err(invalid(format!(
+            "truncated: {size} bytes cannot hold the header and the footer"
+        )));
+    }
+    Ok(())
+}
+
+fn compression_of(code: u32) -> Result<Compression> {
+    match code {
+        0 => Ok(Compression::None),
+        1 => Ok(Compression::Zstd),
+        c => Err(invalid(format!("unknown compression type {c}"))),
+    }
+}
+
+/// What the end of a whole file holds: the footer's counts, the stats
+/// trailer, and where the tables end.
+struct Tail {
+    string_count: u32,
+    frame_count: u32,
+    stats: StoredStats,
+    tables_end: u64,
+}
+
+impl Tail {
+    fn read<R: Read + Seek>(
+        src: &mut R,
+        size: u64,
+        be: bool,
+        io_err: &dyn Fn(io::Error) -> Error,
+    ) -> Result<Tail> {
+        let mut tail = vec![0u8; (size - HEADER_SIZE).min(FOOTER_SIZE + TRAILER_SIZE) as usize];
+        src.seek(SeekFrom::Start(size - tail.len() as u64))
+            .map_err(io_err)?;
+        src.read_exact(&mut tail).map_err(io_err)?;
+        let t = Fixed { b: &tail, be };
+        let foot = tail.len() - FOOTER_SIZE as usize;
+        let stated_size = t.u64(foot + 8);
+        if stated_size != size {
+            return Err(invalid(format!(
+                "the footer gives the file size as {stated_size} bytes but it has {size} (truncated or appended to?)"
+            )));
+        }
+        let (stats, trailer_size) = read_trailer(&t, foot, size - FOOTER_SIZE)?;
+        Ok(Tail {
+            string_count: t.u32(foot),
+            frame_count: t.u32(foot + 4),
+            stats,
+            tables_end: size - FOOTER_SIZE - trailer_size,
+        })
+    }
+}
+
+/// The optional stats trailer, found by its magic just before the footer
+/// (at `foot` of `t`, `tables_end` in the file): the stats and its size.
+fn read_trailer(t: &Fixed, foot: usize, tables_end: u64) -> Result<(StoredStats, u64)> {
+    let mut stats = StoredStats::default();
+    if foot < 16 || &t.b[foot - 16..foot - 8] != TRAILER_MAGIC {
+        return Ok((stats, 0));
+    }
+    let tv = t.u32(foot - 8);
+    let tsize = u64::from(t.u32(foot - 4));
+    if tv != TRAILER_VERSION {
+        return Err(invalid(format!("unsupported stats trailer version {tv}")));
+    }
+    if tsize != TRAILER_SIZE && tsize != LEGACY_TRAILER_SIZE {
+        return Err(invalid(format!("invalid stats trailer size {tsize}")));
+    }
+    if (foot as u64) < tsize || tables_end < HEADER_SIZE + tsize {
+        return Err(invalid("the stats trailer does not fit in the file"));
+    }
+    let at = foot - tsize as usize;
+    stats.duration_s = Some(t.f64(at));
+    stats.sample_rate = Some(t.f64(at + 8));
+    if tsize == TRAILER_SIZE {
+        let present = t.u32(at + 32);
+        if present & !3 != 0 || t.u32(at + 36) != 0 {
+            return Err(invalid("invalid flags in the stats trailer"));
+        }
+        stats.error_rate_pct = (present & 1 != 0).then(|| t.f64(at + 16));
+        stats.missed_pct = (present & 2 != 0).then(|| t.f64(at + 24));
+    }
+    Ok((stats, tsize))
+}
+
+/// The header's table offsets, if they lie in order inside the file and
+/// the footer's counts fit between them.
+fn check_tables(h: &Fixed, tail: &Tail) -> Result<(u64, u64)> {
+    let (string_off, frame_off, tables_end) = (h.u64(40), h.u64(48), tail.tables_end);
+    if !(HEADER_SIZE <= string_off && string_off <= frame_off && frame_off <= tables_end) {
+        return Err(invalid(format!(
+            "table offsets out of range (strings at {string_off}, frames at {frame_off}, tables end at {tables_end})"
+        )));
+    }
+    if u64::from(tail.string_count) > frame_off - string_off {
+        return Err(invalid(format!(
+            "{} strings cannot fit in a {}-byte string table",
+            tail.string_count,
+            frame_off - string_off
+        )));
+    }
+    if u64::from(tail.frame_count) > (tables_end - frame_off) / MIN_FRAME_ENTRY {
+        return Err(invalid(format!(
+            "{} frames cannot fit in a {}-byte frame table",
+            tail.frame_count,
+            tables_end - frame_off
+        )));
+    }
+    Ok((string_off, frame_off))
 }
 
 /// The file size the footer states, if the file has a footer's room.
@@ -590,6 +636,96 @@ fn zstd_frame<R: io::BufRead>(r: &mut R, m: &[u8; 4], cap: u64) -> io::Result<Op
     }
 }
 
+/// Walk uncompressed sample data from the header to `end`: records, and
+/// after some, a block record. Stops, without error, at the first thing
+/// that is not whole or not consistent, as [`scan_blocks`] does.
+fn scan_raw_blocks<R: Read + Seek>(src: &mut R, end: u64) -> io::Result<Recovered> {
+    use super::BlockTable;
+    let mut found = Recovered {
+        end: HEADER_SIZE,
+        ..Recovered::default()
+    };
+    src.seek(SeekFrom::Start(HEADER_SIZE))?;
+    let mut r = BufReader::new(src.take(end - HEADER_SIZE));
+    let mut pos = HEADER_SIZE;
+    // A record read since the last block table.
+    let mut pending = false;
+    loop {
+        let mut hdr = [0u8; RECORD_HEADER_SIZE];
+        if r.read_exact(&mut hdr).is_err() {
+            break;
+        }
+        pos += RECORD_HEADER_SIZE as u64;
+        if hdr[12] != ENC_BLOCK {
+            let Some(len) = record_body_len(&mut r, hdr[12]) else {
+                break;
+            };
+            pos += len;
+            pending = true;
+            continue;
+        }
+        let size = u64::from(Fixed { b: &hdr, be: false }.u32(8));
+        if size > end - pos {
+            break;
+        }
+        let mut payload = Vec::new();
+        (&mut r).take(size).read_to_end(&mut payload)?;
+        pos += size;
+        let Some(b) = BlockTable::decode(&payload, end) else {
+            break;
+        };
+        if !pending || !add_block(&mut found, b) {
+            break;
+        }
+        pending = false;
+        found.end = pos;
+    }
+    Ok(found)
+}
+
+/// The length of a sample record's body (after its header) of encoding
+/// `enc`, read past; `None` if it is cut or no sample record.
+fn record_body_len<R: io::BufRead>(r: &mut R, enc: u8) -> Option<u64> {
+    let mut len = 0u64;
+    let count = match enc {
+        ENC_REPEAT => skip_varint(r, &mut len)?,
+        ENC_FULL | ENC_SUFFIX | ENC_POP_PUSH => 1,
+        _ => return None,
+    };
+    for _ in 0..count {
+        // A sample: its time and status byte.
+        skip_varint(r, &mut len)?;
+        r.read_exact(&mut [0u8; 1]).ok()?;
+        len += 1;
+        if enc == ENC_REPEAT {
+            continue;
+        }
+        if enc != ENC_FULL {
+            // Shared or popped frames.
+            skip_varint(r, &mut len)?;
+        }
+        for _ in 0..skip_varint(r, &mut len)? {
+            skip_varint(r, &mut len)?;
+        }
+    }
+    Some(len)
+}
+
+/// A varint read past, its length added to `len`.
+fn skip_varint<R: io::BufRead>(r: &mut R, len: &mut u64) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b).ok()?;
+        *len += 1;
+        v |= u64::from(b[0] & 0x7f).checked_shl(7 * i)?;
+        if b[0] & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
 /// Add a block's tables to `found`; `false` if they do not follow on
 /// from the blocks before or do not hold what they say.
 fn add_block(found: &mut Recovered, b: super::BlockSections) -> bool {
@@ -666,12 +802,19 @@ fn parse_tables(
     strings_len: usize,
     info: &FileInfo,
 ) -> Result<(FrameTable, Vec<FrameId>, Names)> {
-    let mut names = Names::new();
     let mut table = FrameTable::new();
-    let strs = &b[..strings_len];
+    let (str_ids, names) = parse_strings(&b[..strings_len], info.string_count, &mut table)?;
+    let frame_ids = parse_frames(&b[strings_len..], info, &str_ids, &mut table)?;
+    Ok((table, frame_ids, names))
+}
+
+/// `count` strings from `strs`, interned: each string's id (`StrId::MAX`
+/// for a thread name, which no frame may name) and the thread names.
+fn parse_strings(strs: &[u8], count: u32, table: &mut FrameTable) -> Result<(Vec<StrId>, Names)> {
+    let mut names = Names::new();
     let mut pos = 0;
     let mut str_ids = Vec::new();
-    for i in 0..info.string_count {
+    for i in 0..count {
         let what = format!("string {i}");
         let len = varint_at(strs, &mut pos, &what)?;
         if len > (strs.len() - pos) as u64 {
@@ -680,7 +823,6 @@ fn parse_tables(
         let s = String::from_utf8_lossy(&strs[pos..pos + len as usize]);
         pos += len as usize;
         if let Some((tid, iid, name)) = parse_thread_name_record(&s) {
-            // Not a frame's string: no frame may name it.
             names.insert((tid, iid), table.intern_str(name));
             str_ids.push(StrId::MAX);
             continue;
@@ -689,72 +831,24 @@ fn parse_tables(
     }
     if pos != strs.len() {
         return Err(invalid(format!(
-            "the string table holds {} bytes after its {} strings",
+            "the string table holds {} bytes after its {count} strings",
             strs.len() - pos,
-            info.string_count
         )));
     }
-    let frames = &b[strings_len..];
+    Ok((str_ids, names))
+}
+
+/// The frame table `frames`, interned: each binary frame's id.
+fn parse_frames(
+    frames: &[u8],
+    info: &FileInfo,
+    str_ids: &[StrId],
+    table: &mut FrameTable,
+) -> Result<Vec<FrameId>> {
     let mut pos = 0;
     let mut frame_ids = Vec::new();
     for i in 0..info.frame_count {
-        let what = format!("frame {i}");
-        let mut field = |name: &str| -> Result<u32> {
-            let what = format!("{what} ({name})");
-            u32_of(varint_at(frames, &mut pos, &what)?, &what)
-        };
-        let file = field("filename")?;
-        let func = field("function name")?;
-        let line = unzigzag(field("line")?);
-        let end_delta = unzigzag(field("end line")?);
-        let col = unzigzag(field("column")?);
-        let end_col_delta = unzigzag(field("end column")?);
-        if pos >= frames.len() {
-            return Err(invalid(format!("{what} is truncated")));
-        }
-        let opcode = Some(frames[pos]).filter(|&op| op != OPCODE_NONE);
-        pos += 1;
-        let (Some(&file), Some(&func)) = (
-            str_ids.get(file as usize).filter(|&&s| s != StrId::MAX),
-            str_ids.get(func as usize).filter(|&&s| s != StrId::MAX),
-        ) else {
-            return Err(invalid(format!(
-                "{what} names string {} of {}",
-                file.max(func),
-                info.string_count
-            )));
-        };
-        let frame = if line == -1 {
-            // location None: tachyon's "no location".
-            let kind = match (table.str(file), table.str(func)) {
-                ("~", "<GC>") => FrameKind::Gc,
-                ("~", "<native>") => FrameKind::Native,
-                ("<unknown file>", _) => FrameKind::Unreadable,
-                ("<task>", _) => FrameKind::Task,
-                _ => FrameKind::Python,
-            };
-            Frame {
-                opcode,
-                kind,
-                file,
-                func,
-                location: None,
-            }
-        } else {
-            let overflow = || invalid(format!("{what}: location out of range"));
-            Frame {
-                opcode,
-                kind: FrameKind::Python,
-                file,
-                func,
-                location: Some(Location {
-                    line,
-                    end_line: line.checked_add(end_delta).ok_or_else(overflow)?,
-                    col,
-                    end_col: col.checked_add(end_col_delta).ok_or_else(overflow)?,
-                }),
-            }
-        };
+        let frame = parse_frame(frames, &mut pos, i, info, str_ids, table)?;
         frame_ids.push(table.intern(frame));
     }
     if pos != frames.len() {
@@ -764,7 +858,78 @@ fn parse_tables(
             info.frame_count
         )));
     }
-    Ok((table, frame_ids, names))
+    Ok(frame_ids)
+}
+
+/// Frame `i` of the frame table, at `*pos` of `frames`.
+fn parse_frame(
+    frames: &[u8],
+    pos: &mut usize,
+    i: u32,
+    info: &FileInfo,
+    str_ids: &[StrId],
+    table: &FrameTable,
+) -> Result<Frame> {
+    let what = format!("frame {i}");
+    let mut field = |name: &str| -> Result<u32> {
+        let what = format!("{what} ({name})");
+        u32_of(varint_at(frames, pos, &what)?, &what)
+    };
+    let file = field("filename")?;
+    let func = field("function name")?;
+    let line = unzigzag(field("line")?);
+    let end_delta = unzigzag(field("end line")?);
+    let col = unzigzag(field("column")?);
+    let end_col_delta = unzigzag(field("end column")?);
+    if *pos >= frames.len() {
+        return Err(invalid(format!("{what} is truncated")));
+    }
+    let opcode = Some(frames[*pos]).filter(|&op| op != OPCODE_NONE);
+    *pos += 1;
+    let (Some(&file), Some(&func)) = (
+        str_ids.get(file as usize).filter(|&&s| s != StrId::MAX),
+        str_ids.get(func as usize).filter(|&&s| s != StrId::MAX),
+    ) else {
+        return Err(invalid(format!(
+            "{what} names string {} of {}",
+            file.max(func),
+            info.string_count
+        )));
+    };
+    if line == -1 {
+        // location None: tachyon's "no location".
+        return Ok(Frame {
+            opcode,
+            kind: kind_without_location(table.str(file), table.str(func)),
+            file,
+            func,
+            location: None,
+        });
+    }
+    let overflow = || invalid(format!("{what}: location out of range"));
+    Ok(Frame {
+        opcode,
+        kind: FrameKind::Python,
+        file,
+        func,
+        location: Some(Location {
+            line,
+            end_line: line.checked_add(end_delta).ok_or_else(overflow)?,
+            col,
+            end_col: col.checked_add(end_col_delta).ok_or_else(overflow)?,
+        }),
+    })
+}
+
+/// What a frame stored without a location is, by its file and function.
+fn kind_without_location(file: &str, func: &str) -> FrameKind {
+    match (file, func) {
+        ("~", "<GC>") => FrameKind::Gc,
+        ("~", "<native>") => FrameKind::Native,
+        ("<unknown file>", _) => FrameKind::Unreadable,
+        ("<task>", _) => FrameKind::Task,
+        _ => FrameKind::Python,
+    }
 }
 
 fn data_error(msg: impl Into<String>) -> Error {
@@ -832,19 +997,119 @@ struct Decoder<'a> {
     lenient: bool,
 }
 
+/// One thread's stack and time as the records so far leave them.
 struct ThreadState {
+    tid: u64,
+    iid: u32,
+    name: Option<StrId>,
     prev: Vec<FrameId>,
     prev_ts: u64,
 }
 
+/// What decoding keeps from one record to the next.
+struct DecodeState {
+    threads: Vec<ThreadState>,
+    index: HashMap<(u64, u32), usize>,
+    /// The sample handed out, reused.
+    sample: Sample,
+    /// The frames a record pushes, reused.
+    pushed: Vec<FrameId>,
+    /// Samples handed out so far.
+    seen: u64,
+}
+
+impl DecodeState {
+    fn new() -> Self {
+        DecodeState {
+            threads: Vec::new(),
+            index: HashMap::new(),
+            sample: Sample {
+                pid: None,
+                timestamp_us: 0,
+                threads: vec![ThreadSample::default()],
+            },
+            pushed: Vec::new(),
+            seen: 0,
+        }
+    }
+}
+
+/// A record's fixed part.
+struct RecordHeader {
+    tid: u64,
+    iid: u32,
+    enc: u8,
+}
+
+/// The bytes of one record: any end of the data inside it is a record
+/// cut short.
+struct Record<'b, R: Read> {
+    b: &'b mut Bytes<R>,
+    /// Where it starts in the data.
+    start: u64,
+}
+
+impl<R: Read> Record<'_, R> {
+    fn byte(&mut self) -> Result<u8> {
+        let start = self.start;
+        let b = &mut *self.b;
+        b.next()?.ok_or_else(|| {
+            data_error(format!(
+                "truncated sample data: {} trailing bytes",
+                b.consumed - start
+            ))
+        })
+    }
+
+    fn varint(&mut self, what: &str) -> Result<u64> {
+        let mut v: u64 = 0;
+        for i in 0..10 {
+            let byte = self.byte()?;
+            if i == 9 && byte > 1 {
+                return Err(data_error(format!("{what}: varint overflows 64 bits")));
+            }
+            v |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(data_error(format!("{what}: varint longer than 10 bytes")))
+    }
+
+    /// The fixed part, whose first byte was read.
+    fn header(&mut self, first: u8, big_endian: bool) -> Result<RecordHeader> {
+        let mut hdr = [0u8; RECORD_HEADER_SIZE];
+        hdr[0] = first;
+        for byte in &mut hdr[1..] {
+            *byte = self.byte()?;
+        }
+        let fx = Fixed {
+            b: &hdr,
+            be: big_endian,
+        };
+        Ok(RecordHeader {
+            tid: fx.u64(0),
+            iid: fx.u32(8),
+            enc: hdr[12],
+        })
+    }
+
+    /// A sample's timestamp delta and status byte.
+    fn time_and_status(&mut self) -> Result<(u64, u8)> {
+        let delta = self.varint("timestamp")?;
+        Ok((delta, self.byte()?))
+    }
+}
+
 impl Decoder<'_> {
+    /// Decode every record of `b`, handing each sample to `f`; how many.
     fn run<R: Read>(&self, b: &mut Bytes<R>, f: &mut dyn FnMut(&Sample)) -> Result<u64> {
-        let seen = std::cell::Cell::new(0u64);
-        match self.decode(b, f, &seen) {
+        let mut st = DecodeState::new();
+        match self.decode(b, f, &mut st) {
             Err(Error::Io { cause, .. })
                 if self.lenient && cause.kind() == io::ErrorKind::InvalidData =>
             {
-                Ok(seen.get())
+                Ok(st.seen)
             }
             r => r,
         }
@@ -863,184 +1128,247 @@ impl Decoder<'_> {
         &self,
         b: &mut Bytes<R>,
         f: &mut dyn FnMut(&Sample),
-        seen: &std::cell::Cell<u64>,
+        st: &mut DecodeState,
     ) -> Result<u64> {
-        let (max_samples, max_threads) = self.limits();
-        let mut threads: Vec<ThreadState> = Vec::new();
-        let mut index: HashMap<(u64, u32), usize> = HashMap::new();
-        let mut sample = Sample {
-            pid: None,
-            timestamp_us: 0,
-            threads: vec![ThreadSample::default()],
-        };
-        let mut pushed: Vec<FrameId> = Vec::new();
-        loop {
-            let record_start = b.consumed;
-            let Some(first) = b.next()? else { break };
-            // Any end of data from here on is a record cut short.
-            let need = |b: &mut Bytes<R>| -> Result<u8> {
-                b.next()?.ok_or_else(|| {
-                    data_error(format!(
-                        "truncated sample data: {} trailing bytes",
-                        b.consumed - record_start
-                    ))
-                })
-            };
-            let mut hdr = [0u8; RECORD_HEADER_SIZE];
-            hdr[0] = first;
-            for byte in &mut hdr[1..] {
-                *byte = need(b)?;
-            }
-            let fx = Fixed {
-                b: &hdr,
-                be: self.info.big_endian,
-            };
-            let (tid, iid, enc) = (fx.u64(0), fx.u32(8), hdr[12]);
-            let varint = |b: &mut Bytes<R>, what: &str| -> Result<u64> {
-                let mut v: u64 = 0;
-                for i in 0..10 {
-                    let byte = need(b)?;
-                    if i == 9 && byte > 1 {
-                        return Err(data_error(format!("{what}: varint overflows 64 bits")));
-                    }
-                    v |= u64::from(byte & 0x7f) << (7 * i);
-                    if byte & 0x80 == 0 {
-                        return Ok(v);
-                    }
-                }
-                Err(data_error(format!("{what}: varint longer than 10 bytes")))
-            };
-            let ti = match index.get(&(tid, iid)) {
-                Some(&i) => i,
-                None => {
-                    if threads.len() as u64 >= u64::from(max_threads) {
-                        return Err(data_error(format!(
-                            "more threads than the header's {}",
-                            self.info.thread_count
-                        )));
-                    }
-                    threads.push(ThreadState {
-                        prev: Vec::new(),
-                        prev_ts: self.info.start_time_us,
-                    });
-                    index.insert((tid, iid), threads.len() - 1);
-                    threads.len() - 1
-                }
-            };
-            let th = &mut threads[ti];
-            let mut emit = |th: &mut ThreadState, delta: u64, status: u8| -> Result<()> {
-                if seen.get() >= max_samples {
-                    return Err(data_error(format!(
-                        "more samples than the header's {}",
-                        self.info.sample_count
-                    )));
-                }
-                seen.set(seen.get() + 1);
-                th.prev_ts = th.prev_ts.wrapping_add(delta);
-                sample.timestamp_us = th.prev_ts;
-                let t = &mut sample.threads[0];
-                t.tid = tid;
-                t.interpreter_id = i64::from(iid);
-                t.name = self.names.get(&(tid, iid)).copied();
-                t.status = u32::from(status);
-                t.frames.clear();
-                t.frames.extend_from_slice(&th.prev);
-                f(&sample);
-                Ok(())
-            };
-            let frames = |b: &mut Bytes<R>, n: u64, out: &mut Vec<FrameId>| -> Result<()> {
-                out.clear();
-                if n > self.max_depth as u64 {
-                    return Err(data_error(format!(
-                        "a stack of {n} frames (more than {})",
-                        self.max_depth
-                    )));
-                }
-                for _ in 0..n {
-                    let i = varint(b, "frame index")?;
-                    let id = usize::try_from(i)
-                        .ok()
-                        .and_then(|i| self.frame_ids.get(i))
-                        .ok_or_else(|| {
-                            data_error(format!(
-                                "frame index {i} out of range ({} frames)",
-                                self.frame_ids.len()
-                            ))
-                        })?;
-                    out.push(*id);
-                }
-                Ok(())
-            };
-            match enc {
-                ENC_REPEAT => {
-                    let count = varint(b, "repeat count")?;
-                    if count == 0 {
-                        return Err(data_error("a repeat record of 0 samples"));
-                    }
-                    if count > max_samples - seen.get() {
-                        return Err(data_error(format!(
-                            "more samples than the header's {}",
-                            self.info.sample_count
-                        )));
-                    }
-                    for _ in 0..count {
-                        let delta = varint(b, "timestamp")?;
-                        let status = need(b)?;
-                        emit(th, delta, status)?;
-                    }
-                }
-                ENC_FULL | ENC_SUFFIX | ENC_POP_PUSH => {
-                    let delta = varint(b, "timestamp")?;
-                    let status = need(b)?;
-                    let keep = match enc {
-                        ENC_FULL => 0,
-                        ENC_SUFFIX => {
-                            let shared = varint(b, "shared frames")?;
-                            if shared > th.prev.len() as u64 {
-                                return Err(data_error(format!(
-                                    "a record shares {shared} frames of a {}-frame stack",
-                                    th.prev.len()
-                                )));
-                            }
-                            shared as usize
-                        }
-                        _ => {
-                            let pop = varint(b, "popped frames")?;
-                            if pop > th.prev.len() as u64 {
-                                return Err(data_error(format!(
-                                    "a record pops {pop} frames of a {}-frame stack",
-                                    th.prev.len()
-                                )));
-                            }
-                            th.prev.len() - pop as usize
-                        }
-                    };
-                    let n = varint(b, "frame count")?;
-                    frames(b, n, &mut pushed)?;
-                    if pushed.len() + keep > self.max_depth {
-                        return Err(data_error(format!(
-                            "a stack of {} frames (more than {})",
-                            pushed.len() + keep,
-                            self.max_depth
-                        )));
-                    }
-                    let tail = th.prev.len() - keep;
-                    th.prev.drain(..tail);
-                    th.prev.splice(0..0, pushed.iter().copied());
-                    emit(th, delta, status)?;
-                }
-                e => return Err(data_error(format!("unknown record encoding {e}"))),
-            }
+        while let Some(first) = b.next()? {
+            let start = b.consumed - 1;
+            let mut rec = Record { b: &mut *b, start };
+            self.record(&mut rec, first, st, f)?;
         }
-        let seen = seen.get();
+        self.check_totals(st)
+    }
+
+    /// One record, whose first byte was read.
+    fn record<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        first: u8,
+        st: &mut DecodeState,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        let h = rec.header(first, self.info.big_endian)?;
+        if h.enc == ENC_BLOCK && self.info.compression == Compression::None {
+            return self.skip_block(rec, &h);
+        }
+        let ti = self.thread_slot(st, &h)?;
+        match h.enc {
+            ENC_REPEAT => self.repeat(rec, st, ti, f),
+            ENC_FULL => self.full(rec, st, ti, f),
+            ENC_SUFFIX => self.suffix(rec, st, ti, f),
+            ENC_POP_PUSH => self.pop_push(rec, st, ti, f),
+            e => Err(data_error(format!("unknown record encoding {e}"))),
+        }
+    }
+
+    /// The record's thread, new ones within the header's count.
+    fn thread_slot(&self, st: &mut DecodeState, h: &RecordHeader) -> Result<usize> {
+        if let Some(&i) = st.index.get(&(h.tid, h.iid)) {
+            return Ok(i);
+        }
+        let (_, max_threads) = self.limits();
+        if st.threads.len() as u64 >= u64::from(max_threads) {
+            return Err(data_error(format!(
+                "more threads than the header's {}",
+                self.info.thread_count
+            )));
+        }
+        st.threads.push(ThreadState {
+            tid: h.tid,
+            iid: h.iid,
+            name: self.names.get(&(h.tid, h.iid)).copied(),
+            prev: Vec::new(),
+            prev_ts: self.info.start_time_us,
+        });
+        st.index.insert((h.tid, h.iid), st.threads.len() - 1);
+        Ok(st.threads.len() - 1)
+    }
+
+    /// A block record: a recording's tables, not samples (the tables of a
+    /// whole file hold the same).
+    fn skip_block<R: Read>(&self, rec: &mut Record<R>, h: &RecordHeader) -> Result<()> {
+        for _ in 0..h.iid {
+            rec.byte()?;
+        }
+        Ok(())
+    }
+
+    /// REPEAT: samples of the thread's previous stack (none: the filler
+    /// where a block record was).
+    fn repeat<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        st: &mut DecodeState,
+        ti: usize,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        let count = rec.varint("repeat count")?;
+        if count > self.limits().0 - st.seen {
+            return Err(self.too_many_samples());
+        }
+        for _ in 0..count {
+            let (delta, status) = rec.time_and_status()?;
+            self.emit(st, ti, delta, status, f)?;
+        }
+        Ok(())
+    }
+
+    /// FULL: a stack of its own.
+    fn full<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        st: &mut DecodeState,
+        ti: usize,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        let (delta, status) = rec.time_and_status()?;
+        self.push_onto(rec, st, ti, 0)?;
+        self.emit(st, ti, delta, status, f)
+    }
+
+    /// SUFFIX: frames pushed onto the outermost `shared` of the previous
+    /// stack.
+    fn suffix<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        st: &mut DecodeState,
+        ti: usize,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        let (delta, status) = rec.time_and_status()?;
+        let depth = st.threads[ti].prev.len();
+        let shared = rec.varint("shared frames")?;
+        if shared > depth as u64 {
+            return Err(data_error(format!(
+                "a record shares {shared} frames of a {depth}-frame stack"
+            )));
+        }
+        self.push_onto(rec, st, ti, shared as usize)?;
+        self.emit(st, ti, delta, status, f)
+    }
+
+    /// POP_PUSH: the previous stack, `pop` innermost frames off, frames
+    /// pushed.
+    fn pop_push<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        st: &mut DecodeState,
+        ti: usize,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        let (delta, status) = rec.time_and_status()?;
+        let depth = st.threads[ti].prev.len();
+        let pop = rec.varint("popped frames")?;
+        if pop > depth as u64 {
+            return Err(data_error(format!(
+                "a record pops {pop} frames of a {depth}-frame stack"
+            )));
+        }
+        self.push_onto(rec, st, ti, depth - pop as usize)?;
+        self.emit(st, ti, delta, status, f)
+    }
+
+    /// The record's pushed frames (a count, then the indices) put onto
+    /// the outermost `keep` frames of the thread's previous stack.
+    fn push_onto<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        st: &mut DecodeState,
+        ti: usize,
+        keep: usize,
+    ) -> Result<()> {
+        let n = rec.varint("frame count")?;
+        self.read_frames(rec, n, &mut st.pushed)?;
+        let pushed = &st.pushed;
+        if pushed.len() + keep > self.max_depth {
+            return Err(data_error(format!(
+                "a stack of {} frames (more than {})",
+                pushed.len() + keep,
+                self.max_depth
+            )));
+        }
+        let prev = &mut st.threads[ti].prev;
+        let tail = prev.len() - keep;
+        prev.drain(..tail);
+        prev.splice(0..0, pushed.iter().copied());
+        Ok(())
+    }
+
+    /// `n` frame indices, resolved, into `out`.
+    fn read_frames<R: Read>(
+        &self,
+        rec: &mut Record<R>,
+        n: u64,
+        out: &mut Vec<FrameId>,
+    ) -> Result<()> {
+        out.clear();
+        if n > self.max_depth as u64 {
+            return Err(data_error(format!(
+                "a stack of {n} frames (more than {})",
+                self.max_depth
+            )));
+        }
+        for _ in 0..n {
+            let i = rec.varint("frame index")?;
+            let id = usize::try_from(i)
+                .ok()
+                .and_then(|i| self.frame_ids.get(i))
+                .ok_or_else(|| {
+                    data_error(format!(
+                        "frame index {i} out of range ({} frames)",
+                        self.frame_ids.len()
+                    ))
+                })?;
+            out.push(*id);
+        }
+        Ok(())
+    }
+
+    /// Hand out a sample of thread `ti`'s stack, `delta` after its last.
+    fn emit(
+        &self,
+        st: &mut DecodeState,
+        ti: usize,
+        delta: u64,
+        status: u8,
+        f: &mut dyn FnMut(&Sample),
+    ) -> Result<()> {
+        if st.seen >= self.limits().0 {
+            return Err(self.too_many_samples());
+        }
+        st.seen += 1;
+        let th = &mut st.threads[ti];
+        th.prev_ts = th.prev_ts.wrapping_add(delta);
+        st.sample.timestamp_us = th.prev_ts;
+        let t = &mut st.sample.threads[0];
+        t.tid = th.tid;
+        t.interpreter_id = i64::from(th.iid);
+        t.name = th.name;
+        t.status = u32::from(status);
+        t.frames.clear();
+        t.frames.extend_from_slice(&th.prev);
+        f(&st.sample);
+        Ok(())
+    }
+
+    fn too_many_samples(&self) -> Error {
+        data_error(format!(
+            "more samples than the header's {}",
+            self.info.sample_count
+        ))
+    }
+
+    /// At the end of the data: the counts the header gave, unless the
+    /// file was cut short.
+    fn check_totals(&self, st: &DecodeState) -> Result<u64> {
+        let seen = st.seen;
         if self.lenient {
             return Ok(seen);
         }
-        if threads.len() as u64 != u64::from(self.info.thread_count) {
+        if st.threads.len() as u64 != u64::from(self.info.thread_count) {
             return Err(data_error(format!(
                 "thread count mismatch: the header says {}, the data holds {}",
                 self.info.thread_count,
-                threads.len()
+                st.threads.len()
             )));
         }
         if seen != self.info.sample_count {
@@ -1321,7 +1649,13 @@ mod tests {
 
     #[test]
     fn a_killed_recording_is_read_up_to_its_last_block() {
-        let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
+        for c in [Compression::Zstd, Compression::None] {
+            a_killed_recording_of(c);
+        }
+    }
+
+    fn a_killed_recording_of(c: Compression) {
+        let (snaps, whole) = blocks_recording(c, 40);
         let (info, all) = stacks(&whole, ReadOptions::default()).unwrap();
         assert_eq!((info.sample_count, info.truncated), (480, false));
         assert_eq!(snaps.len(), 6);
@@ -1344,7 +1678,14 @@ mod tests {
 
     #[test]
     fn a_recording_cut_at_any_byte_gives_every_whole_block_before_the_cut() {
-        for (snap_i, c) in [(None, Compression::Zstd), (Some(2), Compression::Zstd)] {
+        // A finished uncompressed file keeps no block tables: its
+        // recording is cut.
+        for (snap_i, c) in [
+            (None, Compression::Zstd),
+            (Some(2), Compression::Zstd),
+            (Some(2), Compression::None),
+            (Some(5), Compression::None),
+        ] {
             let (snaps, whole) = blocks_recording(c, 40);
             let bytes = match snap_i {
                 Some(i) => snaps[i].1.clone(),
@@ -1361,7 +1702,11 @@ mod tests {
                 }
                 let (info, got) = r.unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
                 let n = got.len() as u64;
-                assert_eq!(info.truncated, cut < whole.len(), "cut at {cut}");
+                assert_eq!(
+                    info.truncated,
+                    snap_i.is_some() || cut < whole.len(),
+                    "cut at {cut}"
+                );
                 assert!(n >= last, "cut at {cut}: {n} samples after {last}");
                 // Cut where the writer had flushed: all it had written.
                 if let Some((k, _)) = snaps.iter().find(|(_, b)| b.len() == cut) {
@@ -1378,7 +1723,8 @@ mod tests {
     #[test]
     fn a_damaged_recording_cut_short_is_an_error_or_a_read_never_a_panic() {
         let (snaps, whole) = blocks_recording(Compression::Zstd, 40);
-        for bytes in [&snaps[3].1, &whole] {
+        let (raw_snaps, _) = blocks_recording(Compression::None, 40);
+        for bytes in [&snaps[3].1, &whole, &raw_snaps[3].1] {
             for at in 0..bytes.len() {
                 for x in [0x01u8, 0x80, 0xff] {
                     let mut b = bytes.clone();
@@ -1395,12 +1741,34 @@ mod tests {
     }
 
     #[test]
-    fn an_uncompressed_recording_cut_short_is_read_as_empty() {
+    fn a_finished_uncompressed_recording_has_fillers_for_its_block_records() {
         let (snaps, whole) = blocks_recording(Compression::None, 40);
-        let (info, got) = stacks(&snaps[2].1, recovering()).unwrap();
-        assert!(info.truncated);
-        assert!(got.is_empty());
-        assert_eq!(stacks(&whole, recovering()).unwrap().1.len(), 480);
+        let tag = |b: &[u8]| b.windows(8).filter(|w| w == b"TACHBLK1").count();
+        let (_, last) = snaps.last().unwrap();
+        assert!(tag(last) >= 2, "{} block records", tag(last));
+        assert_eq!(tag(&whole), 0);
+        // The same records where they were, and REPEATs of no sample
+        // (thread 42, the first) where each block record was.
+        let string_off = u64::from_le_bytes(whole[40..48].try_into().unwrap()) as usize;
+        assert_eq!(string_off, last.len());
+        let mut at = 64;
+        let mut fillers = 0;
+        while at < string_off {
+            if last[at + 12] == crate::binfmt::ENC_BLOCK {
+                let n = 13 + u32::from_le_bytes(last[at + 8..at + 12].try_into().unwrap()) as usize;
+                let f = crate::binfmt::filler_records(42, 0, n);
+                assert_eq!(whole[at..at + n], f[..]);
+                fillers += 1;
+                at += n;
+                continue;
+            }
+            let n = 13 + record_body_len(&mut &last[at + 13..], last[at + 12]).unwrap() as usize;
+            assert_eq!(whole[at..at + n], last[at..at + n]);
+            at += n;
+        }
+        assert_eq!(fillers, tag(last));
+        let (info, got) = stacks(&whole, ReadOptions::default()).unwrap();
+        assert_eq!((info.truncated, got.len()), (false, 480));
     }
 
     #[test]
@@ -1664,7 +2032,15 @@ mod tests {
             "truncated sample data: 16 trailing bytes",
         );
         bad(record(9, &[]), 1, "unknown record encoding 9");
-        bad(record(ENC_REPEAT, &[0]), 1, "0 samples");
+        // A repeat of no sample (the reference's reader takes it too).
+        let mut none = record(ENC_REPEAT, &[0x80, 0]);
+        none.extend(record(ENC_FULL, &[5, 1, 1, 0]));
+        assert_eq!(
+            read(&raw_file(&none, 1), ReadOptions::default())
+                .unwrap()
+                .len(),
+            1
+        );
         bad(record(ENC_REPEAT, &[3, 1, 1]), 1, "more samples than");
         bad(
             record(ENC_SUFFIX, &[5, 1, 1, 0]),

@@ -21,8 +21,16 @@
 //! so a complete file is the reference's format; a file cut anywhere is
 //! read by [`super::reader`] up to the last flush before the cut. A
 //! thread renamed since the last block table reads without its new name.
-//! `--compression none` has no place for the tables: its records are
-//! flushed as well, but a cut file gives none of them back.
+//!
+//! `--compression none` writes the same block tables as records of their
+//! own ([`super::ENC_BLOCK`]) among the sample records, on the same
+//! schedule, and a cut file is read the same way. The reference's format
+//! has no such record, so [`BinaryWriter::finish`], once the tables, the
+//! footer and the header are written, overwrites each with REPEAT records
+//! of no sample ([`super::filler_records`]): the finished file is one the
+//! reference reads, as it reads a zstd one. (Killed between the header and
+//! the last filler, the file is still read by tachyon, which skips block
+//! records.)
 
 use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
@@ -168,8 +176,13 @@ pub struct BinaryWriter<W: Write + Seek> {
     /// Strings and frames already in a block's table.
     strings_in_blocks: usize,
     frames_in_blocks: usize,
-    /// zstd frames ended (each followed by its block table).
+    /// Block tables written (after a zstd frame, or among raw records).
     blocks: u64,
+    /// Uncompressed: the bytes written so far (the next record's offset),
+    /// and the (offset, length) of each block record, made fillers at the
+    /// end.
+    raw_pos: u64,
+    raw_blocks: Vec<(u64, usize)>,
     /// Records went into the open zstd frame.
     frame_used: bool,
     last_frame_end: std::time::Instant,
@@ -212,6 +225,8 @@ impl<W: Write + Seek> BinaryWriter<W> {
             strings_in_blocks: 0,
             frames_in_blocks: 0,
             blocks: 0,
+            raw_pos: HEADER_SIZE,
+            raw_blocks: Vec::new(),
             frame_used: false,
             last_frame_end: std::time::Instant::now(),
             last_checkpoint: std::time::Instant::now(),
@@ -306,7 +321,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             return;
         }
         let r = match &mut self.sink {
-            Sink::Raw(w) => w.write_all(&self.staging).and_then(|()| w.flush()),
+            Sink::Raw(_) => self.write_raw(),
             Sink::Zstd(z) => z.write_all(&self.staging),
             Sink::Done => Ok(()),
         };
@@ -322,9 +337,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
         // frame): the first ends at once, the others at most once a
         // `frame_every` (what a killed run may lose of samples with new
         // frames), so the quick checkpoints of the start only flush.
-        let new_tables = self.new_tables();
-        let due = self.blocks == 0 || self.last_frame_end.elapsed() >= self.opts.frame_every;
-        let r = if new_tables && due {
+        let r = if self.block_due() {
             self.end_frame(true)
         } else {
             // The frame goes on (and keeps its window): what is flushed
@@ -339,25 +352,50 @@ impl<W: Write + Seek> BinaryWriter<W> {
         }
     }
 
+    /// New strings or frames came since the last block table, and one is
+    /// due: the first at once, then at most once a `frame_every`.
+    fn block_due(&self) -> bool {
+        self.new_tables()
+            && (self.blocks == 0 || self.last_frame_end.elapsed() >= self.opts.frame_every)
+    }
+
+    /// Uncompressed: the staged records, then (when due) a block record,
+    /// and flush.
+    fn write_raw(&mut self) -> std::io::Result<()> {
+        let block = self.block_due().then(|| {
+            let (strings, frames, names) = self.block_sections();
+            self.block_counts().encode_record(&strings, &frames, &names)
+        });
+        let Sink::Raw(w) = &mut self.sink else {
+            return Ok(());
+        };
+        w.write_all(&self.staging)?;
+        self.raw_pos += self.staging.len() as u64;
+        if let Some(b) = &block {
+            w.write_all(b)?;
+        }
+        w.flush()?;
+        if let Some(b) = block {
+            self.raw_blocks.push((self.raw_pos, b.len()));
+            self.raw_pos += b.len() as u64;
+            self.block_written();
+        }
+        Ok(())
+    }
+
     /// End the open zstd frame, write its block table and flush; with
     /// `again`, open the next frame.
     fn end_frame(&mut self, again: bool) -> std::io::Result<()> {
-        let table = self.block_table();
+        let (strings, frames, names) = self.block_sections();
+        let table = self.block_counts().encode(&strings, &frames, &names);
         let Sink::Zstd(z) = std::mem::replace(&mut self.sink, Sink::Done) else {
             return Ok(());
         };
         let mut out = z.finish()?;
         out.write_all(&table)?;
         out.flush()?;
-        self.blocks += 1;
-        // The checkpoint's own instant: the next one a second later is due.
-        self.last_frame_end = self.last_checkpoint;
         self.frame_used = false;
-        self.strings_in_blocks = self.strings.len();
-        self.frames_in_blocks = self.frames.len();
-        for th in &mut self.threads {
-            th.name_dirty = false;
-        }
+        self.block_written();
         self.sink = if again {
             Sink::Zstd(encoder(out, self.opts.level)?)
         } else {
@@ -366,9 +404,23 @@ impl<W: Write + Seek> BinaryWriter<W> {
         Ok(())
     }
 
-    /// The skippable frame after a block: what the block's records need
-    /// that no earlier block gave (see [`super::BlockTable`]).
-    fn block_table(&self) -> Vec<u8> {
+    /// A block table is on its way to the file: what it holds is no
+    /// longer new.
+    fn block_written(&mut self) {
+        self.blocks += 1;
+        // The checkpoint's own instant: the next one a second later is due.
+        self.last_frame_end = self.last_checkpoint;
+        self.strings_in_blocks = self.strings.len();
+        self.frames_in_blocks = self.frames.len();
+        for th in &mut self.threads {
+            th.name_dirty = false;
+        }
+    }
+
+    /// What the block's records need that no earlier block gave (see
+    /// [`super::BlockTable`]): its strings, frames and thread names, as
+    /// table entries.
+    fn block_sections(&self) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let mut strings = Vec::new();
         for s in &self.strings[self.strings_in_blocks..] {
             put_string(&mut strings, s);
@@ -378,13 +430,23 @@ impl<W: Write + Seek> BinaryWriter<W> {
             put_frame(&mut frames, f);
         }
         let mut names = Vec::new();
-        let mut n_names = 0u32;
-        for th in self.threads.iter().filter(|t| t.name_dirty) {
-            if let Some(name) = &th.name {
-                put_string(&mut names, &super::thread_name_record(th.tid, th.iid, name));
-                n_names += 1;
-            }
+        for (tid, iid, name) in self.dirty_names() {
+            put_string(&mut names, &super::thread_name_record(tid, iid, name));
         }
+        (strings, frames, names)
+    }
+
+    /// The threads renamed since the last block table.
+    fn dirty_names(&self) -> impl Iterator<Item = (u64, u32, &str)> {
+        self.threads
+            .iter()
+            .filter(|t| t.name_dirty)
+            .filter_map(|t| Some((t.tid, t.iid, t.name.as_deref()?)))
+    }
+
+    /// The counts of the next block table.
+    fn block_counts(&self) -> super::BlockTable {
+        let n_names = self.dirty_names().count() as u32;
         super::BlockTable {
             samples_total: self.sample_count,
             threads_total: self.threads.len() as u32,
@@ -394,7 +456,6 @@ impl<W: Write + Seek> BinaryWriter<W> {
             frames: (self.frames.len() - self.frames_in_blocks) as u32,
             names: n_names,
         }
-        .encode(&strings, &frames, &names)
     }
 
     /// Give back the memory of a few threads not sampled for
@@ -577,7 +638,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
     }
 
     /// Write the pending repeats, the tables, the trailer, the footer and
-    /// the header; return the output.
+    /// the header (then, uncompressed, the fillers); return the output.
     pub fn finish(mut self) -> Result<W> {
         self.checkpoint();
         if let Some(e) = self.failed.take() {
@@ -595,6 +656,32 @@ impl<W: Write + Seek> BinaryWriter<W> {
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
         let string_off = out.stream_position().map_err(io)?;
+        let (tail, frame_off) = self.tables_and_footer(string_off);
+        let file_size = string_off + tail.len() as u64;
+        out.write_all(&tail).map_err(io)?;
+        let h = header(
+            &self.opts,
+            self.sample_count,
+            self.threads.len() as u32,
+            string_off,
+            frame_off,
+        );
+        // Everything else is on disk before the header makes it whole.
+        out.flush().map_err(io)?;
+        out.seek(SeekFrom::Start(0)).map_err(io)?;
+        out.write_all(&h).map_err(io)?;
+        out.flush().map_err(io)?;
+        self.fill_raw_blocks(&mut out).map_err(io)?;
+        out.seek(SeekFrom::Start(file_size)).map_err(io)?;
+        out.flush().map_err(io)?;
+        Ok(out)
+    }
+
+    /// What follows the sample data of a whole file, written at
+    /// `string_off`: the string table (with the thread names), the frame
+    /// table, the stats trailer and the footer; and the frame table's
+    /// offset.
+    fn tables_and_footer(&mut self, string_off: u64) -> (Vec<u8>, u64) {
         // Thread names: strings no frame refers to, which the reference's
         // reader loads and ignores (see `super::thread_name_record`).
         for th in &self.threads {
@@ -612,44 +699,47 @@ impl<W: Write + Seek> BinaryWriter<W> {
             put_frame(&mut buf, f);
         }
         if let Some(st) = self.stats {
-            let present =
-                st.error_rate_pct.is_some() as u32 | (st.missed_pct.is_some() as u32) << 1;
-            for v in [
-                st.duration_s,
-                st.sample_rate,
-                st.error_rate_pct,
-                st.missed_pct,
-            ] {
-                buf.extend_from_slice(&v.unwrap_or(0.0).to_le_bytes());
-            }
-            buf.extend_from_slice(&present.to_le_bytes());
-            buf.extend_from_slice(&0u32.to_le_bytes());
-            buf.extend_from_slice(TRAILER_MAGIC);
-            buf.extend_from_slice(&TRAILER_VERSION.to_le_bytes());
-            buf.extend_from_slice(&(TRAILER_SIZE as u32).to_le_bytes());
+            put_trailer(&mut buf, &st);
         }
         let file_size = string_off + buf.len() as u64 + FOOTER_SIZE;
         buf.extend_from_slice(&(self.strings.len() as u32).to_le_bytes());
         buf.extend_from_slice(&(self.frames.len() as u32).to_le_bytes());
         buf.extend_from_slice(&file_size.to_le_bytes());
         buf.extend_from_slice(&[0u8; 16]);
-        out.write_all(&buf).map_err(io)?;
-
-        let h = header(
-            &self.opts,
-            self.sample_count,
-            self.threads.len() as u32,
-            string_off,
-            frame_off,
-        );
-        // Everything else is on disk before the header makes it whole.
-        out.flush().map_err(io)?;
-        out.seek(SeekFrom::Start(0)).map_err(io)?;
-        out.write_all(&h).map_err(io)?;
-        out.seek(SeekFrom::Start(file_size)).map_err(io)?;
-        out.flush().map_err(io)?;
-        Ok(out)
+        (buf, frame_off)
     }
+
+    /// Uncompressed: each block record becomes REPEAT records of no
+    /// sample, of the first thread (whose first record comes before any
+    /// block), so that the reference reads the file.
+    fn fill_raw_blocks(&self, out: &mut W) -> std::io::Result<()> {
+        let Some(th) = self.threads.first() else {
+            return Ok(());
+        };
+        for &(at, len) in &self.raw_blocks {
+            out.seek(SeekFrom::Start(at))?;
+            out.write_all(&super::filler_records(th.tid, th.iid, len))?;
+        }
+        Ok(())
+    }
+}
+
+/// The stats trailer (3.15.2's 56 bytes).
+fn put_trailer(buf: &mut Vec<u8>, st: &StoredStats) {
+    let present = st.error_rate_pct.is_some() as u32 | (st.missed_pct.is_some() as u32) << 1;
+    for v in [
+        st.duration_s,
+        st.sample_rate,
+        st.error_rate_pct,
+        st.missed_pct,
+    ] {
+        buf.extend_from_slice(&v.unwrap_or(0.0).to_le_bytes());
+    }
+    buf.extend_from_slice(&present.to_le_bytes());
+    buf.extend_from_slice(&0u32.to_le_bytes());
+    buf.extend_from_slice(TRAILER_MAGIC);
+    buf.extend_from_slice(&TRAILER_VERSION.to_le_bytes());
+    buf.extend_from_slice(&(TRAILER_SIZE as u32).to_le_bytes());
 }
 
 /// The 64-byte header; a provisional one has `string_off` 0.
