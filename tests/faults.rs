@@ -364,7 +364,7 @@ impl Drop for SmallDisk {
 }
 
 #[test]
-fn a_full_disk_stops_sampling_and_leaves_no_partial_file() {
+fn a_full_disk_stops_sampling_and_keeps_what_a_recording_flushed() {
     let mut t = spawn(&py315(), CHURN, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
     let pid = t.pid().to_string();
@@ -396,9 +396,27 @@ fn a_full_disk_stops_sampling_and_leaves_no_partial_file() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("is kept there"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(disk.files().is_empty(), "left behind: {:?}", disk.files());
     eprintln!("full disk noticed after {:?}", started.elapsed());
+    // What it flushed before the disk filled replays.
+    assert_eq!(disk.files().len(), 1, "{:?}", disk.files());
+    let out = Tachyon::start(
+        &["replay", "--collapsed", "-o", "/dev/null", bin.to_str().unwrap()],
+        Stdio::piped(),
+        Stdio::piped(),
+    )
+    .finish(Duration::from_secs(60));
+    assert_no_panic(&out);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let kept: u64 = err
+        .split("truncated recording: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("no \"truncated recording: N samples\": {err}"));
+    assert!(kept > 0, "{err}");
 
     // A collapsed profile is written at the end: it fails whole.
     let disk = SmallDisk::new("txt", 4);

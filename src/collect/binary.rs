@@ -118,26 +118,21 @@ impl Collector for BinaryCollector {
 }
 
 impl BinaryCollector {
-    /// A recording whose write failed (a full disk): a zstd one is kept,
-    /// since `replay` reads what it had flushed, and the error says so; an
-    /// uncompressed one, of which nothing can be read back, is removed.
+    /// A recording whose write failed (a full disk) is kept, compressed or
+    /// not, since `replay` reads what it had flushed; the error says so.
     fn failed(&self, e: Error) -> Error {
         let regular = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file());
         if !regular {
             return e;
         }
-        match (self.compression, e) {
-            (Compression::None, e) => {
-                let _ = std::fs::remove_file(&self.path);
-                e
-            }
-            (Compression::Zstd, Error::Io { context, cause }) => Error::Io {
+        match e {
+            Error::Io { context, cause } => Error::Io {
                 context: format!(
                     "{context} (what was recorded before is kept there: `tachyon replay` reads it)"
                 ),
                 cause,
             },
-            (_, e) => e,
+            e => e,
         }
     }
 }
