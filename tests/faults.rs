@@ -402,7 +402,13 @@ fn a_full_disk_stops_sampling_and_keeps_what_a_recording_flushed() {
     // What it flushed before the disk filled replays.
     assert_eq!(disk.files().len(), 1, "{:?}", disk.files());
     let out = Tachyon::start(
-        &["replay", "--collapsed", "-o", "/dev/null", bin.to_str().unwrap()],
+        &[
+            "replay",
+            "--collapsed",
+            "-o",
+            "/dev/null",
+            bin.to_str().unwrap(),
+        ],
         Stdio::piped(),
         Stdio::piped(),
     )

@@ -4,11 +4,14 @@
 //! `tachyon run` on pyenv 3.11 and 3.12 and sid's 3.13, 3.14 and 3.15, its
 //! profile has no `<GC>` stack without a Python frame under it, the
 //! program's own frames are there, and the summary counts the samples taken
-//! during shutdown; the flame graph's page says the same number.
+//! during shutdown; the flame graph's page says the same number, and so
+//! does `replay` of a recording (which the reference still reads).
 
 mod common;
 
-use common::{Interp, RootDir, machine_old_interpreters, release, sid_interpreters, tachyon_ok};
+use common::{
+    Interp, RootDir, machine_old_interpreters, release, sid_interpreters, sid_root, tachyon_ok,
+};
 
 /// A million objects in 600,000 cycles, reachable from a module global
 /// until the runtime clears the modules at exit; then 0.3 s of work.
@@ -104,16 +107,56 @@ fn exit_time_collection_is_counted_apart_not_profiled() {
     }
 }
 
-#[test]
-fn the_flame_graph_page_counts_the_shutdown_samples() {
-    let interp = release(sid_interpreters())
+/// sid's python3.15.
+fn py315() -> Interp {
+    release(sid_interpreters())
         .into_iter()
         .find(|i| i.minor == 15)
-        .expect("python3.15 in the sid root");
+        .expect("python3.15 in the sid root")
+}
+
+#[test]
+fn the_flame_graph_page_counts_the_shutdown_samples() {
     let dir = RootDir::new(&[("exit.py", PROGRAM)]);
-    let stdout = profile(&interp, &dir, "--flamegraph", "f.html");
+    let stdout = profile(&py315(), &dir, "--flamegraph", "f.html");
+    page_counts(&dir, "f.html", shutdown_samples(&stdout));
+}
+
+#[test]
+fn a_recording_keeps_its_shutdown_count_for_replay() {
+    let dir = RootDir::new(&[("exit.py", PROGRAM)]);
+    let stdout = profile(&py315(), &dir, "--binary", "rec.bin");
     let n = shutdown_samples(&stdout);
-    let html = std::fs::read_to_string(dir.outside("f.html")).unwrap();
+    assert!(n > 0, "{stdout}");
+    let replayed = tachyon_ok(
+        &["replay", "--flamegraph", "-o", "f.html", "rec.bin"],
+        &dir.outside,
+    );
+    assert_eq!(shutdown_samples(&replayed), n, "{replayed}");
+    page_counts(&dir, "f.html", n);
+    // The count is a string no frame names: the reference reads past it.
+    let out = std::process::Command::new("chroot")
+        .arg(sid_root())
+        .args(["/usr/bin/python3.15", "-m", "profiling.sampling", "replay"])
+        .args([
+            "--collapsed",
+            "-o",
+            &dir.inside("ref.txt"),
+            &dir.inside("rec.bin"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the reference's replay: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The flame graph page `page` counts `n` shutdown samples and has no
+/// `<GC>` root.
+fn page_counts(dir: &RootDir, page: &str, n: u64) {
+    let html = std::fs::read_to_string(dir.outside(page)).unwrap();
     const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
     let start = html.find(OPEN).expect("embedded data") + OPEN.len();
     let len = html[start..].find("</script>").unwrap();

@@ -82,6 +82,21 @@ pub(crate) const OPCODE_NONE: u8 = 255;
 /// file name or function name holds.
 pub(crate) const THREAD_NAME_TAG: &str = "\0tachyon:thread-name\0";
 
+/// Opens the string-table entry that counts the samples taken during
+/// interpreter shutdown, which no output shows (the reference's format has
+/// no field for them).
+pub(crate) const SHUTDOWN_TAG: &str = "\0tachyon:shutdown-samples\0";
+
+/// The string-table entry counting `n` shutdown samples.
+pub(crate) fn shutdown_record(n: u64) -> String {
+    format!("{SHUTDOWN_TAG}{n}")
+}
+
+/// The count of a string-table entry written by [`shutdown_record`].
+pub(crate) fn parse_shutdown_record(s: &str) -> Option<u64> {
+    s.strip_prefix(SHUTDOWN_TAG)?.parse().ok()
+}
+
 /// The string-table entry naming thread `tid` of interpreter `iid`:
 /// the tag, `tid:iid:`, the name.
 pub(crate) fn thread_name_record(tid: u64, iid: u32, name: &str) -> String {
@@ -347,6 +362,9 @@ pub struct StoredStats {
     /// Samples not taken, percent of the expected count (the reference's
     /// formula: may be negative when more were taken than expected).
     pub missed_pct: Option<f64>,
+    /// Samples taken during interpreter shutdown, left out of the profile
+    /// (kept as a string of the string table, see [`shutdown_record`]).
+    pub shutdown_samples: Option<u64>,
 }
 
 impl StoredStats {
@@ -364,6 +382,7 @@ impl StoredStats {
             } else {
                 0.0
             }),
+            shutdown_samples: (s.shutdown_samples > 0).then_some(s.shutdown_samples),
         }
     }
 
@@ -392,6 +411,7 @@ impl StoredStats {
             duration_s,
             attempts,
             failures: (attempts as f64 * err / 100.0).round() as u64,
+            shutdown_samples: self.shutdown_samples.unwrap_or(0),
             mode: mode.unwrap_or_default(),
             interrupted: false,
             ..RunStats::default()
@@ -544,6 +564,7 @@ mod tests {
             sample_rate: Some(1e300),
             error_rate_pct: Some(-4.0),
             missed_pct: None,
+            shutdown_samples: None,
         };
         let r = junk.to_run(1, None);
         assert_eq!((r.attempts, r.failures), (0, 0));

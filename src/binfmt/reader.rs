@@ -23,7 +23,8 @@ use super::{
     Compression, DEFAULT_MAX_DECOMPRESSED, ENC_BLOCK, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT,
     ENC_SUFFIX, FOOTER_SIZE, FORMAT_VERSION, FileInfo, HEADER_SIZE, LEGACY_TRAILER_SIZE, MAGIC,
     MIN_FRAME_ENTRY, OPCODE_NONE, RECORD_HEADER_SIZE, StoredStats, TRAILER_MAGIC, TRAILER_SIZE,
-    TRAILER_VERSION, decode_config, invalid, parse_thread_name_record, unzigzag,
+    TRAILER_VERSION, decode_config, invalid, parse_shutdown_record, parse_thread_name_record,
+    unzigzag,
 };
 use crate::error::{Error, Result};
 use crate::model::{
@@ -181,8 +182,10 @@ impl<R: Read + Seek> BinaryReader<R> {
         let mut tables = vec![0u8; (tail.tables_end - string_off) as usize];
         src.seek(SeekFrom::Start(string_off)).map_err(io_err)?;
         src.read_exact(&mut tables).map_err(io_err)?;
-        let (table, frame_ids, names) =
+        let (table, frame_ids, names, shutdown) =
             parse_tables(&tables, (frame_off - string_off) as usize, &info)?;
+        let mut info = info;
+        info.stats.shutdown_samples = shutdown;
         Ok(BinaryReader {
             src,
             name,
@@ -244,7 +247,7 @@ impl<R: Read + Seek> BinaryReader<R> {
             big_endian: be,
             truncated: true,
         };
-        let (table, frame_ids, names) = parse_tables(&tables, strings_len, &info)?;
+        let (table, frame_ids, names, _) = parse_tables(&tables, strings_len, &info)?;
         let mut r = BinaryReader {
             src,
             name,
@@ -796,22 +799,30 @@ fn add_block(found: &mut Recovered, b: super::BlockSections) -> bool {
 type Names = HashMap<(u64, u32), StrId>;
 
 /// Parse the string table (`strings_len` bytes) and the frame table after
-/// it, interning both, and the thread names among the strings.
+/// it, interning both, and the thread names and shutdown count among the
+/// strings.
 fn parse_tables(
     b: &[u8],
     strings_len: usize,
     info: &FileInfo,
-) -> Result<(FrameTable, Vec<FrameId>, Names)> {
+) -> Result<(FrameTable, Vec<FrameId>, Names, Option<u64>)> {
     let mut table = FrameTable::new();
-    let (str_ids, names) = parse_strings(&b[..strings_len], info.string_count, &mut table)?;
+    let (str_ids, names, shutdown) =
+        parse_strings(&b[..strings_len], info.string_count, &mut table)?;
     let frame_ids = parse_frames(&b[strings_len..], info, &str_ids, &mut table)?;
-    Ok((table, frame_ids, names))
+    Ok((table, frame_ids, names, shutdown))
 }
 
 /// `count` strings from `strs`, interned: each string's id (`StrId::MAX`
-/// for a thread name, which no frame may name) and the thread names.
-fn parse_strings(strs: &[u8], count: u32, table: &mut FrameTable) -> Result<(Vec<StrId>, Names)> {
+/// for a thread name or the shutdown count, which no frame may name), the
+/// thread names and the shutdown count.
+fn parse_strings(
+    strs: &[u8],
+    count: u32,
+    table: &mut FrameTable,
+) -> Result<(Vec<StrId>, Names, Option<u64>)> {
     let mut names = Names::new();
+    let mut shutdown = None;
     let mut pos = 0;
     let mut str_ids = Vec::new();
     for i in 0..count {
@@ -827,6 +838,11 @@ fn parse_strings(strs: &[u8], count: u32, table: &mut FrameTable) -> Result<(Vec
             str_ids.push(StrId::MAX);
             continue;
         }
+        if let Some(n) = parse_shutdown_record(&s) {
+            shutdown = Some(n);
+            str_ids.push(StrId::MAX);
+            continue;
+        }
         str_ids.push(table.intern_str(&s));
     }
     if pos != strs.len() {
@@ -835,7 +851,7 @@ fn parse_strings(strs: &[u8], count: u32, table: &mut FrameTable) -> Result<(Vec
             strs.len() - pos,
         )));
     }
-    Ok((str_ids, names))
+    Ok((str_ids, names, shutdown))
 }
 
 /// The frame table `frames`, interned: each binary frame's id.

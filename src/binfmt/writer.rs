@@ -690,6 +690,9 @@ impl<W: Write + Seek> BinaryWriter<W> {
                 self.strings.push(rec.into());
             }
         }
+        if let Some(n) = self.stats.and_then(|s| s.shutdown_samples) {
+            self.strings.push(super::shutdown_record(n).into());
+        }
         let mut buf = Vec::new();
         for s in &self.strings {
             put_string(&mut buf, s);

@@ -91,6 +91,9 @@ pub fn replay(a: ReplayArgs) -> Result<ExitCode> {
         .finish(reader.frames(), &reader.run_stats())
         .context("cannot write the output")?;
     tachyon::outln!("Replayed {count} samples");
+    if let Some(line) = tachyon::sample::shutdown_line(&reader.run_stats()) {
+        tachyon::outln!("{line}");
+    }
     a.out.open_browser(std::process::id());
     Ok(ExitCode::SUCCESS)
 }

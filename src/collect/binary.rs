@@ -31,7 +31,6 @@ pub struct BinaryOptions {
 pub struct BinaryCollector {
     path: std::path::PathBuf,
     writer: Option<BinaryWriter<AtomicFile>>,
-    compression: Compression,
     /// Print the reference's encoding statistics before the last line.
     pub print_encoding_stats: bool,
 }
@@ -70,7 +69,6 @@ impl BinaryCollector {
         Ok(BinaryCollector {
             path,
             writer: Some(writer),
-            compression: opts.compression,
             print_encoding_stats: true,
         })
     }
