@@ -386,6 +386,27 @@ struct TaskFacts {
     awaited_by_is_set: bool,
 }
 
+/// A [`Reader`] of unwinder `$u`'s caches and async state `$st`'s,
+/// reading through the page cache `$pages`.
+macro_rules! task_reader {
+    ($u:ident, $st:ident, $pages:ident, $o:ident, $a:ident) => {
+        Reader {
+            meter: &$u.mem,
+            mem: &$pages,
+            o: $o,
+            a: $a,
+            code: &mut $u.code,
+            table: &mut $u.table,
+            used_codes: &mut $u.used_codes,
+            type_flags: &mut $st.type_flags,
+            kinds: &mut $st.kinds,
+            tasks_seen: &mut $st.tasks_seen,
+            names: &mut $st.names,
+            scratch: &mut $st.scratch,
+        }
+    };
+}
+
 /// Reading tasks and coroutines: the pieces of the unwinder a task walk
 /// uses, borrowed apart.
 struct Reader<'a, M: ProcessMemory> {
@@ -985,118 +1006,131 @@ impl<M: ProcessMemory> Unwinder<M> {
         let tsize = a.thread_size.max(o.tstate_size) as usize;
         st.tstate_buf.resize(tsize, 0);
         for &tstate in tstates.iter() {
-            self.mem.read(tstate, &mut st.tstate_buf)?;
-            let t = ThreadFacts::decode(o, &st.tstate_buf, self.runtime.none_addr)
-                .ok_or_else(|| Error::corrupt("short thread state"))?;
-            let key = ThreadKey {
-                tid: t.native_id,
-                ident: t.thread_id,
-                interp: interp.addr,
-            };
-            let mut thread_status = status::UNKNOWN;
-            if tstate == interp.threads_main {
-                thread_status |= status::MAIN_THREAD;
-            }
-            let buf = &st.tstate_buf;
-            let word = |off: u64| {
-                buf.u64_at(off)
-                    .map(|v| v & o.tag_mask)
-                    .ok_or_else(|| Error::corrupt("short thread state"))
-            };
-            match st.mode {
-                AsyncMode::Running => {
-                    let running_loop = word(a.thread_running_loop)?;
-                    let task = word(a.thread_running_task)?;
-                    if running_loop == 0 || task == 0 {
-                        continue;
-                    }
-                    self.running_task_frames(st, a, o, interp, tstate, &t, task)?;
-                    let pages = PageCache {
-                        inner: &self.mem,
-                        pages: &st.pages,
-                    };
-                    let mut r = Reader {
-                        meter: &self.mem,
-                        mem: &pages,
-                        o,
-                        a,
-                        code: &mut self.code,
-                        table: &mut self.table,
-                        used_codes: &mut self.used_codes,
-                        type_flags: &mut st.type_flags,
-                        kinds: &mut st.kinds,
-                        tasks_seen: &mut st.tasks_seen,
-                        names: &mut st.names,
-                        scratch: &mut st.scratch,
-                    };
-                    // The running task itself, its frames from the thread.
-                    let mut node = r.node(graph, task, key, thread_status, interp.id)?;
-                    let f0 = graph.frames.len();
-                    graph.frames.extend_from_slice(&st.run_frames);
-                    node.frames = f0..graph.frames.len();
-                    node.broken = false;
-                    st.run_parents.clear();
-                    st.run_parents.extend_from_slice(graph.parents_of(&node));
-                    graph.insert(node);
-                    for &p in &st.run_parents {
-                        r.with_waiters(graph, p, key, thread_status, interp.id)?;
-                    }
-                }
-                AsyncMode::All => {
-                    let head = tstate.wrapping_add(a.thread_tasks_head);
-                    let first = word(a.thread_tasks_head + a.llist_next)?;
-                    let pages = PageCache {
-                        inner: &self.mem,
-                        pages: &st.pages,
-                    };
-                    let mut r = Reader {
-                        meter: &self.mem,
-                        mem: &pages,
-                        o,
-                        a,
-                        code: &mut self.code,
-                        table: &mut self.table,
-                        used_codes: &mut self.used_codes,
-                        type_flags: &mut st.type_flags,
-                        kinds: &mut st.kinds,
-                        tasks_seen: &mut st.tasks_seen,
-                        names: &mut st.names,
-                        scratch: &mut st.scratch,
-                    };
-                    r.list(graph, head, first, key, thread_status, interp.id)?;
-                }
-            }
+            self.thread_tasks(st, a, o, interp, graph, tstate)?;
         }
         if st.mode == AsyncMode::All {
-            // Tasks whose thread ended: the interpreter's own list.
-            let head = interp.addr.wrapping_add(a.interp_tasks_head);
-            let first = self.mem.read_u64(head.wrapping_add(a.llist_next))?;
-            let key = ThreadKey {
-                tid: 0,
-                ident: 0,
-                interp: interp.addr,
-            };
-            let pages = PageCache {
-                inner: &self.mem,
-                pages: &st.pages,
-            };
-            let mut r = Reader {
-                meter: &self.mem,
-                mem: &pages,
-                o,
-                a,
-                code: &mut self.code,
-                table: &mut self.table,
-                used_codes: &mut self.used_codes,
-                type_flags: &mut st.type_flags,
-                kinds: &mut st.kinds,
-                tasks_seen: &mut st.tasks_seen,
-                names: &mut st.names,
-                scratch: &mut st.scratch,
-            };
-            r.list(graph, head, first, key, status::UNKNOWN, interp.id)?;
+            self.orphan_tasks(st, a, o, interp, graph)?;
         }
         Ok(())
+    }
+
+    /// The tasks of the thread whose state is at `tstate`: its running
+    /// task and those waiting on it (mode `running`), or its whole list.
+    fn thread_tasks(
+        &mut self,
+        st: &mut AsyncState,
+        a: &AsyncOffsets,
+        o: &Offsets,
+        interp: &InterpFacts,
+        graph: &mut Graph,
+        tstate: u64,
+    ) -> Result<()> {
+        self.mem.read(tstate, &mut st.tstate_buf)?;
+        let t = ThreadFacts::decode(o, &st.tstate_buf, self.runtime.none_addr)
+            .ok_or_else(|| Error::corrupt("short thread state"))?;
+        let key = ThreadKey {
+            tid: t.native_id,
+            ident: t.thread_id,
+            interp: interp.addr,
+        };
+        let mut thread_status = status::UNKNOWN;
+        if tstate == interp.threads_main {
+            thread_status |= status::MAIN_THREAD;
+        }
+        let buf = &st.tstate_buf;
+        let word = |off: u64| {
+            buf.u64_at(off)
+                .map(|v| v & o.tag_mask)
+                .ok_or_else(|| Error::corrupt("short thread state"))
+        };
+        match st.mode {
+            AsyncMode::Running => {
+                let running_loop = word(a.thread_running_loop)?;
+                let task = word(a.thread_running_task)?;
+                if running_loop == 0 || task == 0 {
+                    return Ok(());
+                }
+                self.running_task_frames(st, a, o, interp, tstate, &t, task)?;
+                self.running_task(st, a, o, interp, graph, (task, key, thread_status))
+            }
+            AsyncMode::All => {
+                let head = tstate.wrapping_add(a.thread_tasks_head);
+                let first = word(a.thread_tasks_head + a.llist_next)?;
+                let pages = PageCache {
+                    inner: &self.mem,
+                    pages: &st.pages,
+                };
+                task_reader!(self, st, pages, o, a).list(
+                    graph,
+                    head,
+                    first,
+                    key,
+                    thread_status,
+                    interp.id,
+                )
+            }
+        }
+    }
+
+    /// Mode `running`: a thread's running task (its address, and the
+    /// thread's key and status), with the frames read from the thread
+    /// (`st.run_frames`), and the tasks waiting on it.
+    fn running_task(
+        &mut self,
+        st: &mut AsyncState,
+        a: &AsyncOffsets,
+        o: &Offsets,
+        interp: &InterpFacts,
+        graph: &mut Graph,
+        (task, key, thread_status): (u64, ThreadKey, u32),
+    ) -> Result<()> {
+        let pages = PageCache {
+            inner: &self.mem,
+            pages: &st.pages,
+        };
+        let mut r = task_reader!(self, st, pages, o, a);
+        let mut node = r.node(graph, task, key, thread_status, interp.id)?;
+        let f0 = graph.frames.len();
+        graph.frames.extend_from_slice(&st.run_frames);
+        node.frames = f0..graph.frames.len();
+        node.broken = false;
+        st.run_parents.clear();
+        st.run_parents.extend_from_slice(graph.parents_of(&node));
+        graph.insert(node);
+        for &p in &st.run_parents {
+            r.with_waiters(graph, p, key, thread_status, interp.id)?;
+        }
+        Ok(())
+    }
+
+    /// Mode `all`: tasks whose thread ended, in the interpreter's own list.
+    fn orphan_tasks(
+        &mut self,
+        st: &mut AsyncState,
+        a: &AsyncOffsets,
+        o: &Offsets,
+        interp: &InterpFacts,
+        graph: &mut Graph,
+    ) -> Result<()> {
+        let head = interp.addr.wrapping_add(a.interp_tasks_head);
+        let first = self.mem.read_u64(head.wrapping_add(a.llist_next))?;
+        let key = ThreadKey {
+            tid: 0,
+            ident: 0,
+            interp: interp.addr,
+        };
+        let pages = PageCache {
+            inner: &self.mem,
+            pages: &st.pages,
+        };
+        task_reader!(self, st, pages, o, a).list(
+            graph,
+            head,
+            first,
+            key,
+            status::UNKNOWN,
+            interp.id,
+        )
     }
 
     /// The running task's frames, into `st.run_frames`: the thread's stack

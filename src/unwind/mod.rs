@@ -846,6 +846,33 @@ impl<M: ProcessMemory> Unwinder<M> {
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
+        let (n_guessed, chunks_ok) = self.list_interp_threads(o, interp, interp_addr, states)?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let walked = self
+            .decode_listed(o, &mut scratch, chunks_ok)
+            .and_then(|()| {
+                self.prepare_chunks(o, &mut scratch, chunks_ok, n_guessed);
+                self.read_prepared_chunks(&mut scratch)
+            })
+            .and_then(|batch_ok| {
+                self.sample_threads_facts(o, interp, &mut scratch, batch_ok, out, n)
+            });
+        self.scratch = scratch;
+        walked
+    }
+
+    /// This sample's thread list of the interpreter at `interp_addr` (into
+    /// `self.order`), from the states read with the first call (`states`)
+    /// or the last sample's list read now; it becomes the next sample's
+    /// guess. How many states were guessed, and whether their chunks were
+    /// read with them.
+    fn list_interp_threads(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        interp_addr: u64,
+        states: Option<(Vec<u64>, bool)>,
+    ) -> Result<(usize, bool)> {
         let (guess, read) = states.unwrap_or_else(|| (self.guesses.take_list(interp_addr), false));
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
@@ -862,13 +889,20 @@ impl<M: ProcessMemory> Unwinder<M> {
         next_guess.clear();
         next_guess.extend(self.order.iter().map(|&i| self.slots[i].tstate));
         self.guesses.set_list(interp_addr, next_guess);
-
-        // Every other thread's current chunk and outside frames, in one
-        // call.
         self.guesses.forget_ended(&mut self.prefetch);
         self.prefetch.bound();
         self.guesses.bound();
-        let mut scratch = std::mem::take(&mut self.scratch);
+        Ok((n_guessed, chunks_ok))
+    }
+
+    /// Decode each listed thread's state into `scratch.decoded` (3.11,
+    /// 3.12: with its current frame, from its `_PyCFrame`).
+    fn decode_listed(
+        &mut self,
+        o: &Offsets,
+        scratch: &mut ThreadScratch,
+        chunks_ok: bool,
+    ) -> Result<()> {
         let decoded = &mut scratch.decoded;
         decoded.clear();
         for &i in &self.order {
@@ -884,12 +918,25 @@ impl<M: ProcessMemory> Unwinder<M> {
                     .set_cframe(self.slots[i].tstate, (f.cframe, f.outer_cframe));
             }
         }
+        Ok(())
+    }
+
+    /// Per listed thread: take the chunks read with its state if the guess
+    /// holds (`scratch.ready`), else prepare their read; its facts and first
+    /// chunk go to `scratch.facts`.
+    fn prepare_chunks(
+        &mut self,
+        o: &Offsets,
+        scratch: &mut ThreadScratch,
+        chunks_ok: bool,
+        n_guessed: usize,
+    ) {
         let ThreadScratch {
             decoded,
             facts,
             ready,
-            in_order,
-        } = &mut scratch;
+            ..
+        } = scratch;
         facts.clear();
         ready.clear();
         ready.resize(self.slots.len(), false);
@@ -914,34 +961,36 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
             facts.push((f, first));
         }
-        let batch_ok = {
-            let mut reqs = self.reqs.take();
-            in_order.clear();
-            in_order.resize(self.slots.len(), false);
-            for &i in &self.order {
-                in_order[i] = true;
-            }
-            for (i, slot) in self.slots.iter_mut().enumerate() {
-                if in_order[i] && !ready[i] {
-                    slot.chunks.requests(&mut reqs);
-                }
-            }
-            let r = if reqs.is_empty() {
-                Ok(())
-            } else {
-                self.mem.read_many(&mut reqs)
-            };
-            self.reqs.give(reqs);
-            match r {
-                Ok(()) => true,
-                Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => false,
-            }
-        };
+    }
 
-        let walked = self.sample_threads_facts(o, interp, &mut scratch, batch_ok, out, n);
-        self.scratch = scratch;
-        walked
+    /// Every listed thread's prepared chunks and outside frames, in one
+    /// call. False if it failed (each thread then reads alone).
+    fn read_prepared_chunks(&mut self, scratch: &mut ThreadScratch) -> Result<bool> {
+        let ThreadScratch {
+            ready, in_order, ..
+        } = scratch;
+        let mut reqs = self.reqs.take();
+        in_order.clear();
+        in_order.resize(self.slots.len(), false);
+        for &i in &self.order {
+            in_order[i] = true;
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if in_order[i] && !ready[i] {
+                slot.chunks.requests(&mut reqs);
+            }
+        }
+        let r = if reqs.is_empty() {
+            Ok(())
+        } else {
+            self.mem.read_many(&mut reqs)
+        };
+        self.reqs.give(reqs);
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_fatal() => Err(e),
+            Err(_) => Ok(false),
+        }
     }
 
     /// All-threads mode, last step: each thread's chunks completed (alone
