@@ -43,7 +43,7 @@ impl CollapsedCollector {
     /// The file's text.
     fn render(&self, frames: &FrameTable) -> String {
         // Merge stacks equal as (file, line, func) sequences.
-        type Loc = (StrId, i32, StrId);
+        type Loc = (Option<StrId>, i32, StrId);
         let mut merged: HashMap<(u64, Vec<Loc>), u64> = HashMap::new();
         for cell in self.counts.cells() {
             let locs = self
@@ -52,7 +52,7 @@ impl CollapsedCollector {
                 .iter()
                 .map(|&id| {
                     let f = frames.frame(id);
-                    (f.file, f.line(), f.func)
+                    (f.file(), f.line(), f.func)
                 })
                 .collect();
             *merged.entry((cell.tid, locs)).or_insert(0) += cell.count;
@@ -68,11 +68,15 @@ impl CollapsedCollector {
                     None => format!("tid:{tid}"),
                 };
                 for &(file, line, func) in locs.iter().rev() {
-                    let (file, func) = (frames.str(file), frames.str(func));
-                    if file == "~" && line == 0 {
-                        let _ = write!(s, ";{func}");
-                    } else {
-                        let _ = write!(s, ";{}:{func}:{line}", basename(file));
+                    let func = frames.str(func);
+                    match file {
+                        None => {
+                            let _ = write!(s, ";{func}");
+                        }
+                        Some(file) => {
+                            let file = basename(frames.str(file));
+                            let _ = write!(s, ";{file}:{func}:{line}");
+                        }
                     }
                 }
                 (s, n)

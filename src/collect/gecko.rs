@@ -409,9 +409,7 @@ impl GeckoCollector {
         let f = frames.frame(id);
         // Synthetic frames, and frames without a location, have no line:
         // the reference's `location=None`.
-        let location = f
-            .location
-            .filter(|_| !matches!(f.kind, FrameKind::Gc | FrameKind::Native));
+        let location = f.location.filter(|_| !f.kind.is_synthetic());
         let line = location.map(|l| l.line);
         let column = location.map(|l| l.col).filter(|&c| c >= 0);
         let func = self.func(th, f.file, f.func, line, frames);
@@ -1101,7 +1099,7 @@ mod tests {
 
     use super::*;
     use crate::collect::scenarios as fixtures;
-    use crate::model::{Frame, ThreadSample};
+    use crate::model::{Frame, NO_FILE, ThreadSample};
 
     struct Scenario {
         name: String,
@@ -1158,13 +1156,8 @@ mod tests {
         let file = e[0].as_str().unwrap();
         let line = e[1].as_i64().unwrap() as i32;
         let func = e[2].as_str().unwrap();
-        if file == "~" && line == 0 {
-            let kind = if func == "<GC>" {
-                FrameKind::Gc
-            } else {
-                FrameKind::Native
-            };
-            return t.synthetic(kind, func);
+        if file == NO_FILE && line == 0 {
+            return t.synthetic(FrameKind::synthetic_named(func), func);
         }
         let col = e.get(3).and_then(Value::as_i64).unwrap_or(0) as i32;
         // Line -1 in a scenario: a frame that could not be read, which

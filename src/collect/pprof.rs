@@ -207,12 +207,8 @@ impl PprofCollector {
                     }
                     let function_id =
                         *function_index.entry((f.file, f.func)).or_insert_with(|| {
-                            let file = frames.str(f.file);
                             let name = strings.get(frames.str(f.func));
-                            let filename = match (file, f.location) {
-                                ("~", None) => 0,
-                                _ => strings.get(file),
-                            };
+                            let filename = f.file().map_or(0, |file| strings.get(frames.str(file)));
                             functions.push(Function {
                                 id: functions.len() as u64 + 1,
                                 name,

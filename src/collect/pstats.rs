@@ -38,7 +38,7 @@ use std::str::FromStr;
 use super::stacks::StackCounts;
 use super::{Collector, Output, write_stdout};
 use crate::error::Result;
-use crate::model::{FrameId, FrameTable, Mode, RunStats, Sample, StrId};
+use crate::model::{FrameId, FrameTable, Mode, NO_FILE, RunStats, Sample, StrId};
 
 /// Row order of the table: the reference's `--sort` choices, same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -125,9 +125,10 @@ impl Default for PstatsOptions {
     }
 }
 
-/// `(file, line, func)`: what a row is keyed by. Strings are interned in
-/// the [`FrameTable`], so equal strings have equal ids.
-type LocKey = (StrId, i32, StrId);
+/// `(file, line, func)`: what a row is keyed by, the file `None` for a
+/// synthetic frame. Strings are interned in the [`FrameTable`], so equal
+/// strings have equal ids.
+type LocKey = (Option<StrId>, i32, StrId);
 
 #[derive(Debug, Clone)]
 struct LocStats {
@@ -184,7 +185,7 @@ impl PstatsCollector {
     fn aggregate(&self, frames: &FrameTable) -> Aggregate {
         let loc_key = |id: FrameId| {
             let f = frames.frame(id);
-            (f.file, f.line(), f.func)
+            (f.file(), f.line(), f.func)
         };
         let k = self.counts.self_and_cumulative(loc_key);
         let locs = (0..k.len())
@@ -221,10 +222,11 @@ impl PstatsCollector {
 
         // strip_dirs(): basenames, coinciding rows merged in first-seen order.
         let mut rows: Vec<Row<'_>> = Vec::with_capacity(agg.locs.len());
-        let mut index: HashMap<(&str, i32, &str), usize> = HashMap::new();
+        let mut index: HashMap<(Option<&str>, i32, &str), usize> = HashMap::new();
         for l in &agg.locs {
             let (file, line, func) = l.key;
-            let key = (basename(frames.str(file)), line, frames.str(func));
+            let file = file.map(|f| basename(frames.str(f)));
+            let key = (file, line, frames.str(func));
             let tt = l.direct as f64 * interval_s;
             let ct = l.cumulative as f64 * interval_s;
             match index.get(&key) {
@@ -278,7 +280,8 @@ impl PstatsCollector {
             SortKey::CumulPct => rows.sort_by(|a, b| desc(pct(a.cumulative), pct(b.cumulative))),
             SortKey::NsamplesCumul => rows.sort_by_key(|r| std::cmp::Reverse(r.cumulative)),
             SortKey::Name => rows.sort_by_cached_key(|r| {
-                format!("({}, {}, {})", py_repr(r.file), r.line, py_repr(r.func))
+                let file = r.file.unwrap_or(NO_FILE);
+                format!("({}, {}, {})", py_repr(file), r.line, py_repr(r.func))
             }),
         }
         if let Some(limit) = self.opts.limit {
@@ -386,7 +389,8 @@ pub(crate) fn basename(path: &str) -> &str {
 }
 
 struct Row<'a> {
-    file: &'a str,
+    /// `None` for a synthetic frame.
+    file: Option<&'a str>,
     line: i32,
     func: &'a str,
     direct: u64,
@@ -481,13 +485,15 @@ fn stdout_can_colorize() -> bool {
 fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
     struct Agg {
         name: String,
+        /// The rows are of a synthetic frame, whose name has no file.
+        synthetic: bool,
         direct: u64,
         cumulative: u64,
     }
     let mut aggs: Vec<Agg> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for r in rows {
-        let name = format!("{}:{}", r.file, r.func);
+        let name = format!("{}:{}", r.file.unwrap_or(NO_FILE), r.func);
         match index.get(&name) {
             Some(&i) => {
                 aggs[i].direct += r.direct;
@@ -497,6 +503,7 @@ fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
                 index.insert(name.clone(), aggs.len());
                 aggs.push(Agg {
                     name,
+                    synthetic: r.file.is_none(),
                     direct: r.direct,
                     cumulative: r.cumulative,
                 });
@@ -512,7 +519,7 @@ fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
     };
     let func_name = |a: &Agg| {
         let (file, func) = a.name.rsplit_once(':').unwrap_or(("", &a.name));
-        place(file, None, func, c)
+        place((!a.synthetic).then_some(file), None, func, c)
     };
     let (b, r) = (c.bold_blue, c.reset);
     let _ = writeln!(out, "\n{b}Summary of Interesting Functions:{r}");
@@ -597,20 +604,15 @@ fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
     }
 }
 
-/// The file of frames that have none (`<GC>`, `<native>`), as the
-/// reference's pstats keys name it; Python's `pstats` prints such a key,
-/// `("~", 0, "<GC>")`, as `{GC}`.
-const NO_FILE: &str = "~";
-
 /// Where a row's function is, as the table shows it: `file:line(func)`
 /// (`file:(func)` in the summary, which has no line), as the reference
 /// prints it, but a frame without a file by its name alone (`<GC>`, not
 /// the reference's `~:0(<GC>)`).
-fn place(file: &str, line: Option<i32>, func: &str, c: &Colors) -> String {
+fn place(file: Option<&str>, line: Option<i32>, func: &str, c: &Colors) -> String {
     let (g, y, cy, r) = (c.green, c.yellow, c.cyan, c.reset);
-    if file == NO_FILE {
+    let Some(file) = file else {
         return format!("{cy}{func}{r}");
-    }
+    };
     let line = line.map(|l| l.to_string()).unwrap_or_default();
     format!("{g}{file}{r}:{y}{line}{r}({cy}{func}{r})")
 }
@@ -728,10 +730,12 @@ impl Marshal {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    /// `(file, line, func)` with the full file name.
+    /// `(file, line, func)` with the full file name; a synthetic frame's
+    /// file is the reference's `~` (Python's `pstats` prints such a key,
+    /// `("~", 0, "<GC>")`, as `{GC}`).
     fn key(&mut self, (file, line, func): LocKey, frames: &FrameTable) {
         self.tuple(3);
-        self.str(frames.str(file));
+        self.str(file.map_or(NO_FILE, |f| frames.str(f)));
         self.i32(line);
         self.str(frames.str(func));
     }

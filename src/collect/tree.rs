@@ -107,7 +107,8 @@ pub(crate) fn module_name(file: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Named<'a> {
     pub func: &'a str,
-    /// `None` for synthetic (`<GC>`, `<native>`) and unreadable frames.
+    /// `None` for synthetic (`<GC>`, `<native>`, `<truncated>`) and
+    /// unreadable frames.
     pub file: Option<&'a str>,
     /// 0 when there is none.
     pub line: i32,
@@ -118,18 +119,16 @@ pub(crate) struct Named<'a> {
 pub(crate) fn name(frames: &FrameTable, id: FrameId) -> Named<'_> {
     let f = frames.frame(id);
     let (file, func) = (frames.str(f.file), frames.str(f.func));
-    let synthetic = file == "~" && f.location.is_none();
     let kind = match f.kind {
         FrameKind::Gc => Kind::Gc,
-        FrameKind::Native => Kind::Native,
+        FrameKind::Native | FrameKind::Truncated => Kind::Native,
         FrameKind::Unreadable => Kind::Unreadable,
         // `<task>`: no code of its own, coloured like other markers.
         FrameKind::Task => Kind::Native,
-        FrameKind::Python if synthetic => Kind::Native,
         FrameKind::Python => classify(file),
     };
     // A `<task>` frame keeps its file (`<task>`), as the reference shows it.
-    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task) && !synthetic;
+    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task);
     Named {
         func,
         file: plain.then_some(file),
