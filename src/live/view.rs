@@ -15,6 +15,7 @@ use crate::model::status;
 use crate::opcodes::OpTable;
 
 use super::aggregate::{Aggregate, Ended, StateCounts};
+use crate::collect::tree::short_file;
 
 /// What the table is sorted by (the reference's order of sort keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -316,33 +317,6 @@ fn state_word(bits: u32, gc: bool) -> &'static str {
     } else {
         "released GIL"
     }
-}
-
-/// A file as the table shows it: an installed package's or the standard
-/// library's relative to where it is installed (`threading.py`,
-/// `requests/api.py`), as the reference shows them; the program's own in
-/// full.
-pub fn short_file(path: &str) -> &str {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(i) = path.rfind(marker) {
-            return &path[i + marker.len()..];
-        }
-    }
-    if let Some(i) = path.find("/lib/python3.") {
-        let rest = &path[i + "/lib/python3.".len()..];
-        if let Some(j) = rest.find('/') {
-            let version = &rest[..j];
-            if !version.is_empty()
-                && version
-                    .trim_end_matches(['d', 't'])
-                    .chars()
-                    .all(|c| c.is_ascii_digit())
-            {
-                return &rest[j + 1..];
-            }
-        }
-    }
-    path
 }
 
 /// The three functions with the most self samples among rows `keep`: the
@@ -710,37 +684,6 @@ mod tests {
             &mut t,
         );
         assert_eq!(names(&s), ["leaf"]);
-    }
-
-    #[test]
-    fn installed_files_are_shown_relative_to_where_they_are_installed() {
-        for (path, shown) in [
-            ("/usr/lib/python3.15/threading.py", "threading.py"),
-            (
-                "/usr/lib/python3.13/concurrent/futures/thread.py",
-                "concurrent/futures/thread.py",
-            ),
-            (
-                "/root/.pyenv/versions/3.12.1/lib/python3.12/json/decoder.py",
-                "json/decoder.py",
-            ),
-            (
-                "/v/lib/python3.14t/site-packages/requests/api.py",
-                "requests/api.py",
-            ),
-            (
-                "/usr/lib/python3/dist-packages/yaml/main.py",
-                "yaml/main.py",
-            ),
-            (
-                "/home/me/app/lib/python3.x/app.py",
-                "/home/me/app/lib/python3.x/app.py",
-            ),
-            ("/tmp/pool.py", "/tmp/pool.py"),
-            ("<frozen runpy>", "<frozen runpy>"),
-        ] {
-            assert_eq!(short_file(path), shown, "{path}");
-        }
     }
 
     #[test]
