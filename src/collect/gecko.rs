@@ -821,6 +821,19 @@ impl Serialize for ThreadOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let t = self.t;
         let mut m = s.serialize_map(None)?;
+        self.process_entries(&mut m)?;
+        sample_and_stack_tables(t, &mut m)?;
+        frame_and_func_tables(t, &mut m)?;
+        resource_and_symbol_tables(t, &mut m)?;
+        markers_table(t, &mut m)?;
+        m.end()
+    }
+}
+
+impl ThreadOut<'_> {
+    /// The thread's name, ids and process.
+    fn process_entries<M: SerializeMap>(&self, m: &mut M) -> std::result::Result<(), M::Error> {
+        let t = self.t;
         match &t.name {
             Some(name) => m.serialize_entry("name", name)?,
             None => m.serialize_entry("name", &format!("Thread-{}", t.tid))?,
@@ -841,131 +854,156 @@ impl Serialize for ThreadOut<'_> {
             Some(pid) => m.serialize_entry("processName", &self.processes.label(pid))?,
             None => m.serialize_entry("processName", "Python Process")?,
         }
-
-        let n = t.sample_stack.len();
-        m.serialize_entry(
-            "samples",
-            &SamplesOut {
-                stack: Seq(t.sample_stack.iter()),
-                time: Seq(t.sample_time.iter().map(|&us| ms(us))),
-                event_delay: nulls(n),
-                weight: (),
-                weight_type: "samples",
-                length: n,
-            },
-        )?;
-
-        let n = t.stack_frame.len();
-        m.serialize_entry(
-            "stackTable",
-            &StackTableOut {
-                frame: Seq(t.stack_frame.iter()),
-                category: Seq(t.stack_category.iter()),
-                subcategory: Seq(repeat_n(0, n)),
-                prefix: Seq(t.stack_prefix.iter().map(|&p| (p != ROOT).then_some(p))),
-                length: n,
-            },
-        )?;
-
-        let n = t.frame_func.len();
-        let category = |&f: &u32| {
-            if t.func_is_js[f as usize] {
-                CAT_PYTHON
-            } else {
-                CAT_NATIVE
-            }
-        };
-        m.serialize_entry(
-            "frameTable",
-            &FrameTableOut {
-                address: Seq(repeat_n(-1, n)),
-                category: Seq(t.frame_func.iter().map(category)),
-                subcategory: Seq(repeat_n(0, n)),
-                func: Seq(t.frame_func.iter()),
-                inner_window_id: nulls(n),
-                implementation: nulls(n),
-                optimizations: nulls(n),
-                line: Seq(t.frame_line.iter().map(|l| l.filter(|&l| l != 0))),
-                column: Seq(t.frame_column.iter()),
-                inline_depth: Seq(repeat_n(0, n)),
-                native_symbol: nulls(n),
-                length: n,
-            },
-        )?;
-
-        let n = t.func_name.len();
-        m.serialize_entry(
-            "funcTable",
-            &FuncTableOut {
-                name: Seq(t.func_name.iter()),
-                is_js: Seq(t.func_is_js.iter()),
-                relevant_for_js: Seq(t.func_is_js.iter()),
-                resource: Seq(t.func_resource.iter()),
-                file_name: Seq(t.func_file.iter()),
-                line_number: Seq(t.func_line.iter()),
-                column_number: nulls(n),
-                length: n,
-            },
-        )?;
-
-        let n = t.resource_name.len();
-        m.serialize_entry(
-            "resourceTable",
-            &ResourceTableOut {
-                lib: nulls(n),
-                name: Seq(t.resource_name.iter()),
-                host: nulls(n),
-                type_: Seq(repeat_n(1, n)),
-                length: n,
-            },
-        )?;
-
-        m.serialize_entry(
-            "nativeSymbols",
-            &NativeSymbolsOut {
-                lib_index: [],
-                address: [],
-                name: [],
-                function_size: [],
-                length: 0,
-            },
-        )?;
-
-        let k = &t.markers;
-        m.serialize_entry(
-            "markers",
-            &MarkersOut {
-                data: Seq(k.iter().map(|mk| match &mk.op {
-                    None => MarkerData::State {
-                        type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
-                        duration: ms(mk.end) - ms(mk.start),
-                        tid: t.tid,
-                    },
-                    Some(op) => MarkerData::Opcode {
-                        type_: "Opcode",
-                        opcode: op.opcode,
-                        opname: &op.opname,
-                        base_opname: &op.base_opname,
-                        is_specialized: op.is_specialized,
-                        line: op.line,
-                        column: (op.column >= 0).then_some(op.column),
-                        function: &op.function,
-                        duration: ms(mk.end) - ms(mk.start),
-                    },
-                })),
-                name: Seq(k.iter().map(|mk| mk.name)),
-                start_time: Seq(k.iter().map(|mk| ms(mk.start))),
-                end_time: Seq(k.iter().map(|mk| ms(mk.end))),
-                phase: Seq(repeat_n(1, k.len())),
-                category: Seq(k.iter().map(|mk| match &mk.op {
-                    None => MARKERS[mk.kind as usize].1,
-                    Some(_) => CAT_OPCODES,
-                })),
-                length: k.len(),
-            },
-        )?;
-        m.end()
+        Ok(())
     }
+}
+
+/// `samples` (a stack and a time each) and `stackTable`.
+fn sample_and_stack_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.sample_stack.len();
+    m.serialize_entry(
+        "samples",
+        &SamplesOut {
+            stack: Seq(t.sample_stack.iter()),
+            time: Seq(t.sample_time.iter().map(|&us| ms(us))),
+            event_delay: nulls(n),
+            weight: (),
+            weight_type: "samples",
+            length: n,
+        },
+    )?;
+
+    let n = t.stack_frame.len();
+    m.serialize_entry(
+        "stackTable",
+        &StackTableOut {
+            frame: Seq(t.stack_frame.iter()),
+            category: Seq(t.stack_category.iter()),
+            subcategory: Seq(repeat_n(0, n)),
+            prefix: Seq(t.stack_prefix.iter().map(|&p| (p != ROOT).then_some(p))),
+            length: n,
+        },
+    )?;
+    Ok(())
+}
+
+/// `frameTable` and `funcTable`.
+fn frame_and_func_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.frame_func.len();
+    let category = |&f: &u32| {
+        if t.func_is_js[f as usize] {
+            CAT_PYTHON
+        } else {
+            CAT_NATIVE
+        }
+    };
+    m.serialize_entry(
+        "frameTable",
+        &FrameTableOut {
+            address: Seq(repeat_n(-1, n)),
+            category: Seq(t.frame_func.iter().map(category)),
+            subcategory: Seq(repeat_n(0, n)),
+            func: Seq(t.frame_func.iter()),
+            inner_window_id: nulls(n),
+            implementation: nulls(n),
+            optimizations: nulls(n),
+            line: Seq(t.frame_line.iter().map(|l| l.filter(|&l| l != 0))),
+            column: Seq(t.frame_column.iter()),
+            inline_depth: Seq(repeat_n(0, n)),
+            native_symbol: nulls(n),
+            length: n,
+        },
+    )?;
+
+    let n = t.func_name.len();
+    m.serialize_entry(
+        "funcTable",
+        &FuncTableOut {
+            name: Seq(t.func_name.iter()),
+            is_js: Seq(t.func_is_js.iter()),
+            relevant_for_js: Seq(t.func_is_js.iter()),
+            resource: Seq(t.func_resource.iter()),
+            file_name: Seq(t.func_file.iter()),
+            line_number: Seq(t.func_line.iter()),
+            column_number: nulls(n),
+            length: n,
+        },
+    )?;
+    Ok(())
+}
+
+/// `resourceTable` (a file each) and the empty `nativeSymbols`.
+fn resource_and_symbol_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.resource_name.len();
+    m.serialize_entry(
+        "resourceTable",
+        &ResourceTableOut {
+            lib: nulls(n),
+            name: Seq(t.resource_name.iter()),
+            host: nulls(n),
+            type_: Seq(repeat_n(1, n)),
+            length: n,
+        },
+    )?;
+
+    m.serialize_entry(
+        "nativeSymbols",
+        &NativeSymbolsOut {
+            lib_index: [],
+            address: [],
+            name: [],
+            function_size: [],
+            length: 0,
+        },
+    )?;
+    Ok(())
+}
+
+/// `markers`: the thread's state intervals and instructions.
+fn markers_table<M: SerializeMap>(t: &Thread, m: &mut M) -> std::result::Result<(), M::Error> {
+    let k = &t.markers;
+    m.serialize_entry(
+        "markers",
+        &MarkersOut {
+            data: Seq(k.iter().map(|mk| match &mk.op {
+                None => MarkerData::State {
+                    type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
+                    duration: ms(mk.end) - ms(mk.start),
+                    tid: t.tid,
+                },
+                Some(op) => MarkerData::Opcode {
+                    type_: "Opcode",
+                    opcode: op.opcode,
+                    opname: &op.opname,
+                    base_opname: &op.base_opname,
+                    is_specialized: op.is_specialized,
+                    line: op.line,
+                    column: (op.column >= 0).then_some(op.column),
+                    function: &op.function,
+                    duration: ms(mk.end) - ms(mk.start),
+                },
+            })),
+            name: Seq(k.iter().map(|mk| mk.name)),
+            start_time: Seq(k.iter().map(|mk| ms(mk.start))),
+            end_time: Seq(k.iter().map(|mk| ms(mk.end))),
+            phase: Seq(repeat_n(1, k.len())),
+            category: Seq(k.iter().map(|mk| match &mk.op {
+                None => MARKERS[mk.kind as usize].1,
+                Some(_) => CAT_OPCODES,
+            })),
+            length: k.len(),
+        },
+    )?;
+    Ok(())
 }
 
 #[derive(Serialize)]
