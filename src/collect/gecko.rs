@@ -1424,113 +1424,137 @@ mod tests {
         );
     }
 
+    fn len(v: &Value) -> usize {
+        v.as_array().unwrap().len()
+    }
+
+    fn idx(v: &Value) -> usize {
+        v.as_u64().unwrap() as usize
+    }
+
+    /// The length of table `t`, checked against each of its columns.
+    fn table(t: &Value, cols: &[&str]) -> usize {
+        let n = idx(&t["length"]);
+        for c in cols {
+            assert_eq!(len(&t[*c]), n, "column {c}");
+        }
+        n
+    }
+
     /// Every index in range, lengths right, prefixes acyclic, markers sane.
     fn check_consistent(p: &Value) {
-        let len = |v: &Value| v.as_array().unwrap().len();
-        let idx = |v: &Value| v.as_u64().unwrap() as usize;
         let n_strings = len(&p["shared"]["stringArray"]);
         let n_categories = len(&p["meta"]["categories"]);
         assert_eq!(p["meta"]["version"], 32);
         assert_eq!(p["meta"]["preprocessedProfileVersion"], 57);
-        let table = |t: &Value, cols: &[&str]| -> usize {
-            let n = idx(&t["length"]);
-            for c in cols {
-                assert_eq!(len(&t[*c]), n, "column {c}");
-            }
-            n
-        };
         for t in p["threads"].as_array().unwrap() {
-            let (st, ft, fu, rt) = (
-                &t["stackTable"],
-                &t["frameTable"],
-                &t["funcTable"],
-                &t["resourceTable"],
+            let n_stack = check_stack_tables(t, n_strings, n_categories);
+            check_samples(&t["samples"], n_stack);
+            check_markers(p, t, n_categories);
+        }
+    }
+
+    /// A thread's resource, function, frame and stack tables, each
+    /// pointing into the one before; the number of stacks.
+    fn check_stack_tables(t: &Value, n_strings: usize, n_categories: usize) -> usize {
+        let (st, ft, fu, rt) = (
+            &t["stackTable"],
+            &t["frameTable"],
+            &t["funcTable"],
+            &t["resourceTable"],
+        );
+        let n_res = table(rt, &["lib", "name", "host", "type"]);
+        for i in 0..n_res {
+            assert!(idx(&rt["name"][i]) < n_strings);
+        }
+        let n_func = table(
+            fu,
+            &[
+                "name",
+                "isJS",
+                "relevantForJS",
+                "resource",
+                "fileName",
+                "lineNumber",
+                "columnNumber",
+            ],
+        );
+        for i in 0..n_func {
+            assert!(idx(&fu["name"][i]) < n_strings);
+            assert!(idx(&fu["resource"][i]) < n_res);
+            let file = &fu["fileName"][i];
+            assert!(file.is_null() || idx(file) < n_strings);
+            assert_eq!(file.is_null(), !fu["isJS"][i].as_bool().unwrap());
+        }
+        let n_frame = table(
+            ft,
+            &[
+                "address",
+                "category",
+                "subcategory",
+                "func",
+                "innerWindowID",
+                "implementation",
+                "optimizations",
+                "line",
+                "column",
+                "inlineDepth",
+                "nativeSymbol",
+            ],
+        );
+        for i in 0..n_frame {
+            assert!(idx(&ft["func"][i]) < n_func);
+            assert!(idx(&ft["category"][i]) < n_categories);
+            assert_eq!(ft["subcategory"][i], 0);
+        }
+        let n_stack = table(st, &["frame", "category", "subcategory", "prefix"]);
+        for i in 0..n_stack {
+            assert!(idx(&st["frame"][i]) < n_frame);
+            assert!(idx(&st["category"][i]) < n_categories);
+            // A prefix comes before its extensions: no cycles.
+            let prefix = &st["prefix"][i];
+            assert!(
+                prefix.is_null() || idx(prefix) < i,
+                "stack {i}: prefix {prefix}"
             );
-            let n_res = table(rt, &["lib", "name", "host", "type"]);
-            for i in 0..n_res {
-                assert!(idx(&rt["name"][i]) < n_strings);
-            }
-            let n_func = table(
-                fu,
-                &[
-                    "name",
-                    "isJS",
-                    "relevantForJS",
-                    "resource",
-                    "fileName",
-                    "lineNumber",
-                    "columnNumber",
-                ],
+        }
+        n_stack
+    }
+
+    /// Samples on known stacks, in time order.
+    fn check_samples(s: &Value, n_stack: usize) {
+        let n_samples = table(s, &["stack", "time", "eventDelay"]);
+        let mut last = f64::NEG_INFINITY;
+        for i in 0..n_samples {
+            assert!(idx(&s["stack"][i]) < n_stack);
+            let time = s["time"][i].as_f64().unwrap();
+            assert!(time >= last, "sample times go back");
+            last = time;
+        }
+    }
+
+    /// Markers named, in order, of their thread, as long as they say.
+    fn check_markers(p: &Value, t: &Value, n_categories: usize) {
+        let m = &t["markers"];
+        let n_markers = table(
+            m,
+            &["data", "name", "startTime", "endTime", "phase", "category"],
+        );
+        for i in 0..n_markers {
+            let name = p["shared"]["stringArray"][idx(&m["name"][i])]
+                .as_str()
+                .unwrap();
+            let (start, end) = (
+                m["startTime"][i].as_f64().unwrap(),
+                m["endTime"][i].as_f64().unwrap(),
             );
-            for i in 0..n_func {
-                assert!(idx(&fu["name"][i]) < n_strings);
-                assert!(idx(&fu["resource"][i]) < n_res);
-                let file = &fu["fileName"][i];
-                assert!(file.is_null() || idx(file) < n_strings);
-                assert_eq!(file.is_null(), !fu["isJS"][i].as_bool().unwrap());
-            }
-            let n_frame = table(
-                ft,
-                &[
-                    "address",
-                    "category",
-                    "subcategory",
-                    "func",
-                    "innerWindowID",
-                    "implementation",
-                    "optimizations",
-                    "line",
-                    "column",
-                    "inlineDepth",
-                    "nativeSymbol",
-                ],
-            );
-            for i in 0..n_frame {
-                assert!(idx(&ft["func"][i]) < n_func);
-                assert!(idx(&ft["category"][i]) < n_categories);
-                assert_eq!(ft["subcategory"][i], 0);
-            }
-            let n_stack = table(st, &["frame", "category", "subcategory", "prefix"]);
-            for i in 0..n_stack {
-                assert!(idx(&st["frame"][i]) < n_frame);
-                assert!(idx(&st["category"][i]) < n_categories);
-                // A prefix comes before its extensions: no cycles.
-                let prefix = &st["prefix"][i];
-                assert!(
-                    prefix.is_null() || idx(prefix) < i,
-                    "stack {i}: prefix {prefix}"
-                );
-            }
-            let s = &t["samples"];
-            let n_samples = table(s, &["stack", "time", "eventDelay"]);
-            let mut last = f64::NEG_INFINITY;
-            for i in 0..n_samples {
-                assert!(idx(&s["stack"][i]) < n_stack);
-                let time = s["time"][i].as_f64().unwrap();
-                assert!(time >= last, "sample times go back");
-                last = time;
-            }
-            let m = &t["markers"];
-            let n_markers = table(
-                m,
-                &["data", "name", "startTime", "endTime", "phase", "category"],
-            );
-            for i in 0..n_markers {
-                let name = p["shared"]["stringArray"][idx(&m["name"][i])]
-                    .as_str()
-                    .unwrap();
-                let (start, end) = (
-                    m["startTime"][i].as_f64().unwrap(),
-                    m["endTime"][i].as_f64().unwrap(),
-                );
-                assert!(start <= end, "{name}: {start} > {end}");
-                assert_eq!(m["phase"][i], 1);
-                assert!(idx(&m["category"][i]) < n_categories);
-                let data = &m["data"][i];
-                assert_eq!(data["type"], name.replace(' ', ""));
-                assert_eq!(data["tid"], t["tid"]);
-                assert_eq!(data["duration"].as_f64().unwrap(), end - start);
-            }
+            assert!(start <= end, "{name}: {start} > {end}");
+            assert_eq!(m["phase"][i], 1);
+            assert!(idx(&m["category"][i]) < n_categories);
+            let data = &m["data"][i];
+            assert_eq!(data["type"], name.replace(' ', ""));
+            assert_eq!(data["tid"], t["tid"]);
+            assert_eq!(data["duration"].as_f64().unwrap(), end - start);
         }
     }
 
