@@ -179,6 +179,56 @@ mod tests {
     }
 
     #[test]
+    fn synthetic_frames_read_back_from_a_recording_render_as_recorded() {
+        use crate::binfmt::reader::{BinaryReader, ReadOptions};
+        use crate::binfmt::writer::{BinaryWriter, WriterOptions};
+        use crate::model::FrameKind;
+        let mut t = FrameTable::new();
+        let f = fixtures::py(&mut t, "/a/x.py", "f", 3);
+        let truncated = t.synthetic(FrameKind::Truncated, "<truncated>");
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let native = t.synthetic(FrameKind::Native, "<native>");
+        let sample = Sample {
+            pid: None,
+            timestamp_us: 1,
+            threads: vec![crate::model::ThreadSample {
+                tid: 9,
+                frames: vec![gc, f, native, f, truncated],
+                ..Default::default()
+            }],
+        };
+        let mut w = BinaryWriter::new(
+            std::io::Cursor::new(Vec::new()),
+            "t".into(),
+            WriterOptions::default(),
+        )
+        .unwrap();
+        w.write_sample(&sample, &t);
+        let bytes = w.finish().unwrap().into_inner();
+        let mut r = BinaryReader::new(
+            std::io::Cursor::new(bytes),
+            "t".into(),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        let back = r.read_samples().unwrap();
+        let kinds: Vec<FrameKind> = back[0].threads[0]
+            .frames
+            .iter()
+            .map(|&id| r.frames().frame(id).kind)
+            .collect();
+        use FrameKind::*;
+        assert_eq!(kinds, [Gc, Python, Native, Python, Truncated]);
+        let mut live = CollapsedCollector::new(Output::Stdout);
+        live.collect(&sample, &t);
+        let mut replayed = CollapsedCollector::new(Output::Stdout);
+        replayed.collect(&back[0], r.frames());
+        let text = "tid:9;<truncated>;x.py:f:3;<native>;x.py:f:3;<GC> 1\n";
+        assert_eq!(live.render(&t), text);
+        assert_eq!(replayed.render(r.frames()), text);
+    }
+
+    #[test]
     fn merged_lines_start_with_their_process() {
         let mut t = FrameTable::new();
         let (file, func) = (t.intern_str("/a/x.py"), t.intern_str("f"));
