@@ -461,9 +461,46 @@ fn file_page(
     source: Option<&[String]>,
     frames: &FrameTable,
 ) -> String {
-    let max_self = f.rows.iter().map(|r| r.self_).max().unwrap_or(0);
-    let max_total = f.rows.iter().map(|r| r.total).max().unwrap_or(0);
     let mut out = head(&format!("{} - tachyon heatmap", f.name));
+    file_page_top(&mut out, report, f, source.is_some());
+    out.push_str(
+        "<table class=\"code\"><thead><tr><th>line<th>self<th>total<th>source<th></thead><tbody>\n",
+    );
+    let page = CodeTable {
+        report,
+        frames,
+        max_self: f.rows.iter().map(|r| r.self_).max().unwrap_or(0),
+        max_total: f.rows.iter().map(|r| r.total).max().unwrap_or(0),
+    };
+    match source {
+        Some(src) => {
+            let mut rows = f.rows.iter().peekable();
+            for (i, text) in src.iter().enumerate() {
+                let r = rows.next_if(|r| r.line as usize == i + 1);
+                page.row(&mut out, i + 1, r, text);
+            }
+            // Lines past the end (the file changed since): their counts
+            // only, however far a bogus line number points.
+            for r in rows {
+                page.row(&mut out, r.line as usize, Some(r), "");
+            }
+        }
+        None => {
+            for r in f.rows.iter() {
+                page.row(&mut out, r.line as usize, Some(r), "");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "</tbody></table></main><script>{FILE_JS}</script></body></html>"
+    );
+    out
+}
+
+/// A file page's header, its stats and switches, and a warning when its
+/// source could not be read.
+fn file_page_top(out: &mut String, report: &Report, f: &FileInfo, readable: bool) {
     let _ = write!(
         out,
         "<body class=\"self\"><header><a href=\"index.html\">tachyon heatmap</a> › \
@@ -478,18 +515,28 @@ fn file_page(
         f.rows.len(),
         pct(f.total, report.stacks),
     );
-    if source.is_none() {
+    if !readable {
         let _ = writeln!(
             out,
             "<p class=\"warn\">Source unavailable: {} could not be read. The lines with samples are listed.</p>",
             escape(&f.name)
         );
     }
-    out.push_str(
-        "<table class=\"code\"><thead><tr><th>line<th>self<th>total<th>source<th></thead><tbody>\n",
-    );
-    let mut rows = f.rows.iter().peekable();
-    let row = |out: &mut String, line: usize, r: Option<&LineRow>, text: &str| {
+}
+
+/// What a file page's rows are drawn with: the report they link into and
+/// the file's largest counts, which the colours are relative to.
+struct CodeTable<'a> {
+    report: &'a Report,
+    frames: &'a FrameTable,
+    max_self: u64,
+    max_total: u64,
+}
+
+impl CodeTable<'_> {
+    /// Source line `line`, with its counts, links and instructions when
+    /// it has samples (`r`).
+    fn row(&self, out: &mut String, line: usize, r: Option<&LineRow>, text: &str) {
         let (s, t) = r.map_or((0, 0), |r| (r.self_, r.total));
         let num = |v: u64| if v == 0 { String::new() } else { v.to_string() };
         // Most lines have no samples: no class, the shortest row.
@@ -503,14 +550,15 @@ fn file_page(
             let _ = write!(
                 out,
                 "<tr id=\"L{line}\" class=\"s{} t{}\"><td>{line}<td>{}<td>{}<td>{}<td>",
-                level(s, max_self),
-                level(t, max_total),
+                level(s, self.max_self),
+                level(t, self.max_total),
                 num(s),
                 num(t),
                 escape(text)
             );
         }
         if let Some(r) = r {
+            let (report, frames) = (self.report, self.frames);
             for &c in &r.callers {
                 out.push_str(&nav_link(report, frames, "▲", "called from", c));
             }
@@ -522,30 +570,7 @@ fn file_page(
             }
         }
         out.push('\n');
-    };
-    match source {
-        Some(src) => {
-            for (i, text) in src.iter().enumerate() {
-                let r = rows.next_if(|r| r.line as usize == i + 1);
-                row(&mut out, i + 1, r, text);
-            }
-            // Lines past the end (the file changed since): their counts
-            // only, however far a bogus line number points.
-            for r in rows {
-                row(&mut out, r.line as usize, Some(r), "");
-            }
-        }
-        None => {
-            for r in f.rows.iter() {
-                row(&mut out, r.line as usize, Some(r), "");
-            }
-        }
     }
-    let _ = writeln!(
-        out,
-        "</tbody></table></main><script>{FILE_JS}</script></body></html>"
-    );
-    out
 }
 
 /// A line's bytecode panel: the instructions its frames were at, with
