@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::model::{FrameKind, FrameTable, ThreadSample, status};
+use crate::model::{FrameKind, FrameTable, NO_FILE, ThreadSample, status};
 use crate::opcodes::OpTable;
 
 /// The largest source file read.
@@ -45,7 +45,8 @@ impl SourceReader {
     }
 
     fn path_for(&self, filename: &str) -> Option<PathBuf> {
-        if filename.starts_with('<') || filename.is_empty() || filename == "~" {
+        // `~` as the reference reads it: no file (it reads no source for it).
+        if filename.starts_with('<') || filename.is_empty() || filename == NO_FILE {
             return None;
         }
         Some(match self.pid {
@@ -194,7 +195,7 @@ fn write_frames(
         let f = table.frame(id);
         let name = table.str(f.func);
         let file = table.str(f.file);
-        if matches!(f.kind, FrameKind::Gc | FrameKind::Native) {
+        if f.kind.is_synthetic() {
             let _ = writeln!(out, "  {name}");
             continue;
         }

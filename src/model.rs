@@ -18,14 +18,45 @@ pub enum FrameKind {
     Python,
     /// `<GC>`: the garbage collector is running.
     Gc,
-    /// `<native>`: a boundary where C code called back into Python.
+    /// `<native>`: a boundary where C code called back into Python, or
+    /// another frame a profile names without a file.
     Native,
+    /// `<truncated>`: the stack went on past [`MAX_DEPTH`] frames.
+    Truncated,
     /// A frame whose memory or code object could not be read.
     Unreadable,
     /// `<task>`: an asyncio task in an async-aware stack, named by the
     /// task's name (file `<task>`, no location, as the reference shows it).
     Task,
 }
+
+impl FrameKind {
+    /// A frame the profiler makes up (`<GC>`, `<native>`, `<truncated>`):
+    /// it has a name, no file and no location.
+    pub fn is_synthetic(self) -> bool {
+        matches!(
+            self,
+            FrameKind::Gc | FrameKind::Native | FrameKind::Truncated
+        )
+    }
+
+    /// The kind of a frame a profile names without a file: `<GC>`,
+    /// `<truncated>`, else a `<native>`-like marker.
+    pub fn synthetic_named(func: &str) -> FrameKind {
+        match func {
+            "<GC>" => FrameKind::Gc,
+            "<truncated>" => FrameKind::Truncated,
+            _ => FrameKind::Native,
+        }
+    }
+}
+
+/// The file name the formats that give every frame one use for a frame
+/// without a file (the reference's `~`). Synthetic frames carry it as
+/// their file string, so the binary format writes it and a profile read
+/// back has it; [`FrameTable::intern`] turns it back into a synthetic
+/// kind. Nothing else compares against it: code asks [`Frame::file`].
+pub const NO_FILE: &str = "~";
 
 /// Where in its source an instruction is: lines 1-based, columns 0-based,
 /// a column -1 when the location table gives the line only.
@@ -56,6 +87,11 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// The frame's file, `None` for a synthetic frame (which has none).
+    pub fn file(&self) -> Option<StrId> {
+        (!self.kind.is_synthetic()).then_some(self.file)
+    }
+
     /// The line the reference's text outputs show: 0 without a location
     /// (its `location=None`).
     pub fn line(&self) -> i32 {
@@ -87,7 +123,23 @@ impl FrameTable {
         id
     }
 
-    pub fn intern(&mut self, f: Frame) -> FrameId {
+    /// The id of frame `f`, interned on first sight. A frame made with
+    /// kind `Python` but file [`NO_FILE`] and no location (as a profile
+    /// read from a file gives it) is synthetic: it gets its kind here, so
+    /// no stage after this one has to recognise it by its file.
+    pub fn intern(&mut self, mut f: Frame) -> FrameId {
+        if f.kind == FrameKind::Python
+            && f.location.is_none()
+            && self
+                .strings
+                .get(f.file as usize)
+                .is_some_and(|s| &**s == NO_FILE)
+        {
+            f.kind = self
+                .strings
+                .get(f.func as usize)
+                .map_or(FrameKind::Native, |name| FrameKind::synthetic_named(name));
+        }
         if let Some(&id) = self.frame_index.get(&f) {
             return id;
         }
@@ -97,9 +149,10 @@ impl FrameTable {
         id
     }
 
-    /// A synthetic frame (`<GC>`, `<native>`, ...) with file `~`.
+    /// A synthetic frame (`<GC>`, `<native>`, `<truncated>`); its file
+    /// string is [`NO_FILE`], for the formats that write one.
     pub fn synthetic(&mut self, kind: FrameKind, name: &str) -> FrameId {
-        let file = self.intern_str("~");
+        let file = self.intern_str(NO_FILE);
         let func = self.intern_str(name);
         self.intern(Frame {
             kind,
@@ -296,5 +349,49 @@ impl RunStats {
         } else {
             (e - self.attempts) as f64 * 100.0 / e as f64
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_back(t: &mut FrameTable, file: &str, func: &str, location: Option<Location>) -> Frame {
+        let (file, func) = (t.intern_str(file), t.intern_str(func));
+        let id = t.intern(Frame {
+            kind: FrameKind::Python,
+            file,
+            func,
+            location,
+            opcode: None,
+        });
+        *t.frame(id)
+    }
+
+    #[test]
+    fn a_frame_read_back_without_file_or_location_is_synthetic() {
+        let mut t = FrameTable::new();
+        let truncated = t.synthetic(FrameKind::Truncated, "<truncated>");
+        let back = read_back(&mut t, NO_FILE, "<truncated>", None);
+        assert_eq!(back.kind, FrameKind::Truncated);
+        assert_eq!(t.intern(back), truncated, "one frame, however it was made");
+        assert_eq!(read_back(&mut t, NO_FILE, "<GC>", None).kind, FrameKind::Gc);
+        let other = read_back(&mut t, NO_FILE, "<idle>", None);
+        assert_eq!((other.kind, other.file()), (FrameKind::Native, None));
+    }
+
+    #[test]
+    fn a_python_frame_keeps_its_file() {
+        let mut t = FrameTable::new();
+        let at = Location {
+            line: 3,
+            end_line: 3,
+            col: 0,
+            end_col: 1,
+        };
+        let f = read_back(&mut t, NO_FILE, "f", Some(at));
+        assert_eq!((f.kind, f.file()), (FrameKind::Python, Some(f.file)));
+        let g = read_back(&mut t, "/app/a.py", "g", None);
+        assert_eq!((g.kind, g.file()), (FrameKind::Python, Some(g.file)));
     }
 }

@@ -205,6 +205,7 @@ fn frame_text(t: &FrameTable, id: u32) -> String {
         FrameKind::Python | FrameKind::Unreadable => "py",
         FrameKind::Gc => "gc",
         FrameKind::Native => "native",
+        FrameKind::Truncated => "truncated",
         FrameKind::Task => "task",
     };
     format!(

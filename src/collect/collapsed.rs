@@ -43,7 +43,7 @@ impl CollapsedCollector {
     /// The file's text.
     fn render(&self, frames: &FrameTable) -> String {
         // Merge stacks equal as (file, line, func) sequences.
-        type Loc = (StrId, i32, StrId);
+        type Loc = (Option<StrId>, i32, StrId);
         let mut merged: HashMap<(u64, Vec<Loc>), u64> = HashMap::new();
         for cell in self.counts.cells() {
             let locs = self
@@ -52,7 +52,7 @@ impl CollapsedCollector {
                 .iter()
                 .map(|&id| {
                     let f = frames.frame(id);
-                    (f.file, f.line(), f.func)
+                    (f.file(), f.line(), f.func)
                 })
                 .collect();
             *merged.entry((cell.tid, locs)).or_insert(0) += cell.count;
@@ -68,11 +68,15 @@ impl CollapsedCollector {
                     None => format!("tid:{tid}"),
                 };
                 for &(file, line, func) in locs.iter().rev() {
-                    let (file, func) = (frames.str(file), frames.str(func));
-                    if file == "~" && line == 0 {
-                        let _ = write!(s, ";{func}");
-                    } else {
-                        let _ = write!(s, ";{}:{func}:{line}", basename(file));
+                    let func = frames.str(func);
+                    match file {
+                        None => {
+                            let _ = write!(s, ";{func}");
+                        }
+                        Some(file) => {
+                            let file = basename(frames.str(file));
+                            let _ = write!(s, ";{file}:{func}:{line}");
+                        }
                     }
                 }
                 (s, n)
@@ -172,6 +176,56 @@ mod tests {
         c.collect(&sample(vec![b]), &t);
         c.collect(&sample(vec![gc, b]), &t);
         assert_eq!(c.render(&t), "tid:9;x.py:f:3 2\ntid:9;x.py:f:3;<GC> 1\n");
+    }
+
+    #[test]
+    fn synthetic_frames_read_back_from_a_recording_render_as_recorded() {
+        use crate::binfmt::reader::{BinaryReader, ReadOptions};
+        use crate::binfmt::writer::{BinaryWriter, WriterOptions};
+        use crate::model::FrameKind;
+        let mut t = FrameTable::new();
+        let f = fixtures::py(&mut t, "/a/x.py", "f", 3);
+        let truncated = t.synthetic(FrameKind::Truncated, "<truncated>");
+        let gc = t.synthetic(FrameKind::Gc, "<GC>");
+        let native = t.synthetic(FrameKind::Native, "<native>");
+        let sample = Sample {
+            pid: None,
+            timestamp_us: 1,
+            threads: vec![crate::model::ThreadSample {
+                tid: 9,
+                frames: vec![gc, f, native, f, truncated],
+                ..Default::default()
+            }],
+        };
+        let mut w = BinaryWriter::new(
+            std::io::Cursor::new(Vec::new()),
+            "t".into(),
+            WriterOptions::default(),
+        )
+        .unwrap();
+        w.write_sample(&sample, &t);
+        let bytes = w.finish().unwrap().into_inner();
+        let mut r = BinaryReader::new(
+            std::io::Cursor::new(bytes),
+            "t".into(),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        let back = r.read_samples().unwrap();
+        let kinds: Vec<FrameKind> = back[0].threads[0]
+            .frames
+            .iter()
+            .map(|&id| r.frames().frame(id).kind)
+            .collect();
+        use FrameKind::*;
+        assert_eq!(kinds, [Gc, Python, Native, Python, Truncated]);
+        let mut live = CollapsedCollector::new(Output::Stdout);
+        live.collect(&sample, &t);
+        let mut replayed = CollapsedCollector::new(Output::Stdout);
+        replayed.collect(&back[0], r.frames());
+        let text = "tid:9;<truncated>;x.py:f:3;<native>;x.py:f:3;<GC> 1\n";
+        assert_eq!(live.render(&t), text);
+        assert_eq!(replayed.render(r.frames()), text);
     }
 
     #[test]

@@ -1032,8 +1032,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn embeds_the_tree_threads_stats_and_hot_spots() {
+    /// A page of 10 samples in two threads: `<module>` calls `work`,
+    /// which calls `decode` (the standard library), and `idle`.
+    fn two_thread_page() -> (FlamegraphCollector, FrameTable, String) {
         let mut t = FrameTable::new();
         let main = py(&mut t, "/app/main.py", "<module>", 10);
         let work = py(&mut t, "/app/main.py", "work", 3);
@@ -1050,6 +1051,12 @@ mod tests {
             c.collect(&sample(2, &[main, idle]), &t);
         }
         let page = html(&c, &t, &stats(11));
+        (c, t, page)
+    }
+
+    #[test]
+    fn embeds_the_tree_threads_and_stats() {
+        let (_, _, page) = two_thread_page();
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("<title>tachyon flame graph</title>"));
         assert!(page.contains("<canvas id=\"fg\">"));
@@ -1098,6 +1105,12 @@ mod tests {
             serde_json::json!({"gil": false, "cpu": false, "exception": false})
         );
         assert_eq!(d.v["gc"], serde_json::json!([0, 0]));
+    }
+
+    #[test]
+    fn embeds_the_hot_spots_and_the_inverted_tree() {
+        let (c, t, page) = two_thread_page();
+        let d = Drawn::of(&page);
         // Hot spots by self samples: everything, then per thread.
         let hot = d.hot(0);
         assert_eq!(

@@ -409,9 +409,7 @@ impl GeckoCollector {
         let f = frames.frame(id);
         // Synthetic frames, and frames without a location, have no line:
         // the reference's `location=None`.
-        let location = f
-            .location
-            .filter(|_| !matches!(f.kind, FrameKind::Gc | FrameKind::Native));
+        let location = f.location.filter(|_| !f.kind.is_synthetic());
         let line = location.map(|l| l.line);
         let column = location.map(|l| l.col).filter(|&c| c >= 0);
         let func = self.func(th, f.file, f.func, line, frames);
@@ -823,6 +821,19 @@ impl Serialize for ThreadOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let t = self.t;
         let mut m = s.serialize_map(None)?;
+        self.process_entries(&mut m)?;
+        sample_and_stack_tables(t, &mut m)?;
+        frame_and_func_tables(t, &mut m)?;
+        resource_and_symbol_tables(t, &mut m)?;
+        markers_table(t, &mut m)?;
+        m.end()
+    }
+}
+
+impl ThreadOut<'_> {
+    /// The thread's name, ids and process.
+    fn process_entries<M: SerializeMap>(&self, m: &mut M) -> std::result::Result<(), M::Error> {
+        let t = self.t;
         match &t.name {
             Some(name) => m.serialize_entry("name", name)?,
             None => m.serialize_entry("name", &format!("Thread-{}", t.tid))?,
@@ -843,131 +854,156 @@ impl Serialize for ThreadOut<'_> {
             Some(pid) => m.serialize_entry("processName", &self.processes.label(pid))?,
             None => m.serialize_entry("processName", "Python Process")?,
         }
-
-        let n = t.sample_stack.len();
-        m.serialize_entry(
-            "samples",
-            &SamplesOut {
-                stack: Seq(t.sample_stack.iter()),
-                time: Seq(t.sample_time.iter().map(|&us| ms(us))),
-                event_delay: nulls(n),
-                weight: (),
-                weight_type: "samples",
-                length: n,
-            },
-        )?;
-
-        let n = t.stack_frame.len();
-        m.serialize_entry(
-            "stackTable",
-            &StackTableOut {
-                frame: Seq(t.stack_frame.iter()),
-                category: Seq(t.stack_category.iter()),
-                subcategory: Seq(repeat_n(0, n)),
-                prefix: Seq(t.stack_prefix.iter().map(|&p| (p != ROOT).then_some(p))),
-                length: n,
-            },
-        )?;
-
-        let n = t.frame_func.len();
-        let category = |&f: &u32| {
-            if t.func_is_js[f as usize] {
-                CAT_PYTHON
-            } else {
-                CAT_NATIVE
-            }
-        };
-        m.serialize_entry(
-            "frameTable",
-            &FrameTableOut {
-                address: Seq(repeat_n(-1, n)),
-                category: Seq(t.frame_func.iter().map(category)),
-                subcategory: Seq(repeat_n(0, n)),
-                func: Seq(t.frame_func.iter()),
-                inner_window_id: nulls(n),
-                implementation: nulls(n),
-                optimizations: nulls(n),
-                line: Seq(t.frame_line.iter().map(|l| l.filter(|&l| l != 0))),
-                column: Seq(t.frame_column.iter()),
-                inline_depth: Seq(repeat_n(0, n)),
-                native_symbol: nulls(n),
-                length: n,
-            },
-        )?;
-
-        let n = t.func_name.len();
-        m.serialize_entry(
-            "funcTable",
-            &FuncTableOut {
-                name: Seq(t.func_name.iter()),
-                is_js: Seq(t.func_is_js.iter()),
-                relevant_for_js: Seq(t.func_is_js.iter()),
-                resource: Seq(t.func_resource.iter()),
-                file_name: Seq(t.func_file.iter()),
-                line_number: Seq(t.func_line.iter()),
-                column_number: nulls(n),
-                length: n,
-            },
-        )?;
-
-        let n = t.resource_name.len();
-        m.serialize_entry(
-            "resourceTable",
-            &ResourceTableOut {
-                lib: nulls(n),
-                name: Seq(t.resource_name.iter()),
-                host: nulls(n),
-                type_: Seq(repeat_n(1, n)),
-                length: n,
-            },
-        )?;
-
-        m.serialize_entry(
-            "nativeSymbols",
-            &NativeSymbolsOut {
-                lib_index: [],
-                address: [],
-                name: [],
-                function_size: [],
-                length: 0,
-            },
-        )?;
-
-        let k = &t.markers;
-        m.serialize_entry(
-            "markers",
-            &MarkersOut {
-                data: Seq(k.iter().map(|mk| match &mk.op {
-                    None => MarkerData::State {
-                        type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
-                        duration: ms(mk.end) - ms(mk.start),
-                        tid: t.tid,
-                    },
-                    Some(op) => MarkerData::Opcode {
-                        type_: "Opcode",
-                        opcode: op.opcode,
-                        opname: &op.opname,
-                        base_opname: &op.base_opname,
-                        is_specialized: op.is_specialized,
-                        line: op.line,
-                        column: (op.column >= 0).then_some(op.column),
-                        function: &op.function,
-                        duration: ms(mk.end) - ms(mk.start),
-                    },
-                })),
-                name: Seq(k.iter().map(|mk| mk.name)),
-                start_time: Seq(k.iter().map(|mk| ms(mk.start))),
-                end_time: Seq(k.iter().map(|mk| ms(mk.end))),
-                phase: Seq(repeat_n(1, k.len())),
-                category: Seq(k.iter().map(|mk| match &mk.op {
-                    None => MARKERS[mk.kind as usize].1,
-                    Some(_) => CAT_OPCODES,
-                })),
-                length: k.len(),
-            },
-        )?;
-        m.end()
+        Ok(())
     }
+}
+
+/// `samples` (a stack and a time each) and `stackTable`.
+fn sample_and_stack_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.sample_stack.len();
+    m.serialize_entry(
+        "samples",
+        &SamplesOut {
+            stack: Seq(t.sample_stack.iter()),
+            time: Seq(t.sample_time.iter().map(|&us| ms(us))),
+            event_delay: nulls(n),
+            weight: (),
+            weight_type: "samples",
+            length: n,
+        },
+    )?;
+
+    let n = t.stack_frame.len();
+    m.serialize_entry(
+        "stackTable",
+        &StackTableOut {
+            frame: Seq(t.stack_frame.iter()),
+            category: Seq(t.stack_category.iter()),
+            subcategory: Seq(repeat_n(0, n)),
+            prefix: Seq(t.stack_prefix.iter().map(|&p| (p != ROOT).then_some(p))),
+            length: n,
+        },
+    )?;
+    Ok(())
+}
+
+/// `frameTable` and `funcTable`.
+fn frame_and_func_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.frame_func.len();
+    let category = |&f: &u32| {
+        if t.func_is_js[f as usize] {
+            CAT_PYTHON
+        } else {
+            CAT_NATIVE
+        }
+    };
+    m.serialize_entry(
+        "frameTable",
+        &FrameTableOut {
+            address: Seq(repeat_n(-1, n)),
+            category: Seq(t.frame_func.iter().map(category)),
+            subcategory: Seq(repeat_n(0, n)),
+            func: Seq(t.frame_func.iter()),
+            inner_window_id: nulls(n),
+            implementation: nulls(n),
+            optimizations: nulls(n),
+            line: Seq(t.frame_line.iter().map(|l| l.filter(|&l| l != 0))),
+            column: Seq(t.frame_column.iter()),
+            inline_depth: Seq(repeat_n(0, n)),
+            native_symbol: nulls(n),
+            length: n,
+        },
+    )?;
+
+    let n = t.func_name.len();
+    m.serialize_entry(
+        "funcTable",
+        &FuncTableOut {
+            name: Seq(t.func_name.iter()),
+            is_js: Seq(t.func_is_js.iter()),
+            relevant_for_js: Seq(t.func_is_js.iter()),
+            resource: Seq(t.func_resource.iter()),
+            file_name: Seq(t.func_file.iter()),
+            line_number: Seq(t.func_line.iter()),
+            column_number: nulls(n),
+            length: n,
+        },
+    )?;
+    Ok(())
+}
+
+/// `resourceTable` (a file each) and the empty `nativeSymbols`.
+fn resource_and_symbol_tables<M: SerializeMap>(
+    t: &Thread,
+    m: &mut M,
+) -> std::result::Result<(), M::Error> {
+    let n = t.resource_name.len();
+    m.serialize_entry(
+        "resourceTable",
+        &ResourceTableOut {
+            lib: nulls(n),
+            name: Seq(t.resource_name.iter()),
+            host: nulls(n),
+            type_: Seq(repeat_n(1, n)),
+            length: n,
+        },
+    )?;
+
+    m.serialize_entry(
+        "nativeSymbols",
+        &NativeSymbolsOut {
+            lib_index: [],
+            address: [],
+            name: [],
+            function_size: [],
+            length: 0,
+        },
+    )?;
+    Ok(())
+}
+
+/// `markers`: the thread's state intervals and instructions.
+fn markers_table<M: SerializeMap>(t: &Thread, m: &mut M) -> std::result::Result<(), M::Error> {
+    let k = &t.markers;
+    m.serialize_entry(
+        "markers",
+        &MarkersOut {
+            data: Seq(k.iter().map(|mk| match &mk.op {
+                None => MarkerData::State {
+                    type_: MARKERS[mk.kind as usize].0.replace(' ', ""),
+                    duration: ms(mk.end) - ms(mk.start),
+                    tid: t.tid,
+                },
+                Some(op) => MarkerData::Opcode {
+                    type_: "Opcode",
+                    opcode: op.opcode,
+                    opname: &op.opname,
+                    base_opname: &op.base_opname,
+                    is_specialized: op.is_specialized,
+                    line: op.line,
+                    column: (op.column >= 0).then_some(op.column),
+                    function: &op.function,
+                    duration: ms(mk.end) - ms(mk.start),
+                },
+            })),
+            name: Seq(k.iter().map(|mk| mk.name)),
+            start_time: Seq(k.iter().map(|mk| ms(mk.start))),
+            end_time: Seq(k.iter().map(|mk| ms(mk.end))),
+            phase: Seq(repeat_n(1, k.len())),
+            category: Seq(k.iter().map(|mk| match &mk.op {
+                None => MARKERS[mk.kind as usize].1,
+                Some(_) => CAT_OPCODES,
+            })),
+            length: k.len(),
+        },
+    )?;
+    Ok(())
 }
 
 #[derive(Serialize)]
@@ -1101,7 +1137,7 @@ mod tests {
 
     use super::*;
     use crate::collect::scenarios as fixtures;
-    use crate::model::{Frame, ThreadSample};
+    use crate::model::{Frame, NO_FILE, ThreadSample};
 
     struct Scenario {
         name: String,
@@ -1158,13 +1194,8 @@ mod tests {
         let file = e[0].as_str().unwrap();
         let line = e[1].as_i64().unwrap() as i32;
         let func = e[2].as_str().unwrap();
-        if file == "~" && line == 0 {
-            let kind = if func == "<GC>" {
-                FrameKind::Gc
-            } else {
-                FrameKind::Native
-            };
-            return t.synthetic(kind, func);
+        if file == NO_FILE && line == 0 {
+            return t.synthetic(FrameKind::synthetic_named(func), func);
         }
         let col = e.get(3).and_then(Value::as_i64).unwrap_or(0) as i32;
         // Line -1 in a scenario: a frame that could not be read, which
@@ -1393,113 +1424,137 @@ mod tests {
         );
     }
 
+    fn len(v: &Value) -> usize {
+        v.as_array().unwrap().len()
+    }
+
+    fn idx(v: &Value) -> usize {
+        v.as_u64().unwrap() as usize
+    }
+
+    /// The length of table `t`, checked against each of its columns.
+    fn table(t: &Value, cols: &[&str]) -> usize {
+        let n = idx(&t["length"]);
+        for c in cols {
+            assert_eq!(len(&t[*c]), n, "column {c}");
+        }
+        n
+    }
+
     /// Every index in range, lengths right, prefixes acyclic, markers sane.
     fn check_consistent(p: &Value) {
-        let len = |v: &Value| v.as_array().unwrap().len();
-        let idx = |v: &Value| v.as_u64().unwrap() as usize;
         let n_strings = len(&p["shared"]["stringArray"]);
         let n_categories = len(&p["meta"]["categories"]);
         assert_eq!(p["meta"]["version"], 32);
         assert_eq!(p["meta"]["preprocessedProfileVersion"], 57);
-        let table = |t: &Value, cols: &[&str]| -> usize {
-            let n = idx(&t["length"]);
-            for c in cols {
-                assert_eq!(len(&t[*c]), n, "column {c}");
-            }
-            n
-        };
         for t in p["threads"].as_array().unwrap() {
-            let (st, ft, fu, rt) = (
-                &t["stackTable"],
-                &t["frameTable"],
-                &t["funcTable"],
-                &t["resourceTable"],
+            let n_stack = check_stack_tables(t, n_strings, n_categories);
+            check_samples(&t["samples"], n_stack);
+            check_markers(p, t, n_categories);
+        }
+    }
+
+    /// A thread's resource, function, frame and stack tables, each
+    /// pointing into the one before; the number of stacks.
+    fn check_stack_tables(t: &Value, n_strings: usize, n_categories: usize) -> usize {
+        let (st, ft, fu, rt) = (
+            &t["stackTable"],
+            &t["frameTable"],
+            &t["funcTable"],
+            &t["resourceTable"],
+        );
+        let n_res = table(rt, &["lib", "name", "host", "type"]);
+        for i in 0..n_res {
+            assert!(idx(&rt["name"][i]) < n_strings);
+        }
+        let n_func = table(
+            fu,
+            &[
+                "name",
+                "isJS",
+                "relevantForJS",
+                "resource",
+                "fileName",
+                "lineNumber",
+                "columnNumber",
+            ],
+        );
+        for i in 0..n_func {
+            assert!(idx(&fu["name"][i]) < n_strings);
+            assert!(idx(&fu["resource"][i]) < n_res);
+            let file = &fu["fileName"][i];
+            assert!(file.is_null() || idx(file) < n_strings);
+            assert_eq!(file.is_null(), !fu["isJS"][i].as_bool().unwrap());
+        }
+        let n_frame = table(
+            ft,
+            &[
+                "address",
+                "category",
+                "subcategory",
+                "func",
+                "innerWindowID",
+                "implementation",
+                "optimizations",
+                "line",
+                "column",
+                "inlineDepth",
+                "nativeSymbol",
+            ],
+        );
+        for i in 0..n_frame {
+            assert!(idx(&ft["func"][i]) < n_func);
+            assert!(idx(&ft["category"][i]) < n_categories);
+            assert_eq!(ft["subcategory"][i], 0);
+        }
+        let n_stack = table(st, &["frame", "category", "subcategory", "prefix"]);
+        for i in 0..n_stack {
+            assert!(idx(&st["frame"][i]) < n_frame);
+            assert!(idx(&st["category"][i]) < n_categories);
+            // A prefix comes before its extensions: no cycles.
+            let prefix = &st["prefix"][i];
+            assert!(
+                prefix.is_null() || idx(prefix) < i,
+                "stack {i}: prefix {prefix}"
             );
-            let n_res = table(rt, &["lib", "name", "host", "type"]);
-            for i in 0..n_res {
-                assert!(idx(&rt["name"][i]) < n_strings);
-            }
-            let n_func = table(
-                fu,
-                &[
-                    "name",
-                    "isJS",
-                    "relevantForJS",
-                    "resource",
-                    "fileName",
-                    "lineNumber",
-                    "columnNumber",
-                ],
+        }
+        n_stack
+    }
+
+    /// Samples on known stacks, in time order.
+    fn check_samples(s: &Value, n_stack: usize) {
+        let n_samples = table(s, &["stack", "time", "eventDelay"]);
+        let mut last = f64::NEG_INFINITY;
+        for i in 0..n_samples {
+            assert!(idx(&s["stack"][i]) < n_stack);
+            let time = s["time"][i].as_f64().unwrap();
+            assert!(time >= last, "sample times go back");
+            last = time;
+        }
+    }
+
+    /// Markers named, in order, of their thread, as long as they say.
+    fn check_markers(p: &Value, t: &Value, n_categories: usize) {
+        let m = &t["markers"];
+        let n_markers = table(
+            m,
+            &["data", "name", "startTime", "endTime", "phase", "category"],
+        );
+        for i in 0..n_markers {
+            let name = p["shared"]["stringArray"][idx(&m["name"][i])]
+                .as_str()
+                .unwrap();
+            let (start, end) = (
+                m["startTime"][i].as_f64().unwrap(),
+                m["endTime"][i].as_f64().unwrap(),
             );
-            for i in 0..n_func {
-                assert!(idx(&fu["name"][i]) < n_strings);
-                assert!(idx(&fu["resource"][i]) < n_res);
-                let file = &fu["fileName"][i];
-                assert!(file.is_null() || idx(file) < n_strings);
-                assert_eq!(file.is_null(), !fu["isJS"][i].as_bool().unwrap());
-            }
-            let n_frame = table(
-                ft,
-                &[
-                    "address",
-                    "category",
-                    "subcategory",
-                    "func",
-                    "innerWindowID",
-                    "implementation",
-                    "optimizations",
-                    "line",
-                    "column",
-                    "inlineDepth",
-                    "nativeSymbol",
-                ],
-            );
-            for i in 0..n_frame {
-                assert!(idx(&ft["func"][i]) < n_func);
-                assert!(idx(&ft["category"][i]) < n_categories);
-                assert_eq!(ft["subcategory"][i], 0);
-            }
-            let n_stack = table(st, &["frame", "category", "subcategory", "prefix"]);
-            for i in 0..n_stack {
-                assert!(idx(&st["frame"][i]) < n_frame);
-                assert!(idx(&st["category"][i]) < n_categories);
-                // A prefix comes before its extensions: no cycles.
-                let prefix = &st["prefix"][i];
-                assert!(
-                    prefix.is_null() || idx(prefix) < i,
-                    "stack {i}: prefix {prefix}"
-                );
-            }
-            let s = &t["samples"];
-            let n_samples = table(s, &["stack", "time", "eventDelay"]);
-            let mut last = f64::NEG_INFINITY;
-            for i in 0..n_samples {
-                assert!(idx(&s["stack"][i]) < n_stack);
-                let time = s["time"][i].as_f64().unwrap();
-                assert!(time >= last, "sample times go back");
-                last = time;
-            }
-            let m = &t["markers"];
-            let n_markers = table(
-                m,
-                &["data", "name", "startTime", "endTime", "phase", "category"],
-            );
-            for i in 0..n_markers {
-                let name = p["shared"]["stringArray"][idx(&m["name"][i])]
-                    .as_str()
-                    .unwrap();
-                let (start, end) = (
-                    m["startTime"][i].as_f64().unwrap(),
-                    m["endTime"][i].as_f64().unwrap(),
-                );
-                assert!(start <= end, "{name}: {start} > {end}");
-                assert_eq!(m["phase"][i], 1);
-                assert!(idx(&m["category"][i]) < n_categories);
-                let data = &m["data"][i];
-                assert_eq!(data["type"], name.replace(' ', ""));
-                assert_eq!(data["tid"], t["tid"]);
-                assert_eq!(data["duration"].as_f64().unwrap(), end - start);
-            }
+            assert!(start <= end, "{name}: {start} > {end}");
+            assert_eq!(m["phase"][i], 1);
+            assert!(idx(&m["category"][i]) < n_categories);
+            let data = &m["data"][i];
+            assert_eq!(data["type"], name.replace(' ', ""));
+            assert_eq!(data["tid"], t["tid"]);
+            assert_eq!(data["duration"].as_f64().unwrap(), end - start);
         }
     }
 

@@ -19,11 +19,12 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
 use super::diff_flamegraph::escape;
 use super::flamegraph::{Kind, classify};
-use super::stacks::StackCounts;
+use super::stacks::{KeyCounts, StackCounts};
 use super::{Collector, RunStats, atomic};
 use crate::dump::SourceReader;
 use crate::error::{Error, Result};
@@ -127,102 +128,24 @@ impl HeatmapCollector {
         let key = |id: FrameId| line_key(frames, id);
         let lines = self.counts.self_and_cumulative(key);
         let per_file = self.counts.self_and_cumulative(|id| key(id).0);
-
-        // Samples per distinct stack, over threads.
-        let mut per_stack: Vec<u64> = Vec::new();
-        for c in self.counts.cells() {
-            let s = c.stack as usize;
-            if per_stack.len() <= s {
-                per_stack.resize(s + 1, 0);
-            }
-            per_stack[s] = per_stack[s].saturating_add(c.count);
-        }
+        let per_stack = samples_per_stack(&self.counts);
         // Caller line -> callee line, once per stack.
-        let mut edges: HashMap<(LineKey, LineKey), u64> = HashMap::new();
-        let mut in_stack: Vec<(LineKey, LineKey)> = Vec::new();
-        for (s, &n) in per_stack.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let stack = self.counts.stack(s as u32);
-            in_stack.clear();
+        let edges = self.once_per_stack(&per_stack, |stack, out| {
             for pair in stack.windows(2) {
                 let (callee, caller) = (key(pair[0]), key(pair[1]));
                 if callee != NO_LINE && caller != NO_LINE {
-                    in_stack.push((caller, callee));
+                    out.push((caller, callee));
                 }
             }
-            in_stack.sort_unstable();
-            in_stack.dedup();
-            for e in &in_stack {
-                let v = edges.entry(*e).or_insert(0);
-                *v = v.saturating_add(n);
-            }
-        }
-        // Opcodes per line: each (line, opcode) once per stack.
-        let mut ops: HashMap<LineKey, Vec<(u8, u64)>> = HashMap::new();
-        if self.opcodes.is_some() {
-            let mut at: HashMap<(LineKey, u8), u64> = HashMap::new();
-            let mut in_stack: Vec<(LineKey, u8)> = Vec::new();
-            for (s, &n) in per_stack.iter().enumerate() {
-                if n == 0 {
-                    continue;
-                }
-                in_stack.clear();
-                for &id in self.counts.stack(s as u32) {
-                    let k = key(id);
-                    if let (true, Some(op)) = (k != NO_LINE, frames.frame(id).opcode) {
-                        in_stack.push((k, op));
-                    }
-                }
-                in_stack.sort_unstable();
-                in_stack.dedup();
-                for e in &in_stack {
-                    let v = at.entry(*e).or_insert(0);
-                    *v = v.saturating_add(n);
-                }
-            }
-            for ((k, op), n) in at {
-                ops.entry(k).or_default().push((op, n));
-            }
-            for v in ops.values_mut() {
-                v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            }
-        }
-        let mut callers: HashMap<LineKey, Vec<(LineKey, u64)>> = HashMap::new();
-        let mut callees: HashMap<LineKey, Vec<(LineKey, u64)>> = HashMap::new();
-        for (&(caller, callee), &n) in &edges {
-            callers.entry(callee).or_default().push((caller, n));
-            callees.entry(caller).or_default().push((callee, n));
-        }
-        let heaviest = |v: Option<Vec<(LineKey, u64)>>, frames: &FrameTable| {
-            let mut v = v.unwrap_or_default();
-            v.sort_by(|a, b| {
-                b.1.cmp(&a.1)
-                    .then_with(|| frames.str(a.0.0).cmp(frames.str(b.0.0)))
-                    .then(a.0.1.cmp(&b.0.1))
-            });
-            v.truncate(NAV_LINKS);
-            v
+        });
+        let mut neighbours = Neighbours::of(&edges);
+        let mut ops = match self.opcodes {
+            Some(_) => self.ops_per_line(&per_stack, frames),
+            None => HashMap::new(),
         };
-
-        let mut files: Vec<FileInfo> = Vec::new();
-        let mut file_at: HashMap<StrId, usize> = HashMap::new();
-        for (i, &file) in per_file.keys.iter().enumerate() {
-            if file == NO_LINE.0 {
-                continue;
-            }
-            file_at.insert(file, files.len());
-            let name = frames.str(file).to_string();
-            files.push(FileInfo {
-                id: file,
-                kind: classify(&name),
-                name,
-                self_: per_file.direct[i],
-                total: per_file.cumulative[i],
-                rows: Vec::new(),
-            });
-        }
+        let mut files = file_infos(&per_file, frames);
+        let file_at: HashMap<StrId, usize> =
+            files.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
         for (i, &k) in lines.keys.iter().enumerate() {
             let Some(&f) = file_at.get(&k.0) else {
                 continue;
@@ -231,8 +154,8 @@ impl HeatmapCollector {
                 line: k.1,
                 self_: lines.direct[i],
                 total: lines.cumulative[i],
-                callers: heaviest(callers.remove(&k), frames),
-                callees: heaviest(callees.remove(&k), frames),
+                callers: heaviest(neighbours.callers.remove(&k), frames),
+                callees: heaviest(neighbours.callees.remove(&k), frames),
                 ops: ops.remove(&k).unwrap_or_default(),
             });
         }
@@ -246,31 +169,147 @@ impl HeatmapCollector {
                 .then_with(|| a.name.cmp(&b.name))
         });
         let page_of = files.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
-
-        // The function on a line: the least name, should several share it.
-        let mut func_of: HashMap<LineKey, String> = HashMap::new();
-        for (id, _) in frames.frames().iter().enumerate() {
-            let k = key(id as FrameId);
-            if k == NO_LINE || lines.position(&k).is_none() {
-                continue;
-            }
-            let name = frames.str(frames.frame(id as FrameId).func);
-            match func_of.get_mut(&k) {
-                Some(f) if f.as_str() <= name => {}
-                Some(f) => *f = name.to_string(),
-                None => {
-                    func_of.insert(k, name.to_string());
-                }
-            }
-        }
         Report {
             files,
             page_of,
-            func_of,
+            func_of: functions_of_lines(frames, &lines),
             stacks: self.counts.total(),
             opcodes: self.opcodes,
         }
     }
+
+    /// For each distinct stack with samples, the items `each` finds in
+    /// it, each counted once per stack with the stack's samples.
+    fn once_per_stack<T: Ord + Hash + Copy>(
+        &self,
+        per_stack: &[u64],
+        mut each: impl FnMut(&[FrameId], &mut Vec<T>),
+    ) -> HashMap<T, u64> {
+        let mut total: HashMap<T, u64> = HashMap::new();
+        let mut in_stack: Vec<T> = Vec::new();
+        for (s, &n) in per_stack.iter().enumerate().filter(|&(_, &n)| n > 0) {
+            in_stack.clear();
+            each(self.counts.stack(s as u32), &mut in_stack);
+            in_stack.sort_unstable();
+            in_stack.dedup();
+            for e in &in_stack {
+                let v = total.entry(*e).or_insert(0);
+                *v = v.saturating_add(n);
+            }
+        }
+        total
+    }
+
+    /// The instructions each line's frames were at (`--opcodes`), each
+    /// (line, opcode) once per stack, most samples first.
+    fn ops_per_line(
+        &self,
+        per_stack: &[u64],
+        frames: &FrameTable,
+    ) -> HashMap<LineKey, Vec<(u8, u64)>> {
+        let at = self.once_per_stack(per_stack, |stack, out| {
+            for &id in stack {
+                let k = line_key(frames, id);
+                if let (true, Some(op)) = (k != NO_LINE, frames.frame(id).opcode) {
+                    out.push((k, op));
+                }
+            }
+        });
+        let mut ops: HashMap<LineKey, Vec<(u8, u64)>> = HashMap::new();
+        for ((k, op), n) in at {
+            ops.entry(k).or_default().push((op, n));
+        }
+        for v in ops.values_mut() {
+            v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        ops
+    }
+}
+
+/// Samples per distinct stack, over threads.
+fn samples_per_stack(counts: &StackCounts) -> Vec<u64> {
+    let mut per_stack: Vec<u64> = Vec::new();
+    for c in counts.cells() {
+        let s = c.stack as usize;
+        if per_stack.len() <= s {
+            per_stack.resize(s + 1, 0);
+        }
+        per_stack[s] = per_stack[s].saturating_add(c.count);
+    }
+    per_stack
+}
+
+/// Each line's callers and callees, with the samples of each edge.
+struct Neighbours {
+    callers: HashMap<LineKey, Vec<(LineKey, u64)>>,
+    callees: HashMap<LineKey, Vec<(LineKey, u64)>>,
+}
+
+impl Neighbours {
+    fn of(edges: &HashMap<(LineKey, LineKey), u64>) -> Self {
+        let mut n = Neighbours {
+            callers: HashMap::new(),
+            callees: HashMap::new(),
+        };
+        for (&(caller, callee), &samples) in edges {
+            n.callers.entry(callee).or_default().push((caller, samples));
+            n.callees.entry(caller).or_default().push((callee, samples));
+        }
+        n
+    }
+}
+
+/// The [`NAV_LINKS`] heaviest of a line's neighbours, ties by file and line.
+fn heaviest(v: Option<Vec<(LineKey, u64)>>, frames: &FrameTable) -> Vec<(LineKey, u64)> {
+    let mut v = v.unwrap_or_default();
+    v.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| frames.str(a.0.0).cmp(frames.str(b.0.0)))
+            .then(a.0.1.cmp(&b.0.1))
+    });
+    v.truncate(NAV_LINKS);
+    v
+}
+
+/// One entry per file with samples, its rows still to be added.
+fn file_infos(per_file: &KeyCounts<StrId>, frames: &FrameTable) -> Vec<FileInfo> {
+    let mut files: Vec<FileInfo> = Vec::new();
+    for (i, &file) in per_file.keys.iter().enumerate() {
+        if file == NO_LINE.0 {
+            continue;
+        }
+        let name = frames.str(file).to_string();
+        files.push(FileInfo {
+            id: file,
+            kind: classify(&name),
+            name,
+            self_: per_file.direct[i],
+            total: per_file.cumulative[i],
+            rows: Vec::new(),
+        });
+    }
+    files
+}
+
+/// The function on each line with samples: the least name, should
+/// several share it.
+fn functions_of_lines(frames: &FrameTable, lines: &KeyCounts<LineKey>) -> HashMap<LineKey, String> {
+    let mut func_of: HashMap<LineKey, String> = HashMap::new();
+    for (id, _) in frames.frames().iter().enumerate() {
+        let k = line_key(frames, id as FrameId);
+        if k == NO_LINE || lines.position(&k).is_none() {
+            continue;
+        }
+        let name = frames.str(frames.frame(id as FrameId).func);
+        match func_of.get_mut(&k) {
+            Some(f) if f.as_str() <= name => {}
+            Some(f) => *f = name.to_string(),
+            None => {
+                func_of.insert(k, name.to_string());
+            }
+        }
+    }
+    func_of
 }
 
 impl Collector for HeatmapCollector {
@@ -422,9 +461,46 @@ fn file_page(
     source: Option<&[String]>,
     frames: &FrameTable,
 ) -> String {
-    let max_self = f.rows.iter().map(|r| r.self_).max().unwrap_or(0);
-    let max_total = f.rows.iter().map(|r| r.total).max().unwrap_or(0);
     let mut out = head(&format!("{} - tachyon heatmap", f.name));
+    file_page_top(&mut out, report, f, source.is_some());
+    out.push_str(
+        "<table class=\"code\"><thead><tr><th>line<th>self<th>total<th>source<th></thead><tbody>\n",
+    );
+    let page = CodeTable {
+        report,
+        frames,
+        max_self: f.rows.iter().map(|r| r.self_).max().unwrap_or(0),
+        max_total: f.rows.iter().map(|r| r.total).max().unwrap_or(0),
+    };
+    match source {
+        Some(src) => {
+            let mut rows = f.rows.iter().peekable();
+            for (i, text) in src.iter().enumerate() {
+                let r = rows.next_if(|r| r.line as usize == i + 1);
+                page.row(&mut out, i + 1, r, text);
+            }
+            // Lines past the end (the file changed since): their counts
+            // only, however far a bogus line number points.
+            for r in rows {
+                page.row(&mut out, r.line as usize, Some(r), "");
+            }
+        }
+        None => {
+            for r in f.rows.iter() {
+                page.row(&mut out, r.line as usize, Some(r), "");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "</tbody></table></main><script>{FILE_JS}</script></body></html>"
+    );
+    out
+}
+
+/// A file page's header, its stats and switches, and a warning when its
+/// source could not be read.
+fn file_page_top(out: &mut String, report: &Report, f: &FileInfo, readable: bool) {
     let _ = write!(
         out,
         "<body class=\"self\"><header><a href=\"index.html\">tachyon heatmap</a> › \
@@ -439,18 +515,28 @@ fn file_page(
         f.rows.len(),
         pct(f.total, report.stacks),
     );
-    if source.is_none() {
+    if !readable {
         let _ = writeln!(
             out,
             "<p class=\"warn\">Source unavailable: {} could not be read. The lines with samples are listed.</p>",
             escape(&f.name)
         );
     }
-    out.push_str(
-        "<table class=\"code\"><thead><tr><th>line<th>self<th>total<th>source<th></thead><tbody>\n",
-    );
-    let mut rows = f.rows.iter().peekable();
-    let row = |out: &mut String, line: usize, r: Option<&LineRow>, text: &str| {
+}
+
+/// What a file page's rows are drawn with: the report they link into and
+/// the file's largest counts, which the colours are relative to.
+struct CodeTable<'a> {
+    report: &'a Report,
+    frames: &'a FrameTable,
+    max_self: u64,
+    max_total: u64,
+}
+
+impl CodeTable<'_> {
+    /// Source line `line`, with its counts, links and instructions when
+    /// it has samples (`r`).
+    fn row(&self, out: &mut String, line: usize, r: Option<&LineRow>, text: &str) {
         let (s, t) = r.map_or((0, 0), |r| (r.self_, r.total));
         let num = |v: u64| if v == 0 { String::new() } else { v.to_string() };
         // Most lines have no samples: no class, the shortest row.
@@ -464,14 +550,15 @@ fn file_page(
             let _ = write!(
                 out,
                 "<tr id=\"L{line}\" class=\"s{} t{}\"><td>{line}<td>{}<td>{}<td>{}<td>",
-                level(s, max_self),
-                level(t, max_total),
+                level(s, self.max_self),
+                level(t, self.max_total),
                 num(s),
                 num(t),
                 escape(text)
             );
         }
         if let Some(r) = r {
+            let (report, frames) = (self.report, self.frames);
             for &c in &r.callers {
                 out.push_str(&nav_link(report, frames, "▲", "called from", c));
             }
@@ -483,30 +570,7 @@ fn file_page(
             }
         }
         out.push('\n');
-    };
-    match source {
-        Some(src) => {
-            for (i, text) in src.iter().enumerate() {
-                let r = rows.next_if(|r| r.line as usize == i + 1);
-                row(&mut out, i + 1, r, text);
-            }
-            // Lines past the end (the file changed since): their counts
-            // only, however far a bogus line number points.
-            for r in rows {
-                row(&mut out, r.line as usize, Some(r), "");
-            }
-        }
-        None => {
-            for r in f.rows.iter() {
-                row(&mut out, r.line as usize, Some(r), "");
-            }
-        }
     }
-    let _ = writeln!(
-        out,
-        "</tbody></table></main><script>{FILE_JS}</script></body></html>"
-    );
-    out
 }
 
 /// A line's bytecode panel: the instructions its frames were at, with

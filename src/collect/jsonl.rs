@@ -181,16 +181,10 @@ impl JsonlCollector {
         stats: &RunStats,
     ) -> io::Result<()> {
         let x = self.export(table);
-        let run_id = self.run_id.as_str();
-        let head = |kind| Head {
-            kind,
-            v: SCHEMA_VERSION,
-            run_id,
-        };
         write_record(
             w,
             &Meta {
-                head: head("meta"),
+                head: self.head("meta"),
                 sample_interval_usec: stats.interval_us,
                 mode: stats.mode.as_str(),
             },
@@ -199,13 +193,35 @@ impl JsonlCollector {
             write_record(
                 w,
                 &Process {
-                    head: head("process"),
+                    head: self.head("process"),
                     pid: *pid,
                     command: self.processes.command(*pid),
                     samples_total: *total,
                 },
             )?;
         }
+        self.write_tables(w, &x, table)?;
+        self.write_aggs(w, &x)?;
+        write_record(
+            w,
+            &End {
+                head: self.head("end"),
+                samples_total: x.samples_total,
+            },
+        )
+    }
+
+    /// Every record starts so: its type, the schema, the run.
+    fn head(&self, kind: &'static str) -> Head<'_> {
+        Head {
+            kind,
+            v: SCHEMA_VERSION,
+            run_id: &self.run_id,
+        }
+    }
+
+    /// The string and frame tables, [`CHUNK_SIZE`] entries a record.
+    fn write_tables<W: Write>(&self, w: &mut W, x: &Export, table: &FrameTable) -> io::Result<()> {
         for (n, chunk) in x.strings.chunks(CHUNK_SIZE).enumerate() {
             let strings: Vec<StrEntry> = chunk
                 .iter()
@@ -218,7 +234,7 @@ impl JsonlCollector {
             write_record(
                 w,
                 &StringTable {
-                    head: head("string_table"),
+                    head: self.head("string_table"),
                     strings,
                 },
             )?;
@@ -235,11 +251,18 @@ impl JsonlCollector {
             write_record(
                 w,
                 &FrameTableRecord {
-                    head: head("frame_table"),
+                    head: self.head("frame_table"),
                     frames,
                 },
             )?;
         }
+        Ok(())
+    }
+
+    /// Each frame's self and cumulative samples, [`CHUNK_SIZE`] frames a
+    /// record: for the whole profile, or per process of a merged one (its
+    /// frames with samples only).
+    fn write_aggs<W: Write>(&self, w: &mut W, x: &Export) -> io::Result<()> {
         let whole = (None, x.samples_total, &x.self_counts, &x.cumulative);
         let parts: Vec<_> = match x.processes.is_empty() {
             true => vec![whole],
@@ -266,7 +289,7 @@ impl JsonlCollector {
                 write_record(
                     w,
                     &Agg {
-                        head: head("agg"),
+                        head: self.head("agg"),
                         pid,
                         kind: "frame",
                         scope: "final",
@@ -276,13 +299,7 @@ impl JsonlCollector {
                 )?;
             }
         }
-        write_record(
-            w,
-            &End {
-                head: head("end"),
-                samples_total: x.samples_total,
-            },
-        )
+        Ok(())
     }
 
     /// The file's text.

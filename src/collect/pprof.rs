@@ -35,7 +35,7 @@ use prost::Message;
 use super::stacks::StackCounts;
 use super::{Collector, Output, RunStats};
 use crate::error::{Error, Result};
-use crate::model::{FrameTable, Mode, Sample, StrId};
+use crate::model::{Frame, FrameId, FrameTable, Mode, Sample, StrId};
 
 /// `perftools.profiles.Profile`, the fields tachyon writes.
 #[derive(Clone, PartialEq, Message)]
@@ -128,6 +128,82 @@ pub struct PprofCollector {
     processes: super::merge::Processes,
 }
 
+/// The profile's string, function and location tables, filled as the
+/// samples meet their frames: a location is a function at a line.
+struct Tables<'f> {
+    frames: &'f FrameTable,
+    strings: Strings,
+    functions: Vec<Function>,
+    function_index: HashMap<(StrId, StrId), u64>,
+    locations: Vec<PprofLocation>,
+    location_index: HashMap<(StrId, StrId, i32), u64>,
+}
+
+impl<'f> Tables<'f> {
+    fn new(frames: &'f FrameTable) -> Self {
+        Tables {
+            frames,
+            strings: Strings::new(),
+            functions: Vec::new(),
+            function_index: HashMap::new(),
+            locations: Vec::new(),
+            location_index: HashMap::new(),
+        }
+    }
+
+    fn value_type(&mut self, t: &str, unit: &str) -> ValueType {
+        ValueType {
+            r#type: self.strings.get(t),
+            unit: self.strings.get(unit),
+        }
+    }
+
+    /// The location id of frame `id`, made on first sight.
+    fn location(&mut self, id: FrameId) -> u64 {
+        let f = *self.frames.frame(id);
+        let line = f.line();
+        if let Some(&l) = self.location_index.get(&(f.file, f.func, line)) {
+            return l;
+        }
+        let function_id = self.function(&f);
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(PprofLocation {
+            id,
+            line: vec![Line {
+                function_id,
+                line: line.into(),
+            }],
+        });
+        self.location_index.insert((f.file, f.func, line), id);
+        id
+    }
+
+    /// The function id of frame `f`'s function in its file (none for a
+    /// synthetic frame), made on first sight.
+    fn function(&mut self, f: &Frame) -> u64 {
+        if let Some(&id) = self.function_index.get(&(f.file, f.func)) {
+            return id;
+        }
+        let name = self.strings.get(self.frames.str(f.func));
+        let filename = f
+            .file()
+            .map_or(0, |file| self.strings.get(self.frames.str(file)));
+        self.functions.push(Function {
+            id: self.functions.len() as u64 + 1,
+            name,
+            // None: pprof would take a system name equal to the name for
+            // a mangled C++ one and cut `<...>` out of it (`<module>`,
+            // `<lambda>`).
+            system_name: 0,
+            filename,
+            start_line: 0,
+        });
+        let id = self.functions.len() as u64;
+        self.function_index.insert((f.file, f.func), id);
+        id
+    }
+}
+
 /// The string table: index 0 is "", as the format requires.
 struct Strings {
     table: Vec<String>,
@@ -167,105 +243,19 @@ impl PprofCollector {
 
     /// The profile, before compression.
     pub fn profile(&self, frames: &FrameTable, stats: &RunStats) -> Profile {
-        let mut strings = Strings::new();
+        let mut t = Tables::new(frames);
         let measured = match stats.mode {
             Mode::Cpu => "cpu",
             Mode::Gil => "gil",
             Mode::Wall | Mode::All | Mode::Exception => "wall",
         };
-        let value_type = |s: &mut Strings, t: &str, u: &str| ValueType {
-            r#type: s.get(t),
-            unit: s.get(u),
-        };
         let sample_type = vec![
-            value_type(&mut strings, "samples", "count"),
-            value_type(&mut strings, measured, "nanoseconds"),
+            t.value_type("samples", "count"),
+            t.value_type(measured, "nanoseconds"),
         ];
-        let period_type = Some(value_type(&mut strings, measured, "nanoseconds"));
-        let thread_key = strings.get("thread");
+        let period_type = Some(t.value_type(measured, "nanoseconds"));
         let period = i64::try_from(stats.interval_us.saturating_mul(1000)).unwrap_or(i64::MAX);
-
-        let mut functions: Vec<Function> = Vec::new();
-        let mut function_index: HashMap<(StrId, StrId), u64> = HashMap::new();
-        let mut locations: Vec<PprofLocation> = Vec::new();
-        let mut location_index: HashMap<(StrId, StrId, i32), u64> = HashMap::new();
-        let mut samples: Vec<PprofSample> = Vec::new();
-        // Stacks that differ only in columns are one sample.
-        let mut sample_index: HashMap<(u64, Vec<u64>), usize> = HashMap::new();
-        let mut cells: Vec<_> = self.counts.cells().to_vec();
-        cells.sort_by_key(|c| c.tid); // stable: each thread's stacks in first-seen order
-        for cell in cells {
-            let location_id: Vec<u64> = self
-                .counts
-                .stack(cell.stack)
-                .iter()
-                .map(|&id| {
-                    let f = frames.frame(id);
-                    let line = f.line();
-                    if let Some(&l) = location_index.get(&(f.file, f.func, line)) {
-                        return l;
-                    }
-                    let function_id =
-                        *function_index.entry((f.file, f.func)).or_insert_with(|| {
-                            let file = frames.str(f.file);
-                            let name = strings.get(frames.str(f.func));
-                            let filename = match (file, f.location) {
-                                ("~", None) => 0,
-                                _ => strings.get(file),
-                            };
-                            functions.push(Function {
-                                id: functions.len() as u64 + 1,
-                                name,
-                                // None: pprof would take a system name equal
-                                // to the name for a mangled C++ one and cut
-                                // `<...>` out of it (`<module>`, `<lambda>`).
-                                system_name: 0,
-                                filename,
-                                start_line: 0,
-                            });
-                            functions.len() as u64
-                        });
-                    let id = locations.len() as u64 + 1;
-                    locations.push(PprofLocation {
-                        id,
-                        line: vec![Line {
-                            function_id,
-                            line: line.into(),
-                        }],
-                    });
-                    location_index.insert((f.file, f.func, line), id);
-                    id
-                })
-                .collect();
-            let count = i64::try_from(cell.count).unwrap_or(i64::MAX);
-            match sample_index.get(&(cell.tid, location_id.clone())) {
-                Some(&i) => {
-                    let v = &mut samples[i].value;
-                    v[0] = v[0].saturating_add(count);
-                    v[1] = v[0].saturating_mul(period);
-                }
-                None => {
-                    sample_index.insert((cell.tid, location_id.clone()), samples.len());
-                    let mut label = vec![Label {
-                        key: thread_key,
-                        str: strings.get(&cell.tid.to_string()),
-                        num: 0,
-                    }];
-                    if let Some(pid) = self.processes.of_thread(cell.tid) {
-                        label.push(Label {
-                            key: strings.get("pid"),
-                            str: 0,
-                            num: pid.into(),
-                        });
-                    }
-                    samples.push(PprofSample {
-                        location_id,
-                        value: vec![count, count.saturating_mul(period)],
-                        label,
-                    });
-                }
-            }
-        }
+        let samples = self.samples(&mut t, period);
         let duration = stats.duration_s * 1e9;
         let duration_nanos = if duration.is_finite() && duration > 0.0 {
             duration.min(i64::MAX as f64) as i64
@@ -275,17 +265,62 @@ impl PprofCollector {
         Profile {
             sample_type,
             sample: samples,
-            location: locations,
-            function: functions,
+            location: t.locations,
+            function: t.functions,
             time_nanos: self
                 .first_us
                 .map_or(0, |us| i64::try_from(us.saturating_mul(1000)).unwrap_or(0)),
             duration_nanos,
             period_type,
             period,
-            default_sample_type: strings.get(measured),
-            string_table: strings.table,
+            default_sample_type: t.strings.get(measured),
+            string_table: t.strings.table,
         }
+    }
+
+    /// One sample per thread and stack of locations (stacks that differ
+    /// only in columns are one), each thread's in first-seen order,
+    /// labelled with its thread (and process, in a merged profile).
+    fn samples(&self, t: &mut Tables<'_>, period: i64) -> Vec<PprofSample> {
+        let thread_key = t.strings.get("thread");
+        let mut samples: Vec<PprofSample> = Vec::new();
+        let mut sample_index: HashMap<(u64, Vec<u64>), usize> = HashMap::new();
+        let mut cells: Vec<_> = self.counts.cells().to_vec();
+        cells.sort_by_key(|c| c.tid); // stable: each thread's stacks in first-seen order
+        for cell in cells {
+            let location_id: Vec<u64> = self
+                .counts
+                .stack(cell.stack)
+                .iter()
+                .map(|&id| t.location(id))
+                .collect();
+            let count = i64::try_from(cell.count).unwrap_or(i64::MAX);
+            if let Some(&i) = sample_index.get(&(cell.tid, location_id.clone())) {
+                let v = &mut samples[i].value;
+                v[0] = v[0].saturating_add(count);
+                v[1] = v[0].saturating_mul(period);
+                continue;
+            }
+            sample_index.insert((cell.tid, location_id.clone()), samples.len());
+            let mut label = vec![Label {
+                key: thread_key,
+                str: t.strings.get(&cell.tid.to_string()),
+                num: 0,
+            }];
+            if let Some(pid) = self.processes.of_thread(cell.tid) {
+                label.push(Label {
+                    key: t.strings.get("pid"),
+                    str: 0,
+                    num: pid.into(),
+                });
+            }
+            samples.push(PprofSample {
+                location_id,
+                value: vec![count, count.saturating_mul(period)],
+                label,
+            });
+        }
+        samples
     }
 
     /// The file's bytes: the profile, gzip-compressed.

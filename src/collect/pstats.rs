@@ -38,7 +38,7 @@ use std::str::FromStr;
 use super::stacks::StackCounts;
 use super::{Collector, Output, write_stdout};
 use crate::error::Result;
-use crate::model::{FrameId, FrameTable, Mode, RunStats, Sample, StrId};
+use crate::model::{FrameId, FrameTable, Mode, NO_FILE, RunStats, Sample, StrId};
 
 /// Row order of the table: the reference's `--sort` choices, same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -125,9 +125,10 @@ impl Default for PstatsOptions {
     }
 }
 
-/// `(file, line, func)`: what a row is keyed by. Strings are interned in
-/// the [`FrameTable`], so equal strings have equal ids.
-type LocKey = (StrId, i32, StrId);
+/// `(file, line, func)`: what a row is keyed by, the file `None` for a
+/// synthetic frame. Strings are interned in the [`FrameTable`], so equal
+/// strings have equal ids.
+type LocKey = (Option<StrId>, i32, StrId);
 
 #[derive(Debug, Clone)]
 struct LocStats {
@@ -184,7 +185,7 @@ impl PstatsCollector {
     fn aggregate(&self, frames: &FrameTable) -> Aggregate {
         let loc_key = |id: FrameId| {
             let f = frames.frame(id);
-            (f.file, f.line(), f.func)
+            (f.file(), f.line(), f.func)
         };
         let k = self.counts.self_and_cumulative(loc_key);
         let locs = (0..k.len())
@@ -216,110 +217,26 @@ impl PstatsCollector {
     fn render_text(&self, frames: &FrameTable, stats: &RunStats, color: bool) -> String {
         let agg = self.aggregate(frames);
         let c = if color { Colors::ON } else { Colors::OFF };
-        let interval_s = stats.interval_us as f64 / 1e6;
-        let mut out = String::new();
-
-        // strip_dirs(): basenames, coinciding rows merged in first-seen order.
-        let mut rows: Vec<Row<'_>> = Vec::with_capacity(agg.locs.len());
-        let mut index: HashMap<(&str, i32, &str), usize> = HashMap::new();
-        for l in &agg.locs {
-            let (file, line, func) = l.key;
-            let key = (basename(frames.str(file)), line, frames.str(func));
-            let tt = l.direct as f64 * interval_s;
-            let ct = l.cumulative as f64 * interval_s;
-            match index.get(&key) {
-                Some(&i) => {
-                    let r = &mut rows[i];
-                    r.direct += l.direct;
-                    r.cumulative += l.cumulative;
-                    r.tottime += tt;
-                    r.cumtime += ct;
-                }
-                None => {
-                    index.insert(key, rows.len());
-                    rows.push(Row {
-                        file: key.0,
-                        line,
-                        func: key.2,
-                        direct: l.direct,
-                        cumulative: l.cumulative,
-                        tottime: tt,
-                        cumtime: ct,
-                    });
-                }
-            }
-        }
-
+        let mut rows = strip_dirs(&agg, frames, stats.interval_us as f64 / 1e6);
         if rows.is_empty() {
-            out.push_str("No samples were collected.\n");
+            let mut out = String::from("No samples were collected.\n");
             if stats.mode == Mode::Cpu {
                 out.push_str("This can happen in CPU mode when all threads are idle.\n");
             }
             return out;
         }
-
         let total: u64 = rows.iter().map(|r| r.direct).sum();
-        let pct = |n: u64| {
-            if total > 0 {
-                n as f64 / total as f64 * 100.0
-            } else {
-                0.0
-            }
-        };
-
-        // Stable sorts, as Python's list.sort (reverse=True keeps ties in
-        // their original order too).
-        let desc = |a: f64, b: f64| b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal);
-        match self.opts.sort {
-            SortKey::Nsamples => rows.sort_by_key(|r| std::cmp::Reverse(r.direct)),
-            SortKey::Tottime => rows.sort_by(|a, b| desc(a.tottime, b.tottime)),
-            SortKey::Cumtime => rows.sort_by(|a, b| desc(a.cumtime, b.cumtime)),
-            SortKey::SamplePct => rows.sort_by(|a, b| desc(pct(a.direct), pct(b.direct))),
-            SortKey::CumulPct => rows.sort_by(|a, b| desc(pct(a.cumulative), pct(b.cumulative))),
-            SortKey::NsamplesCumul => rows.sort_by_key(|r| std::cmp::Reverse(r.cumulative)),
-            SortKey::Name => rows.sort_by_cached_key(|r| {
-                format!("({}, {}, {})", py_repr(r.file), r.line, py_repr(r.func))
-            }),
-        }
+        sort_rows(&mut rows, self.opts.sort, total);
         if let Some(limit) = self.opts.limit {
             rows.truncate(limit);
         }
-
-        let max_tt = rows.iter().map(|r| r.tottime).fold(0.0, f64::max);
-        let max_ct = rows.iter().map(|r| r.cumtime).fold(0.0, f64::max);
-        let (tt_unit, tt_scale) = best_unit(max_tt);
-        let (ct_unit, ct_scale) = best_unit(max_ct);
-        let tt_head = format!("tottime ({tt_unit})");
-        let ct_head = format!("cumtime ({ct_unit})");
-        let tt_w = tt_head.chars().count().max(12);
-        let ct_w = ct_head.chars().count().max(12);
-
-        let (b, r) = (c.bold_blue, c.reset);
-        let _ = writeln!(out, "{b}Profile Stats:{r}");
-        let _ = writeln!(
-            out,
-            "{b}{:>15}{r}  {b}{:>8}{r}  {b}{tt_head:>tt_w$}{r}  {b}{:>8}{r}  {b}{ct_head:>ct_w$}{r}  {b}filename:lineno(function){r}",
-            "nsamples", "sample%", "cumul%"
-        );
-        for row in &rows {
-            let ns = format!("{}/{}", row.direct, row.cumulative);
-            let _ = writeln!(
-                out,
-                "{ns:>15}  {:8.1}  {:tt_w$.3}  {:8.1}  {:ct_w$.3}  {}",
-                pct(row.direct),
-                row.tottime * tt_scale,
-                pct(row.cumulative),
-                row.cumtime * ct_scale,
-                place(row.file, Some(row.line), row.func, &c),
-            );
-        }
-
-        let y = c.yellow;
+        let mut out = String::new();
+        table(&mut out, &rows, total, &c);
+        let (b, r, y) = (c.bold_blue, c.reset, c.yellow);
         let _ = writeln!(out, "\n{b}Legend:{r}");
         for (name, what) in LEGEND {
             let _ = writeln!(out, "  {y}{name}{r}: {what}");
         }
-
         if self.opts.show_summary && !rows.is_empty() {
             summary(&mut out, &rows, total, &c);
         }
@@ -386,7 +303,8 @@ pub(crate) fn basename(path: &str) -> &str {
 }
 
 struct Row<'a> {
-    file: &'a str,
+    /// `None` for a synthetic frame.
+    file: Option<&'a str>,
     line: i32,
     func: &'a str,
     direct: u64,
@@ -475,142 +393,244 @@ fn stdout_can_colorize() -> bool {
     std::io::stdout().is_terminal()
 }
 
-/// "Summary of Interesting Functions": the shown rows aggregated by
-/// `file:func` (the reference joins and re-splits at the last `:`, so a
-/// `:` in a name moves the split; kept for identical output).
-fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
-    struct Agg {
-        name: String,
-        direct: u64,
-        cumulative: u64,
-    }
-    let mut aggs: Vec<Agg> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for r in rows {
-        let name = format!("{}:{}", r.file, r.func);
-        match index.get(&name) {
+/// The rows as `strip_dirs()` leaves them: basenames, coinciding rows
+/// merged in first-seen order, times at `interval_s` a sample.
+fn strip_dirs<'f>(agg: &Aggregate, frames: &'f FrameTable, interval_s: f64) -> Vec<Row<'f>> {
+    let mut rows: Vec<Row<'_>> = Vec::with_capacity(agg.locs.len());
+    let mut index: HashMap<(Option<&str>, i32, &str), usize> = HashMap::new();
+    for l in &agg.locs {
+        let (file, line, func) = l.key;
+        let file = file.map(|f| basename(frames.str(f)));
+        let key = (file, line, frames.str(func));
+        let tt = l.direct as f64 * interval_s;
+        let ct = l.cumulative as f64 * interval_s;
+        match index.get(&key) {
             Some(&i) => {
-                aggs[i].direct += r.direct;
-                aggs[i].cumulative += r.cumulative;
+                let r = &mut rows[i];
+                r.direct += l.direct;
+                r.cumulative += l.cumulative;
+                r.tottime += tt;
+                r.cumtime += ct;
             }
             None => {
-                index.insert(name.clone(), aggs.len());
-                aggs.push(Agg {
-                    name,
-                    direct: r.direct,
-                    cumulative: r.cumulative,
+                index.insert(key, rows.len());
+                rows.push(Row {
+                    file: key.0,
+                    line,
+                    func: key.2,
+                    direct: l.direct,
+                    cumulative: l.cumulative,
+                    tottime: tt,
+                    cumtime: ct,
                 });
             }
         }
     }
-    let pct = |n: u64| {
-        if total > 0 {
-            n as f64 / total as f64 * 100.0
-        } else {
-            0.0
-        }
-    };
-    let func_name = |a: &Agg| {
-        let (file, func) = a.name.rsplit_once(':').unwrap_or(("", &a.name));
-        place(file, None, func, c)
-    };
+    rows
+}
+
+/// Order rows by `sort` with stable sorts, as Python's list.sort
+/// (reverse=True keeps ties in their original order too).
+fn sort_rows(rows: &mut [Row<'_>], sort: SortKey, total: u64) {
+    let pct = |n: u64| pct_of(n, total);
+    let desc = |a: f64, b: f64| b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal);
+    match sort {
+        SortKey::Nsamples => rows.sort_by_key(|r| std::cmp::Reverse(r.direct)),
+        SortKey::Tottime => rows.sort_by(|a, b| desc(a.tottime, b.tottime)),
+        SortKey::Cumtime => rows.sort_by(|a, b| desc(a.cumtime, b.cumtime)),
+        SortKey::SamplePct => rows.sort_by(|a, b| desc(pct(a.direct), pct(b.direct))),
+        SortKey::CumulPct => rows.sort_by(|a, b| desc(pct(a.cumulative), pct(b.cumulative))),
+        SortKey::NsamplesCumul => rows.sort_by_key(|r| std::cmp::Reverse(r.cumulative)),
+        SortKey::Name => rows.sort_by_cached_key(|r| {
+            let file = r.file.unwrap_or(NO_FILE);
+            format!("({}, {}, {})", py_repr(file), r.line, py_repr(r.func))
+        }),
+    }
+}
+
+/// `Profile Stats:`, the heading and a line a row, the time columns in
+/// the unit that suits their largest value.
+fn table(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
+    let pct = |n: u64| pct_of(n, total);
+    let max_tt = rows.iter().map(|r| r.tottime).fold(0.0, f64::max);
+    let max_ct = rows.iter().map(|r| r.cumtime).fold(0.0, f64::max);
+    let (tt_unit, tt_scale) = best_unit(max_tt);
+    let (ct_unit, ct_scale) = best_unit(max_ct);
+    let tt_head = format!("tottime ({tt_unit})");
+    let ct_head = format!("cumtime ({ct_unit})");
+    let tt_w = tt_head.chars().count().max(12);
+    let ct_w = ct_head.chars().count().max(12);
+
+    let (b, r) = (c.bold_blue, c.reset);
+    let _ = writeln!(out, "{b}Profile Stats:{r}");
+    let _ = writeln!(
+        out,
+        "{b}{:>15}{r}  {b}{:>8}{r}  {b}{tt_head:>tt_w$}{r}  {b}{:>8}{r}  {b}{ct_head:>ct_w$}{r}  {b}filename:lineno(function){r}",
+        "nsamples", "sample%", "cumul%"
+    );
+    for row in rows {
+        let ns = format!("{}/{}", row.direct, row.cumulative);
+        let _ = writeln!(
+            out,
+            "{ns:>15}  {:8.1}  {:tt_w$.3}  {:8.1}  {:ct_w$.3}  {}",
+            pct(row.direct),
+            row.tottime * tt_scale,
+            pct(row.cumulative),
+            row.cumtime * ct_scale,
+            place(row.file, Some(row.line), row.func, c),
+        );
+    }
+}
+
+/// "Summary of Interesting Functions": the shown rows aggregated by
+/// `file:func` (the reference joins and re-splits at the last `:`, so a
+/// `:` in a name moves the split; kept for identical output).
+fn summary(out: &mut String, rows: &[Row<'_>], total: u64, c: &Colors) {
+    let funcs = by_function(rows);
     let (b, r) = (c.bold_blue, c.reset);
     let _ = writeln!(out, "\n{b}Summary of Interesting Functions:{r}");
-
-    type Key = fn(&Agg) -> f64;
-    type Line<'f> = &'f dyn Fn(&Agg) -> Option<String>;
-    let hot: Line<'_> = &|a| {
-        (a.direct > 0 && a.cumulative > 0).then(|| {
-            format!(
-                "{:.3} direct/cumulative ratio, {:.1}% direct samples: {}",
-                a.direct as f64 / a.cumulative as f64,
-                pct(a.direct),
-                func_name(a)
-            )
-        })
-    };
-    let freq: Line<'_> = &|a| {
-        (a.cumulative > a.direct).then(|| {
-            format!(
-                "{} indirect calls, {:.1}% total stack presence: {}",
-                a.cumulative - a.direct,
-                pct(a.cumulative),
-                func_name(a)
-            )
-        })
-    };
-    let magn: Line<'_> = &|a| {
-        (a.direct > 0 && a.cumulative > a.direct).then(|| {
-            format!(
-                "{:.1}x call magnification, {} indirect calls from {} direct: {}",
-                a.cumulative as f64 / a.direct as f64,
-                a.cumulative - a.direct,
-                a.direct,
-                func_name(a)
-            )
-        })
-    };
-    let lists: [(&str, Key, Line<'_>); 3] = [
-        (
-            "Functions with Highest Direct/Cumulative Ratio (Hot Spots)",
-            |a| {
-                if a.cumulative > 0 {
-                    a.direct as f64 / a.cumulative as f64
-                } else {
-                    0.0
-                }
-            },
-            hot,
-        ),
-        (
-            "Functions with Highest Call Frequency (Indirect Calls)",
-            // cumulative >= direct always (the leaf is on its own stack).
-            |a| a.cumulative.saturating_sub(a.direct) as f64,
-            freq,
-        ),
-        (
-            "Functions with Highest Call Magnification (Cumulative/Direct)",
-            |a| {
-                if a.direct > 0 {
-                    a.cumulative as f64 / a.direct as f64
-                } else {
-                    0.0
-                }
-            },
-            magn,
-        ),
-    ];
-    for (title, key, line) in lists {
-        let _ = writeln!(out, "\n{b}{title}:{r}");
-        let mut sorted: Vec<&Agg> = aggs.iter().collect();
+    for list in &SUMMARY_LISTS {
+        let _ = writeln!(out, "\n{b}{}:{r}", list.title);
+        let mut sorted: Vec<&FuncTotals> = funcs.iter().collect();
         sorted.sort_by(|x, y| {
-            key(y)
-                .partial_cmp(&key(x))
+            (list.key)(y)
+                .partial_cmp(&(list.key)(x))
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
         // The top three are taken first, then the ones that qualify shown.
         for a in sorted.into_iter().take(3) {
-            if let Some(l) = line(a) {
+            if let Some(l) = (list.line)(a, total, &a.place(c)) {
                 let _ = writeln!(out, "  {l}");
             }
         }
     }
 }
 
-/// The file of frames that have none (`<GC>`, `<native>`), as the
-/// reference's pstats keys name it; Python's `pstats` prints such a key,
-/// `("~", 0, "<GC>")`, as `{GC}`.
-const NO_FILE: &str = "~";
+/// The samples of one `file:func` in the summary.
+struct FuncTotals {
+    name: String,
+    /// The rows are of a synthetic frame, whose name has no file.
+    synthetic: bool,
+    direct: u64,
+    cumulative: u64,
+}
+
+impl FuncTotals {
+    /// Where the function is, split back out of its name.
+    fn place(&self, c: &Colors) -> String {
+        let (file, func) = self.name.rsplit_once(':').unwrap_or(("", &self.name));
+        place((!self.synthetic).then_some(file), None, func, c)
+    }
+}
+
+/// The rows summed by `file:func`, in first-seen order.
+fn by_function(rows: &[Row<'_>]) -> Vec<FuncTotals> {
+    let mut funcs: Vec<FuncTotals> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for r in rows {
+        let name = format!("{}:{}", r.file.unwrap_or(NO_FILE), r.func);
+        match index.get(&name) {
+            Some(&i) => {
+                funcs[i].direct += r.direct;
+                funcs[i].cumulative += r.cumulative;
+            }
+            None => {
+                index.insert(name.clone(), funcs.len());
+                funcs.push(FuncTotals {
+                    name,
+                    synthetic: r.file.is_none(),
+                    direct: r.direct,
+                    cumulative: r.cumulative,
+                });
+            }
+        }
+    }
+    funcs
+}
+
+/// One list of the summary: its title, what it ranks by, and the line a
+/// function gets in it (none when it does not qualify), given the total
+/// of samples and where the function is.
+struct SummaryList {
+    title: &'static str,
+    key: fn(&FuncTotals) -> f64,
+    line: fn(&FuncTotals, u64, &str) -> Option<String>,
+}
+
+/// `n` as a percentage of `total` (0 of none).
+fn pct_of(n: u64, total: u64) -> f64 {
+    if total > 0 {
+        n as f64 / total as f64 * 100.0
+    } else {
+        0.0
+    }
+}
+
+const SUMMARY_LISTS: [SummaryList; 3] = [
+    SummaryList {
+        title: "Functions with Highest Direct/Cumulative Ratio (Hot Spots)",
+        key: |a| {
+            if a.cumulative > 0 {
+                a.direct as f64 / a.cumulative as f64
+            } else {
+                0.0
+            }
+        },
+        line: |a, total, place| {
+            (a.direct > 0 && a.cumulative > 0).then(|| {
+                format!(
+                    "{:.3} direct/cumulative ratio, {:.1}% direct samples: {place}",
+                    a.direct as f64 / a.cumulative as f64,
+                    pct_of(a.direct, total),
+                )
+            })
+        },
+    },
+    SummaryList {
+        title: "Functions with Highest Call Frequency (Indirect Calls)",
+        // cumulative >= direct always (the leaf is on its own stack).
+        key: |a| a.cumulative.saturating_sub(a.direct) as f64,
+        line: |a, total, place| {
+            (a.cumulative > a.direct).then(|| {
+                format!(
+                    "{} indirect calls, {:.1}% total stack presence: {place}",
+                    a.cumulative - a.direct,
+                    pct_of(a.cumulative, total),
+                )
+            })
+        },
+    },
+    SummaryList {
+        title: "Functions with Highest Call Magnification (Cumulative/Direct)",
+        key: |a| {
+            if a.direct > 0 {
+                a.cumulative as f64 / a.direct as f64
+            } else {
+                0.0
+            }
+        },
+        line: |a, _, place| {
+            (a.direct > 0 && a.cumulative > a.direct).then(|| {
+                format!(
+                    "{:.1}x call magnification, {} indirect calls from {} direct: {place}",
+                    a.cumulative as f64 / a.direct as f64,
+                    a.cumulative - a.direct,
+                    a.direct,
+                )
+            })
+        },
+    },
+];
 
 /// Where a row's function is, as the table shows it: `file:line(func)`
 /// (`file:(func)` in the summary, which has no line), as the reference
 /// prints it, but a frame without a file by its name alone (`<GC>`, not
 /// the reference's `~:0(<GC>)`).
-fn place(file: &str, line: Option<i32>, func: &str, c: &Colors) -> String {
+fn place(file: Option<&str>, line: Option<i32>, func: &str, c: &Colors) -> String {
     let (g, y, cy, r) = (c.green, c.yellow, c.cyan, c.reset);
-    if file == NO_FILE {
+    let Some(file) = file else {
         return format!("{cy}{func}{r}");
-    }
+    };
     let line = line.map(|l| l.to_string()).unwrap_or_default();
     format!("{g}{file}{r}:{y}{line}{r}({cy}{func}{r})")
 }
@@ -728,10 +748,12 @@ impl Marshal {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    /// `(file, line, func)` with the full file name.
+    /// `(file, line, func)` with the full file name; a synthetic frame's
+    /// file is the reference's `~` (Python's `pstats` prints such a key,
+    /// `("~", 0, "<GC>")`, as `{GC}`).
     fn key(&mut self, (file, line, func): LocKey, frames: &FrameTable) {
         self.tuple(3);
-        self.str(frames.str(file));
+        self.str(file.map_or(NO_FILE, |f| frames.str(f)));
         self.i32(line);
         self.str(frames.str(func));
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::model::{Frame, FrameKind, FrameTable, Sample, ThreadSample};
+use crate::model::{Frame, FrameKind, FrameTable, NO_FILE, Sample, ThreadSample};
 
 pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference")
@@ -91,13 +91,8 @@ fn frame(t: &mut FrameTable, e: &Value) -> u32 {
     let file = e[0].as_str().unwrap();
     let func = e[2].as_str().unwrap();
     let line = int(1);
-    if file == "~" && line == 0 {
-        let kind = if func == "<GC>" {
-            FrameKind::Gc
-        } else {
-            FrameKind::Native
-        };
-        return t.synthetic(kind, func);
+    if file == NO_FILE && line == 0 {
+        return t.synthetic(FrameKind::synthetic_named(func), func);
     }
     let (col, end_line, end_col) = match e.as_array().unwrap().len() {
         6 => (int(3), int(4), int(5)),

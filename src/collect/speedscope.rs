@@ -131,13 +131,11 @@ impl SpeedscopeCollector {
                         .rev()
                         .map(|&f| {
                             let f = frames.frame(f);
-                            let (file, func) = (frames.str(f.file), frames.str(f.func));
-                            let synthetic = file == "~" && f.location.is_none();
                             let line = f.location.map(|l| l.line);
                             *index.entry((f.file, f.func, line)).or_insert_with(|| {
                                 table.push(Frame {
-                                    name: func,
-                                    file: (!synthetic).then_some(file),
+                                    name: frames.str(f.func),
+                                    file: f.file().map(|file| frames.str(file)),
                                     line,
                                 });
                                 table.len() as u32 - 1

@@ -47,10 +47,7 @@ impl Kind {
 
 /// User code, the standard library or an installed package, by path.
 pub(crate) fn classify(file: &str) -> Kind {
-    if file
-        .split(['/', '\\'])
-        .any(|p| p == "site-packages" || p == "dist-packages")
-    {
+    if file.split(['/', '\\']).any(is_packages_dir) {
         return Kind::ThirdParty;
     }
     if file.starts_with("<frozen") || file.split(['/', '\\']).any(is_stdlib_dir) {
@@ -58,6 +55,34 @@ pub(crate) fn classify(file: &str) -> Kind {
     } else {
         Kind::User
     }
+}
+
+/// A file as the live view names it: its path below the directory that
+/// makes it an installed package (`site-packages`, `dist-packages`) or
+/// part of the standard library (`python3.13`), else the whole path.
+pub fn short_file(file: &str) -> &str {
+    below_last_dir(file, is_packages_dir)
+        .or_else(|| below_last_dir(file, is_stdlib_dir))
+        .unwrap_or(file)
+}
+
+/// The part of `file` below the last directory `is_dir` accepts, when
+/// something is below it.
+fn below_last_dir(file: &str, is_dir: fn(&str) -> bool) -> Option<&str> {
+    let mut below = None;
+    let mut start = 0;
+    for (i, c) in file.char_indices().filter(|&(_, c)| c == '/' || c == '\\') {
+        if is_dir(&file[start..i]) {
+            below = Some(i + c.len_utf8());
+        }
+        start = i + c.len_utf8();
+    }
+    below.map(|i| &file[i..]).filter(|rest| !rest.is_empty())
+}
+
+/// `site-packages`, `dist-packages`: where installed packages live.
+fn is_packages_dir(p: &str) -> bool {
+    p == "site-packages" || p == "dist-packages"
 }
 
 /// `python3.13` and the like (a directory the standard library lives in).
@@ -84,7 +109,7 @@ pub(crate) fn module_name(file: &str) -> String {
     let parts: Vec<&str> = file.split(['/', '\\']).filter(|p| !p.is_empty()).collect();
     let below = parts
         .iter()
-        .rposition(|p| *p == "site-packages" || *p == "dist-packages" || is_stdlib_dir(p))
+        .rposition(|p| is_packages_dir(p) || is_stdlib_dir(p))
         .map(|i| &parts[i + 1..])
         .filter(|rest| !rest.is_empty());
     let mut names: Vec<&str> = match below {
@@ -107,7 +132,8 @@ pub(crate) fn module_name(file: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Named<'a> {
     pub func: &'a str,
-    /// `None` for synthetic (`<GC>`, `<native>`) and unreadable frames.
+    /// `None` for synthetic (`<GC>`, `<native>`, `<truncated>`) and
+    /// unreadable frames.
     pub file: Option<&'a str>,
     /// 0 when there is none.
     pub line: i32,
@@ -118,18 +144,16 @@ pub(crate) struct Named<'a> {
 pub(crate) fn name(frames: &FrameTable, id: FrameId) -> Named<'_> {
     let f = frames.frame(id);
     let (file, func) = (frames.str(f.file), frames.str(f.func));
-    let synthetic = file == "~" && f.location.is_none();
     let kind = match f.kind {
         FrameKind::Gc => Kind::Gc,
-        FrameKind::Native => Kind::Native,
+        FrameKind::Native | FrameKind::Truncated => Kind::Native,
         FrameKind::Unreadable => Kind::Unreadable,
         // `<task>`: no code of its own, coloured like other markers.
         FrameKind::Task => Kind::Native,
-        FrameKind::Python if synthetic => Kind::Native,
         FrameKind::Python => classify(file),
     };
     // A `<task>` frame keeps its file (`<task>`), as the reference shows it.
-    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task) && !synthetic;
+    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task);
     Named {
         func,
         file: plain.then_some(file),
@@ -388,6 +412,37 @@ pub(crate) fn key_totals<S: Copy + Eq + Hash>(
 mod tests {
     use super::*;
     use crate::collect::scenarios::py;
+
+    #[test]
+    fn the_live_view_shows_installed_files_relative_to_where_they_are_installed() {
+        for (path, shown) in [
+            ("/usr/lib/python3.15/threading.py", "threading.py"),
+            (
+                "/usr/lib/python3.13/concurrent/futures/thread.py",
+                "concurrent/futures/thread.py",
+            ),
+            (
+                "/root/.pyenv/versions/3.12.1/lib/python3.12/json/decoder.py",
+                "json/decoder.py",
+            ),
+            (
+                "/v/lib/python3.14t/site-packages/requests/api.py",
+                "requests/api.py",
+            ),
+            (
+                "/usr/lib/python3/dist-packages/yaml/main.py",
+                "yaml/main.py",
+            ),
+            (
+                "/home/me/app/lib/python3.x/app.py",
+                "/home/me/app/lib/python3.x/app.py",
+            ),
+            ("/tmp/pool.py", "/tmp/pool.py"),
+            ("<frozen runpy>", "<frozen runpy>"),
+        ] {
+            assert_eq!(short_file(path), shown, "{path}");
+        }
+    }
 
     #[test]
     fn classification_by_path() {

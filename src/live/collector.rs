@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::collect::Collector;
 use crate::error::Result;
-use crate::model::{FrameKind, FrameTable, RunStats, Sample, StrId};
+use crate::model::{FrameKind, FrameTable, NO_FILE, RunStats, Sample, StrId};
 use crate::opcodes::OpTable;
 
 use super::aggregate::{Aggregate, LeafOp, Pending, PythonInfo, RowKey};
@@ -89,7 +89,8 @@ impl LiveCollector {
         for f in all.iter().skip(self.frames_seen) {
             self.pending.frames.push(RowKey {
                 func: text(f.func),
-                file: text(f.file),
+                // The view shows a synthetic frame at `~:0`.
+                file: f.file().map_or_else(|| NO_FILE.into(), text),
                 line: f.line(),
             });
             self.pending.ops.push(f.opcode);

@@ -489,9 +489,75 @@ fn thread_label(s: &Snapshot, tid: u64) -> String {
     }
 }
 
+/// The whole screen, `h` lines of `w` columns: the header, the thread
+/// list and the table, the instruction panel (`--opcodes`), the footer.
 fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
-    let sep = |label: &str| Span::styled(label.to_string(), DIM);
-    let mut v: Vec<Line<'static>> = Vec::new();
+    let mut v = header(ui, s);
+    // The instruction panel, then the thread list, when they fit beside at
+    // least a few rows.
+    let panel_h = panel_height(ui, h, v.len());
+    if ui.show_threads && !s.threads.is_empty() {
+        let room = h.saturating_sub(v.len() + 1 + 1 + TABLE_MIN + FOOTER + panel_h + 1);
+        v.extend(thread_list(ui, s, w, room));
+    }
+    v.push(Line::styled("─".repeat(w), DIM));
+    let cols = Columns::for_width(w);
+    v.push(table_head(ui, &cols));
+    let body = h.saturating_sub(v.len() + FOOTER + panel_h);
+    let selected = keep_selection_visible(ui, s.rows.len(), body);
+    let first = if ui.opcodes { ui.scroll } else { 0 };
+    for (i, r) in s.rows.iter().enumerate().skip(first).take(body) {
+        let line = table_row(ui, s, r, &cols);
+        v.push(if selected == Some(i) {
+            line.style(Style::new().add_modifier(Modifier::REVERSED))
+        } else {
+            line
+        });
+    }
+    while v.len() + FOOTER + panel_h < h {
+        v.push(Line::raw(""));
+    }
+    if panel_h > 0 {
+        v.extend(panel(selected.and_then(|i| s.rows.get(i)), w, panel_h));
+    }
+    v.push(Line::styled(
+        "nsamples: self/cumulative (self: executing; cumulative: on the stack)",
+        DIM,
+    ));
+    v.push(status_line(ui));
+    v
+}
+
+/// The footer's lines: the legend and the status line.
+const FOOTER: usize = 2;
+/// The fewest table rows the panel and the thread list leave.
+const TABLE_MIN: usize = 5;
+
+/// The header: the title line, the sampling rate and efficiency, the
+/// threads' states, the functions and the top three, and a banner once
+/// profiling ended.
+fn header(ui: &Ui, s: &Snapshot) -> Vec<Line<'static>> {
+    let mut v = vec![title_line(ui, s)];
+    v.extend(rate_lines(s));
+    v.push(states_line(s));
+    v.push(Line::raw(format!(
+        "Functions: {} total │ {} executing │ {} on stack only │ {} shown",
+        s.functions,
+        s.executing,
+        s.functions - s.executing,
+        s.shown
+    )));
+    v.push(top_line(s));
+    v.extend(ended_line(s));
+    v
+}
+
+fn sep(label: &str) -> Span<'static> {
+    Span::styled(label.to_string(), DIM)
+}
+
+/// `tachyon live │ PID │ Thread │ Uptime │ Interval │ Display`.
+fn title_line(ui: &Ui, s: &Snapshot) -> Line<'static> {
     let thread = match ui.opts.thread {
         None => "ALL".to_string(),
         Some(t) => {
@@ -503,7 +569,7 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             format!("{} ({i}/{})", thread_label(s, t), s.threads.len())
         }
     };
-    v.push(Line::from(vec![
+    Line::from(vec![
         Span::styled("tachyon live", BOLD.fg(Color::Cyan)),
         sep(" │ "),
         Span::raw(format!("PID: {}", s.pid)),
@@ -519,14 +585,18 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             1.0 / ui.refresh.as_secs_f64(),
             if ui.paused { " (paused)" } else { "" }
         )),
-    ]));
+    ])
+}
+
+/// `Samples:` (the rate against the requested one) and `Efficiency:`.
+fn rate_lines(s: &Snapshot) -> [Line<'static>; 2] {
     let requested = if s.interval_us > 0 {
         1e6 / s.interval_us as f64
     } else {
         0.0
     };
     let rate = s.rate_hz();
-    v.push(Line::raw(format!(
+    let samples = Line::raw(format!(
         "Samples: {:>9} total │ rate {} of {} requested ({:.1}%)",
         s.good + s.failed,
         hz(rate),
@@ -536,9 +606,9 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
         } else {
             0.0
         }
-    )));
+    ));
     let attempts = s.good + s.failed;
-    v.push(Line::from(vec![
+    let efficiency = Line::from(vec![
         Span::raw("Efficiency: "),
         Span::styled(
             format!("{:.2}% good", pct_of(s.good, attempts)),
@@ -549,35 +619,36 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             format!("{:.2}% failed", pct_of(s.failed, attempts)),
             Style::new().fg(Color::Red),
         ),
-    ]));
+    ]);
+    [samples, efficiency]
+}
+
+/// `Threads:`: the share of thread samples in each state.
+fn states_line(s: &Snapshot) -> Line<'static> {
     let st = &s.states;
     if s.tasks {
-        v.push(Line::raw(format!(
+        return Line::raw(format!(
             "Threads: GIL and exception states not read with --async-aware (task stacks) │ {:5.1}% in GC",
             pct_of(st.gc, st.seen),
-        )));
+        ));
+    }
+    // 3.11 and 3.12 do not say a thread waits for the GIL: n/a, not 0%.
+    let waiting = if s.gil_wait {
+        format!("{:5.1}%", pct_of(st.waiting, st.seen))
     } else {
-        // 3.11 and 3.12 do not say a thread waits for the GIL: n/a, not 0%.
-        let waiting = if s.gil_wait {
-            format!("{:5.1}%", pct_of(st.waiting, st.seen))
-        } else {
-            "  n/a".to_string()
-        };
-        v.push(Line::raw(format!(
+        "  n/a".to_string()
+    };
+    Line::raw(format!(
         "Threads: {:5.1}% holding GIL │ {:5.1}% released GIL │ {waiting} waiting for GIL │ {:5.1}% in exception │ {:5.1}% in GC",
         pct_of(st.gil, st.seen),
         pct_of(st.seen - st.gil.min(st.seen), st.seen),
         pct_of(st.exception, st.seen),
         pct_of(st.gc, st.seen),
-    )));
-    }
-    v.push(Line::raw(format!(
-        "Functions: {} total │ {} executing │ {} on stack only │ {} shown",
-        s.functions,
-        s.executing,
-        s.functions - s.executing,
-        s.shown
-    )));
+    ))
+}
+
+/// `Top 3:`: the functions with the most self samples.
+fn top_line(s: &Snapshot) -> Line<'static> {
     let mut top = vec![Span::raw("Top 3: ")];
     for (i, (name, n)) in s.top.iter().enumerate() {
         if i > 0 {
@@ -588,205 +659,206 @@ fn screen(ui: &mut Ui, s: &Snapshot, w: usize, h: usize) -> Vec<Line<'static>> {
             Style::new().fg(Color::Yellow),
         ));
     }
-    v.push(Line::from(top));
-    match s.ended {
-        Some(Ended::TargetExited) => v.push(Line::styled(
-            "PROFILING COMPLETE: the target exited. Final results below; q (or Enter) quits.",
-            BOLD.fg(Color::Green),
-        )),
-        Some(Ended::Duration) => v.push(Line::styled(
-            "PROFILING COMPLETE: the duration is over. Final results below; q (or Enter) quits.",
-            BOLD.fg(Color::Green),
-        )),
-        _ => {}
-    }
-    // The instruction panel, then the thread list, when they fit beside at
-    // least a few rows.
-    let footer = 2;
-    let table_min = 5;
-    let panel_h = if ui.opcodes {
-        let room = h
-            .saturating_sub(v.len() + 1 + 1 + table_min + footer)
-            .min(PANEL_HEIGHT);
-        if room >= PANEL_MIN { room } else { 0 }
-    } else {
-        0
+    Line::from(top)
+}
+
+/// The banner once profiling ended by itself.
+fn ended_line(s: &Snapshot) -> Option<Line<'static>> {
+    let why = match s.ended {
+        Some(Ended::TargetExited) => "the target exited",
+        Some(Ended::Duration) => "the duration is over",
+        _ => return None,
     };
-    if ui.show_threads && !s.threads.is_empty() {
-        let room = h.saturating_sub(v.len() + 1 + 1 + table_min + footer + panel_h + 1);
-        let shown = s.threads.len().min(room).min(6);
-        if shown > 0 {
-            v.push(Line::styled(
-                format!("Thread list ({}):", s.threads.len()),
-                DIM,
-            ));
-            // Keep the selected thread in the list.
-            let sel = ui
-                .opts
-                .thread
-                .and_then(|t| s.threads.iter().position(|x| x.tid == t))
-                .unwrap_or(0);
-            let first = sel.saturating_sub(shown - 1);
-            for t in s.threads.iter().skip(first).take(shown) {
-                let mark = if ui.opts.thread == Some(t.tid) {
-                    "▶"
-                } else {
-                    " "
-                };
-                let name = t.name.as_deref().unwrap_or("-");
-                let text = format!(
-                    " {mark} {:<10} {:<24} {:5.1}% of thread samples  {}",
-                    t.tid,
-                    fit(name, 24),
-                    pct_of(t.samples, s.thread_samples),
-                    t.state
-                );
-                let style = if ui.opts.thread == Some(t.tid) {
-                    BOLD
-                } else {
-                    Style::new()
-                };
-                v.push(Line::styled(fit(&text, w), style));
-            }
+    Some(Line::styled(
+        format!("PROFILING COMPLETE: {why}. Final results below; q (or Enter) quits."),
+        BOLD.fg(Color::Green),
+    ))
+}
+
+/// The instruction panel's height below a header of `used` lines: 0 when
+/// it is off or would not fit beside a few table rows.
+fn panel_height(ui: &Ui, h: usize, used: usize) -> usize {
+    if !ui.opcodes {
+        return 0;
+    }
+    let room = h
+        .saturating_sub(used + 1 + 1 + TABLE_MIN + FOOTER)
+        .min(PANEL_HEIGHT);
+    if room >= PANEL_MIN { room } else { 0 }
+}
+
+/// The thread list in at most `room` lines (and 6 threads), the selected
+/// thread kept in it; nothing when there is no room.
+fn thread_list(ui: &Ui, s: &Snapshot, w: usize, room: usize) -> Vec<Line<'static>> {
+    let shown = s.threads.len().min(room).min(6);
+    if shown == 0 {
+        return Vec::new();
+    }
+    let mut v = vec![Line::styled(
+        format!("Thread list ({}):", s.threads.len()),
+        DIM,
+    )];
+    let sel = ui
+        .opts
+        .thread
+        .and_then(|t| s.threads.iter().position(|x| x.tid == t))
+        .unwrap_or(0);
+    let first = sel.saturating_sub(shown - 1);
+    for t in s.threads.iter().skip(first).take(shown) {
+        let chosen = ui.opts.thread == Some(t.tid);
+        let mark = if chosen { "▶" } else { " " };
+        let name = t.name.as_deref().unwrap_or("-");
+        let text = format!(
+            " {mark} {:<10} {:<24} {:5.1}% of thread samples  {}",
+            t.tid,
+            fit(name, 24),
+            pct_of(t.samples, s.thread_samples),
+            t.state
+        );
+        let style = if chosen { BOLD } else { Style::new() };
+        v.push(Line::styled(fit(&text, w), style));
+    }
+    v
+}
+
+/// The table's columns for a screen `w` wide: the time columns go first
+/// when it is narrow; function and file share what is left.
+struct Columns {
+    times: bool,
+    func_w: usize,
+    file_w: usize,
+}
+
+impl Columns {
+    fn for_width(w: usize) -> Self {
+        let times = w >= 100;
+        let fixed: usize = if times {
+            15 + 7 + 10 + 7 + 10
+        } else {
+            15 + 7 + 7
+        };
+        let rest = w.saturating_sub(fixed + 3);
+        let func_w = (rest / 2).clamp(10, 40);
+        Columns {
+            times,
+            func_w,
+            file_w: rest.saturating_sub(func_w + 1),
         }
     }
-    v.push(Line::styled("─".repeat(w), DIM));
-    // The table: the time columns go first when the screen is narrow.
-    let times = w >= 100;
-    let sorted = |col: SortBy| ui.opts.sort == col;
+}
+
+/// The table's heading, the sort column marked.
+fn table_head(ui: &Ui, cols: &Columns) -> Line<'static> {
     let head = |label: &str, width: usize, col: SortBy| -> Span<'static> {
-        let text = if sorted(col) {
-            format!("{:>width$}", format!("▼{label}"))
+        if ui.opts.sort == col {
+            let text = format!("{:>width$}", format!("▼{label}"));
+            Span::styled(text, BOLD.fg(Color::Cyan))
         } else {
-            format!("{label:>width$}")
-        };
-        Span::styled(
-            text,
-            if sorted(col) {
-                BOLD.fg(Color::Cyan)
-            } else {
-                BOLD
-            },
-        )
+            Span::styled(format!("{label:>width$}"), BOLD)
+        }
     };
     let mut hs = vec![
         head("nsamples", 15, SortBy::SelfSamples),
         head("%", 7, SortBy::SelfPct),
     ];
-    if times {
+    if cols.times {
         hs.push(head("tottime", 10, SortBy::SelfTime));
     }
     hs.push(head("%", 7, SortBy::CumPct));
-    if times {
+    if cols.times {
         hs.push(head("cumtime", 10, SortBy::CumTime));
     }
-    let fixed: usize = if times {
-        15 + 7 + 10 + 7 + 10
-    } else {
-        15 + 7 + 7
-    };
-    let rest = w.saturating_sub(fixed + 3);
-    let func_w = (rest / 2).clamp(10, 40);
-    let file_w = rest.saturating_sub(func_w + 1);
+    let func_w = cols.func_w;
     hs.push(Span::styled(
         format!("   {:<func_w$} {}", "function", "file:line"),
         BOLD,
     ));
-    v.push(Line::from(hs));
-    let body = h.saturating_sub(v.len() + footer + panel_h);
-    // The selection, kept on screen.
-    let selected = ui
+    Line::from(hs)
+}
+
+/// The selected row (with `--opcodes`), scrolling the table so that it
+/// is among the `body` rows shown.
+fn keep_selection_visible(ui: &mut Ui, rows: usize, body: usize) -> Option<usize> {
+    let sel = ui
         .opcodes
-        .then(|| ui.selected.min(s.rows.len().saturating_sub(1)));
-    if let Some(sel) = selected {
-        let mut first = ui.scroll.min(s.rows.len().saturating_sub(body));
-        if sel < first {
-            first = sel;
-        } else if body > 0 && sel >= first + body {
-            first = sel + 1 - body;
-        }
-        ui.scroll = first;
+        .then(|| ui.selected.min(rows.saturating_sub(1)))?;
+    let mut first = ui.scroll.min(rows.saturating_sub(body));
+    if sel < first {
+        first = sel;
+    } else if body > 0 && sel >= first + body {
+        first = sel + 1 - body;
     }
-    let first = if ui.opcodes { ui.scroll } else { 0 };
-    for (i, r) in s.rows.iter().enumerate().skip(first).take(body) {
-        let mut spans = vec![
-            Span::styled(
-                format!("{:>15}", format!("{}/{}", r.self_samples, r.cum_samples)),
-                Style::new().fg(Color::Cyan),
-            ),
-            Span::raw(format!("{:>7.1}", s.pct(r.self_samples))),
-        ];
-        if times {
-            spans.push(Span::raw(format!("{:>10.3}", s.seconds(r.self_samples))));
-        }
-        spans.push(Span::raw(format!("{:>7.1}", s.pct(r.cum_samples))));
-        if times {
-            spans.push(Span::raw(format!("{:>10.3}", s.seconds(r.cum_samples))));
-        }
-        let (mark, style) = match (ui.trends, r.trend) {
-            (true, Trend::Up) => ("▲", Style::new().fg(Color::Red)),
-            (true, Trend::Down) => ("▼", Style::new().fg(Color::Green)),
-            _ => (" ", Style::new()),
-        };
-        spans.push(Span::styled(format!(" {mark} "), style));
-        spans.push(Span::styled(
-            format!("{:<func_w$} ", fit(&r.func, func_w)),
-            Style::new().fg(Color::Yellow),
-        ));
-        spans.push(Span::styled(
-            fit_end(&format!("{}:{}", r.file, r.line), file_w),
-            DIM,
-        ));
-        let line = Line::from(spans);
-        v.push(if selected == Some(i) {
-            line.style(Style::new().add_modifier(Modifier::REVERSED))
-        } else {
-            line
-        });
+    ui.scroll = first;
+    Some(sel)
+}
+
+/// One row of the table.
+fn table_row(ui: &Ui, s: &Snapshot, r: &Row, cols: &Columns) -> Line<'static> {
+    let mut spans = vec![
+        Span::styled(
+            format!("{:>15}", format!("{}/{}", r.self_samples, r.cum_samples)),
+            Style::new().fg(Color::Cyan),
+        ),
+        Span::raw(format!("{:>7.1}", s.pct(r.self_samples))),
+    ];
+    if cols.times {
+        spans.push(Span::raw(format!("{:>10.3}", s.seconds(r.self_samples))));
     }
-    while v.len() + footer + panel_h < h {
-        v.push(Line::raw(""));
+    spans.push(Span::raw(format!("{:>7.1}", s.pct(r.cum_samples))));
+    if cols.times {
+        spans.push(Span::raw(format!("{:>10.3}", s.seconds(r.cum_samples))));
     }
-    if panel_h > 0 {
-        v.extend(panel(selected.and_then(|i| s.rows.get(i)), w, panel_h));
-    }
-    v.push(Line::styled(
-        "nsamples: self/cumulative (self: executing; cumulative: on the stack)",
+    let (mark, style) = match (ui.trends, r.trend) {
+        (true, Trend::Up) => ("▲", Style::new().fg(Color::Red)),
+        (true, Trend::Down) => ("▼", Style::new().fg(Color::Green)),
+        _ => (" ", Style::new()),
+    };
+    spans.push(Span::styled(format!(" {mark} "), style));
+    let func_w = cols.func_w;
+    spans.push(Span::styled(
+        format!("{:<func_w$} ", fit(&r.func, func_w)),
+        Style::new().fg(Color::Yellow),
+    ));
+    spans.push(Span::styled(
+        fit_end(&format!("{}:{}", r.file, r.line), cols.file_w),
         DIM,
     ));
-    let last = if let Some(text) = &ui.input {
-        Line::from(vec![
+    Line::from(spans)
+}
+
+/// The last line: the filter being typed, or the filter and pause marks,
+/// the sort and the keys.
+fn status_line(ui: &Ui) -> Line<'static> {
+    if let Some(text) = &ui.input {
+        return Line::from(vec![
             Span::styled("Filter: ", BOLD),
             Span::raw(format!("{text}_")),
             Span::styled("   (Enter applies, Esc cancels)", DIM),
-        ])
-    } else {
-        let mut spans = Vec::new();
-        if let Some(fl) = &ui.opts.filter {
-            spans.push(Span::styled(
-                format!("[Filter: {fl} (c clears)] "),
-                Style::new().fg(Color::Yellow),
-            ));
-        }
-        if ui.paused {
-            spans.push(Span::styled("[PAUSED] ", Style::new().fg(Color::Red)));
-        }
+        ]);
+    }
+    let mut spans = Vec::new();
+    if let Some(fl) = &ui.opts.filter {
         spans.push(Span::styled(
-            format!("Sort: {}", ui.opts.sort.label()),
-            BOLD,
+            format!("[Filter: {fl} (c clears)] "),
+            Style::new().fg(Color::Yellow),
         ));
-        spans.push(Span::styled(
-            if ui.opcodes {
-                " │ j/k row  s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
-            } else {
-                " │ s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
-            },
-            DIM,
-        ));
-        Line::from(spans)
-    };
-    v.push(last);
-    v
+    }
+    if ui.paused {
+        spans.push(Span::styled("[PAUSED] ", Style::new().fg(Color::Red)));
+    }
+    spans.push(Span::styled(
+        format!("Sort: {}", ui.opts.sort.label()),
+        BOLD,
+    ));
+    spans.push(Span::styled(
+        if ui.opcodes {
+            " │ j/k row  s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
+        } else {
+            " │ s/S sort  t thread  ←→ threads  / filter  p pause  r reset  h help  q quit"
+        },
+        DIM,
+    ));
+    Line::from(spans)
 }
 
 /// The instruction panel of the selected row, `h` lines: a title, then

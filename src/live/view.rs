@@ -15,6 +15,7 @@ use crate::model::status;
 use crate::opcodes::OpTable;
 
 use super::aggregate::{Aggregate, Ended, StateCounts};
+use crate::collect::tree::short_file;
 
 /// What the table is sorted by (the reference's order of sort keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -318,33 +319,6 @@ fn state_word(bits: u32, gc: bool) -> &'static str {
     }
 }
 
-/// A file as the table shows it: an installed package's or the standard
-/// library's relative to where it is installed (`threading.py`,
-/// `requests/api.py`), as the reference shows them; the program's own in
-/// full.
-pub fn short_file(path: &str) -> &str {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(i) = path.rfind(marker) {
-            return &path[i + marker.len()..];
-        }
-    }
-    if let Some(i) = path.find("/lib/python3.") {
-        let rest = &path[i + "/lib/python3.".len()..];
-        if let Some(j) = rest.find('/') {
-            let version = &rest[..j];
-            if !version.is_empty()
-                && version
-                    .trim_end_matches(['d', 't'])
-                    .chars()
-                    .all(|c| c.is_ascii_digit())
-            {
-                return &rest[j + 1..];
-            }
-        }
-    }
-    path
-}
-
 /// The three functions with the most self samples among rows `keep`: the
 /// rows (lines) of one function and file counted together, since a user
 /// asks which function is hot; ties go to the function seen first.
@@ -430,29 +404,35 @@ fn op_counts(v: &mut [(Named, u64)]) -> Vec<OpCount> {
     out
 }
 
-/// Compute the screen for `opts` from `agg` (read under its lock).
-pub fn snapshot(
-    agg: &Aggregate,
-    opts: &ViewOptions,
-    now: Instant,
-    trends: &mut Trends,
-) -> Snapshot {
+/// Each row's samples as the leaf (`self_n`) and anywhere in the stack
+/// (`cum_n`, once per stack however often it recurs there), counted over
+/// the shown thread's stacks (every thread's without one).
+struct RowCounts {
+    self_n: Vec<u64>,
+    cum_n: Vec<u64>,
+    /// Threads with a stack, in the order first seen: one that never had
+    /// one (a thread state whose OS thread has not started yet) is not
+    /// listed.
+    with_stacks: Vec<u64>,
+}
+
+/// Count every row of `agg` for `thread` (all threads when `None`).
+fn count_rows(agg: &Aggregate, thread: Option<u64>) -> RowCounts {
     let n = agg.keys.len();
-    let mut self_n = vec![0u64; n];
-    let mut cum_n = vec![0u64; n];
-    // A row counts once per stack in the cumulative column, however often
-    // it recurs in it: the stack's number marks the rows already counted.
+    let mut c = RowCounts {
+        self_n: vec![0; n],
+        cum_n: vec![0; n],
+        with_stacks: Vec::new(),
+    };
+    // The stack's number marks the rows already counted in it.
     let mut stamp = vec![0usize; n];
-    // Threads with a stack: one that never had one (a thread state whose
-    // OS thread has not started yet) is not listed.
-    let mut with_stacks: Vec<u64> = Vec::new();
     let mut last_tid = None;
     for (i, cell) in agg.counts.cells().iter().enumerate() {
-        if last_tid != Some(cell.tid) && !with_stacks.contains(&cell.tid) {
-            with_stacks.push(cell.tid);
+        if last_tid != Some(cell.tid) && !c.with_stacks.contains(&cell.tid) {
+            c.with_stacks.push(cell.tid);
         }
         last_tid = Some(cell.tid);
-        if opts.thread.is_some_and(|t| t != cell.tid) {
+        if thread.is_some_and(|t| t != cell.tid) {
             continue;
         }
         for (depth, &f) in agg.counts.stack(cell.stack).iter().enumerate() {
@@ -461,32 +441,27 @@ pub fn snapshot(
             };
             let k = k as usize;
             if depth == 0 {
-                self_n[k] += cell.count;
+                c.self_n[k] += cell.count;
             }
             if stamp[k] != i + 1 {
                 stamp[k] = i + 1;
-                cum_n[k] += cell.count;
+                c.cum_n[k] += cell.count;
             }
         }
     }
-    let thread = opts
-        .thread
-        .and_then(|tid| agg.threads.iter().find(|t| t.tid == tid));
-    let (denominator, states) = match thread {
-        Some(t) => (t.states.seen, t.states),
-        None => (agg.good.max(agg.counts.total()), agg.states),
-    };
-    let marks = trends.update((agg.generation, opts.thread), now, denominator, &self_n);
-    let needle = opts.filter.as_ref().map(|f| f.to_lowercase());
+    c
+}
+
+/// The rows seen at all: how many functions (rows) there are, how many
+/// of them were a leaf, and the ones `filter` lets through (a case-blind
+/// match of function or file), in row order.
+fn rows_seen(agg: &Aggregate, c: &RowCounts, filter: Option<&str>) -> (usize, usize, Vec<usize>) {
+    let needle = filter.map(str::to_lowercase);
     let mut keep: Vec<usize> = Vec::new();
-    let mut functions = 0;
-    let mut executing = 0;
-    for k in 0..n {
-        if cum_n[k] == 0 {
-            continue;
-        }
+    let (mut functions, mut executing) = (0, 0);
+    for k in (0..agg.keys.len()).filter(|&k| c.cum_n[k] > 0) {
         functions += 1;
-        executing += usize::from(self_n[k] > 0);
+        executing += usize::from(c.self_n[k] > 0);
         let key = &agg.keys[k];
         let passes = needle.as_ref().is_none_or(|s| {
             key.func.to_lowercase().contains(s) || key.file.to_lowercase().contains(s)
@@ -495,12 +470,15 @@ pub fn snapshot(
             keep.push(k);
         }
     }
-    let shown = keep.len();
-    let top = top_functions(agg, &keep, &self_n);
-    let (first, second) = if opts.sort.cumulative() {
-        (&cum_n, &self_n)
+    (functions, executing, keep)
+}
+
+/// Order rows by the sort column, then the other, then first seen.
+fn sort_rows(keep: &mut [usize], sort: SortBy, c: &RowCounts) {
+    let (first, second) = if sort.cumulative() {
+        (&c.cum_n, &c.self_n)
     } else {
-        (&self_n, &cum_n)
+        (&c.self_n, &c.cum_n)
     };
     keep.sort_by(|&a, &b| {
         first[b]
@@ -508,9 +486,18 @@ pub fn snapshot(
             .then(second[b].cmp(&second[a]))
             .then(a.cmp(&b))
     });
+}
+
+/// The table's rows: the first `opts.limit` of `keep`, as shown.
+fn table_rows(
+    agg: &Aggregate,
+    opts: &ViewOptions,
+    keep: &[usize],
+    c: &RowCounts,
+    marks: &[Trend],
+) -> Vec<Row> {
     let mut ops_of = leaf_ops_by_row(agg, opts);
-    let rows = keep
-        .iter()
+    keep.iter()
         .take(opts.limit)
         .map(|&k| {
             let key = &agg.keys[k];
@@ -524,15 +511,19 @@ pub fn snapshot(
                 func: key.func.to_string(),
                 file: short_file(&key.file).to_string(),
                 line: key.line,
-                self_samples: self_n[k],
-                cum_samples: cum_n[k],
+                self_samples: c.self_n[k],
+                cum_samples: c.cum_n[k],
                 trend: marks.get(k).copied().unwrap_or_default(),
             }
         })
-        .collect();
-    let listed = || agg.threads.iter().filter(|t| with_stacks.contains(&t.tid));
-    let thread_samples = listed().map(|t| t.states.seen).sum();
-    let threads = listed()
+        .collect()
+}
+
+/// The threads listed (those with a stack), each with its state word.
+fn thread_rows(agg: &Aggregate, with_stacks: &[u64]) -> Vec<ThreadRow> {
+    agg.threads
+        .iter()
+        .filter(|t| with_stacks.contains(&t.tid))
         .map(|t| ThreadRow {
             tid: t.tid,
             name: t.name.clone(),
@@ -547,20 +538,53 @@ pub fn snapshot(
                 state_word(t.last_status, t.last_gc)
             },
         })
-        .collect();
-    let elapsed = match (agg.since, agg.ended) {
+        .collect()
+}
+
+/// How long the run has been sampled: to its end once it ended.
+fn elapsed(agg: &Aggregate, now: Instant) -> Duration {
+    match (agg.since, agg.ended) {
         (Some(s), Some((e, _))) => e.saturating_duration_since(s),
         (Some(s), None) => now.saturating_duration_since(s),
         (None, _) => Duration::ZERO,
+    }
+}
+
+/// Compute the screen for `opts` from `agg` (read under its lock).
+pub fn snapshot(
+    agg: &Aggregate,
+    opts: &ViewOptions,
+    now: Instant,
+    trends: &mut Trends,
+) -> Snapshot {
+    let counts = count_rows(agg, opts.thread);
+    let thread = opts
+        .thread
+        .and_then(|tid| agg.threads.iter().find(|t| t.tid == tid));
+    let (denominator, states) = match thread {
+        Some(t) => (t.states.seen, t.states),
+        None => (agg.good.max(agg.counts.total()), agg.states),
     };
+    let marks = trends.update(
+        (agg.generation, opts.thread),
+        now,
+        denominator,
+        &counts.self_n,
+    );
+    let (functions, executing, mut keep) = rows_seen(agg, &counts, opts.filter.as_deref());
+    let shown = keep.len();
+    let top = top_functions(agg, &keep, &counts.self_n);
+    sort_rows(&mut keep, opts.sort, &counts);
+    let rows = table_rows(agg, opts, &keep, &counts, marks);
+    let threads = thread_rows(agg, &counts.with_stacks);
     Snapshot {
         pid: agg.pid,
         interval_us: agg.interval_us,
-        elapsed,
+        elapsed: elapsed(agg, now),
         good: agg.good,
         failed: agg.failed,
         denominator,
-        thread_samples,
+        thread_samples: threads.iter().map(|t| t.samples).sum(),
         gil_wait: agg.gil_wait,
         states,
         tasks: agg.tasks,
@@ -710,37 +734,6 @@ mod tests {
             &mut t,
         );
         assert_eq!(names(&s), ["leaf"]);
-    }
-
-    #[test]
-    fn installed_files_are_shown_relative_to_where_they_are_installed() {
-        for (path, shown) in [
-            ("/usr/lib/python3.15/threading.py", "threading.py"),
-            (
-                "/usr/lib/python3.13/concurrent/futures/thread.py",
-                "concurrent/futures/thread.py",
-            ),
-            (
-                "/root/.pyenv/versions/3.12.1/lib/python3.12/json/decoder.py",
-                "json/decoder.py",
-            ),
-            (
-                "/v/lib/python3.14t/site-packages/requests/api.py",
-                "requests/api.py",
-            ),
-            (
-                "/usr/lib/python3/dist-packages/yaml/main.py",
-                "yaml/main.py",
-            ),
-            (
-                "/home/me/app/lib/python3.x/app.py",
-                "/home/me/app/lib/python3.x/app.py",
-            ),
-            ("/tmp/pool.py", "/tmp/pool.py"),
-            ("<frozen runpy>", "<frozen runpy>"),
-        ] {
-            assert_eq!(short_file(path), shown, "{path}");
-        }
     }
 
     #[test]

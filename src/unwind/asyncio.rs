@@ -1419,7 +1419,7 @@ mod tests {
 
     /// The stack of `leaf` as `file:func` text, leaf first.
     fn text(g: &mut Graph, leaf: usize, t: &mut FrameTable) -> Vec<String> {
-        let trunc = t.synthetic(FrameKind::Native, "<truncated>");
+        let trunc = t.synthetic(FrameKind::Truncated, "<truncated>");
         let task_file = t.intern_str("<task>");
         let mut frames = vec![trunc; 3]; // stale content, replaced
         g.stack(leaf, t, task_file, trunc, &mut frames);
@@ -1500,7 +1500,7 @@ mod tests {
         g.nodes[1].broken = true;
         g.find_leaves();
         assert_eq!(g.leaves, [2, 3]);
-        let trunc = t.synthetic(FrameKind::Native, "<truncated>");
+        let trunc = t.synthetic(FrameKind::Truncated, "<truncated>");
         let task_file = t.intern_str("<task>");
         let mut frames = vec![trunc];
         assert!(!g.stack(2, &mut t, task_file, trunc, &mut frames));

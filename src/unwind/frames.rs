@@ -586,7 +586,7 @@ impl Markers {
         Markers {
             gc: table.synthetic(FrameKind::Gc, "<GC>"),
             native: table.synthetic(FrameKind::Native, "<native>"),
-            truncated: table.synthetic(FrameKind::Native, "<truncated>"),
+            truncated: table.synthetic(FrameKind::Truncated, "<truncated>"),
         }
     }
 }
