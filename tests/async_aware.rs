@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Interp, RootDir, Target, sid_interpreters, spawn, tachyon_bin};
+use common::{Interp, RootDir, Target, collapsed, sid_interpreters, spawn, tachyon_bin};
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/asyncio_tasks.py");
 
@@ -131,18 +131,6 @@ fn run_ok(who: &str, cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The distinct stacks of a collapsed file.
-fn stacks_of(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .map(|l| {
-            l.rsplit_once(' ')
-                .expect("`stack count` lines")
-                .0
-                .to_owned()
-        })
-        .collect()
-}
-
 /// `tachyon attach ARGS --collapsed` for 1 s; the distinct stacks.
 fn tachyon_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
     let dir = RootDir::new(&[]);
@@ -156,7 +144,7 @@ fn tachyon_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
             .arg(&out)
             .arg(t.pid().to_string()),
     );
-    stacks_of(&std::fs::read_to_string(&out).unwrap())
+    collapsed::stacks(&collapsed::read(&out))
 }
 
 /// The reference's `attach ARGS --collapsed` for 1 s, in the sid root.
@@ -172,7 +160,7 @@ fn reference_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
             .arg(dir.inside("reference.txt"))
             .arg(t.pid().to_string()),
     );
-    stacks_of(&std::fs::read_to_string(dir.outside("reference.txt")).unwrap())
+    collapsed::stacks(&collapsed::read(&dir.outside("reference.txt")))
 }
 
 /// Check the stacks of mode `all`: the blocked tasks' exactly, the busy
@@ -393,7 +381,7 @@ fn combinations_the_reference_refuses_work_or_say_why() {
     );
     check_all_mode(
         "replayed recording",
-        &stacks_of(&std::fs::read_to_string(&replayed).unwrap()),
+        &collapsed::stacks(&collapsed::read(&replayed)),
     );
     // Modes select threads by their state; a task chain has none.
     let out = Command::new(tachyon_bin())
@@ -507,7 +495,7 @@ fn run_finds_asyncio_once_a_3_14_program_imports_it() {
     );
     // From its first line: the start-up's stacks (tasks not yet awaited,
     // `main` in its first sleep) are there too, and the steady ones.
-    let stacks: BTreeSet<String> = stacks_of(&std::fs::read_to_string(&out).unwrap())
+    let stacks: BTreeSet<String> = collapsed::stacks(&collapsed::read(&out))
         .iter()
         .map(|s| without_stdlib_lines(strip_tid(s)))
         .collect();

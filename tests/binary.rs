@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{Interp, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 use tachyon::binfmt::writer::{BinaryWriter, WriterOptions};
 use tachyon::binfmt::{CaptureConfig, Compression, StoredStats};
@@ -315,12 +315,7 @@ fn round_trip_real_samples_on_every_interpreter() {
 /// Collapsed lines as a sorted map (the reference sorts ties by text, as
 /// tachyon does, but compare as sets of lines to say what differs).
 fn collapsed_map(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').unwrap();
-            (stack.to_owned(), n.parse().unwrap())
-        })
-        .collect()
+    collapsed::by_stack(&collapsed::parse(text))
 }
 
 #[test]

@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    RootDir, ok, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon, text,
-    validate_speedscope,
+    RootDir, collapsed, ok, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon,
+    text, validate_speedscope,
 };
 
 /// Two threads, both sampled at every instant (wall mode): the main
@@ -105,18 +105,13 @@ impl Collapsed {
             per_thread: BTreeMap::new(),
             self_by_func: BTreeMap::new(),
         };
-        for line in std::fs::read_to_string(path).unwrap().lines() {
-            let (stack, n) = line.rsplit_once(' ').unwrap();
-            let n: u64 = n.parse().unwrap();
-            let mut frames = stack.split(';');
+        for (stack, n) in collapsed::read(path) {
+            let mut frames = collapsed::frames(&stack);
             let tid = frames.next().unwrap().strip_prefix("tid:").unwrap();
             *c.per_thread.entry(tid.to_string()).or_default() += n;
             let leaf = frames.next_back().unwrap();
             // `file:func:line`, or a synthetic frame's bare name.
-            let func = match leaf.rsplit_once(':') {
-                Some((rest, _line)) => rest.split_once(':').map_or(rest, |(_, f)| f),
-                None => leaf,
-            };
+            let func = collapsed::frame_parts(leaf).map_or(leaf, |(_, f, _)| f);
             *c.self_by_func.entry(func.to_string()).or_default() += n;
         }
         c

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{Interp, RootDir, Running, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 
 /// Two threads whose stacks keep changing, so blocks carry new frames.
@@ -104,11 +104,7 @@ fn replay(path: &Path, dir: &Path) -> (u64, String) {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "replay of {path:?} failed: {err}");
-    let text = std::fs::read_to_string(&out_file).unwrap();
-    let n = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
+    let n = collapsed::total(&collapsed::read(&out_file));
     (n, err)
 }
 

@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, ok, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin,
-    text, validate_speedscope,
+    Interp, RootDir, Running, collapsed, ok, one_at_a_time, release, sid_interpreters, sid_root,
+    tachyon_bin, text, validate_speedscope,
 };
 use serde_json::Value;
 
@@ -171,8 +171,8 @@ fn run_pool_with(
 /// stacks and counts).
 fn collapsed_sections(body: &str) -> BTreeMap<u32, (String, Vec<(String, u64)>)> {
     let mut out: BTreeMap<u32, (String, Vec<(String, u64)>)> = BTreeMap::new();
-    for line in body.lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
+    for (stack, n) in collapsed::parse(body) {
+        let line = &stack;
         let (first, rest) = stack.split_once(';').unwrap();
         let head = first
             .strip_prefix("process ")
@@ -187,17 +187,9 @@ fn collapsed_sections(body: &str) -> BTreeMap<u32, (String, Vec<(String, u64)>)>
             .entry(pid.parse().unwrap())
             .or_insert_with(|| (command.to_string(), Vec::new()));
         assert_eq!(e.0, command, "one command per process: {line}");
-        e.1.push((rest.to_string(), n.parse().unwrap()));
+        e.1.push((rest.to_string(), n));
     }
     out
-}
-
-fn samples_with(lines: &[(String, u64)], function: &str) -> u64 {
-    lines
-        .iter()
-        .filter(|(s, _)| s.contains(function))
-        .map(|(_, n)| n)
-        .sum()
 }
 
 #[test]
@@ -226,7 +218,7 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
             };
             assert!(command.contains(runs), "{} {method}: {command}", it.name);
             assert!(
-                samples_with(lines, "burn_in_worker") > 0,
+                collapsed::samples_with(lines, "burn_in_worker") > 0,
                 "{}: worker {w}'s section has no burn_in_worker",
                 it.name
             );
@@ -236,9 +228,18 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
         let (_, parent) = sections
             .get(&tree.parent)
             .unwrap_or_else(|| panic!("{}: no section for the parent", it.name));
-        assert!(samples_with(parent, "<module>") > 0, "{}", it.name);
+        assert!(
+            collapsed::samples_with(parent, "<module>") > 0,
+            "{}",
+            it.name
+        );
         // The parent only waits for the pool: the work is the workers'.
-        assert_eq!(samples_with(parent, "burn_in_worker"), 0, "{}", it.name);
+        assert_eq!(
+            collapsed::samples_with(parent, "burn_in_worker"),
+            0,
+            "{}",
+            it.name
+        );
         // No process but the tree's.
         for pid in sections.keys() {
             assert!(
@@ -549,13 +550,16 @@ fn attach_merges_the_workers_of_a_running_process() {
         let (_, lines) = sections
             .get(w)
             .unwrap_or_else(|| panic!("no section for worker {w}:\n{stderr}"));
-        assert!(samples_with(lines, "spin_in_worker") > 0, "worker {w}");
+        assert!(
+            collapsed::samples_with(lines, "spin_in_worker") > 0,
+            "worker {w}"
+        );
     }
     let (_, parent) = sections
         .get(&(target.pid() as u32))
         .unwrap_or_else(|| panic!("no section for the attached process:\n{stderr}"));
-    assert!(samples_with(parent, "<module>") > 0);
-    assert_eq!(samples_with(parent, "spin_in_worker"), 0);
+    assert!(collapsed::samples_with(parent, "<module>") > 0);
+    assert_eq!(collapsed::samples_with(parent, "spin_in_worker"), 0);
     // Only the output asked for: no file per worker.
     let files: Vec<String> = std::fs::read_dir(&dir.outside)
         .unwrap()
@@ -607,7 +611,7 @@ sys.stdout.flush()
     for (name, pid) in [("a", pid_of("a ")), ("b", pid_of("b "))] {
         let function = format!("work_of_{name}");
         for (p, (_, lines)) in &sections {
-            let n = samples_with(lines, &function);
+            let n = collapsed::samples_with(lines, &function);
             assert_eq!(n > 0, *p == pid, "{function} in process {p}:\n{stderr}");
         }
         // Sampled by one profile: followed, or a child, never both.

@@ -22,7 +22,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, Target, machine_old_interpreters, sid_interpreters, spawn, tachyon_bin};
+use common::{
+    Interp, Target, collapsed, machine_old_interpreters, sid_interpreters, spawn, tachyon_bin,
+};
 use tachyon::model::{FrameKind, Sample, status};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -497,23 +499,7 @@ fn attach_collapsed(t: &Target, args: &[&str]) -> Vec<(String, u64)> {
         String::from_utf8_lossy(&res.stderr)
     );
     let text = std::fs::read_to_string(&out.0).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').expect("`stack count` lines");
-            (stack.to_owned(), n.parse().expect("a count"))
-        })
-        .collect()
-}
-
-/// Samples of the collapsed lines whose stack has a frame of function
-/// `func` (`file:func:line`).
-fn samples_in(lines: &[(String, u64)], func: &str) -> u64 {
-    let needle = format!(":{func}:");
-    lines
-        .iter()
-        .filter(|(s, _)| s.split(';').any(|f| f.contains(&needle)))
-        .map(|(_, n)| n)
-        .sum()
+    collapsed::parse(&text)
 }
 
 #[test]
@@ -522,7 +508,7 @@ fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
         let (t, _) = threads_target(&it);
         let lines = attach_collapsed(&t, &["--mode", "gil", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
-        let busy = samples_in(&lines, "busy");
+        let busy = collapsed::samples_in(&lines, "busy");
         eprintln!("{}: gil mode: busy {busy}/{total}", it.name);
         // How many of the 1000 samples a loaded machine lets through varies;
         // what they show does not.
@@ -540,7 +526,12 @@ fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
             "in_finally",
             "block",
         ] {
-            assert_eq!(samples_in(&lines, f), 0, "{}: {f}: {lines:?}", it.name);
+            assert_eq!(
+                collapsed::samples_in(&lines, f),
+                0,
+                "{}: {f}: {lines:?}",
+                it.name
+            );
         }
     }
 }
@@ -552,8 +543,8 @@ fn exception_mode_end_to_end_shows_the_raising_function() {
         t.wait_for("READY", Duration::from_secs(30));
         let lines = attach_collapsed(&t, &["--mode", "exception", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
-        let raiser = samples_in(&lines, "raiser");
-        let calm = samples_in(&lines, "calm");
+        let raiser = collapsed::samples_in(&lines, "raiser");
+        let calm = collapsed::samples_in(&lines, "calm");
         eprintln!(
             "{}: exception mode: raiser {raiser}, calm {calm}, total {total}",
             it.name

@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{Interp, RootDir, machine_old_interpreters, release, sid_interpreters, tachyon_ok};
+use common::{
+    Interp, RootDir, collapsed, machine_old_interpreters, release, sid_interpreters, tachyon_ok,
+};
 
 /// A million objects in 600,000 cycles, reachable from a module global
 /// until the runtime clears the modules at exit; then 0.3 s of work.
@@ -79,14 +81,13 @@ fn exit_time_collection_is_counted_apart_not_profiled() {
         let stdout = profile(&interp, &dir, "--collapsed", "out.txt");
         let name = &interp.name;
         assert!(stdout.contains("DONE"), "{name}: {stdout}");
-        let collapsed = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
+        let text = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
         // Every stack has a Python frame: none is the runtime's alone.
-        let frameless: Vec<&str> = collapsed
-            .lines()
-            .filter(|l| {
-                let stack = l.rsplit_once(' ').map_or(*l, |(s, _)| s);
-                stack
-                    .split(';')
+        let frameless: Vec<String> = collapsed::parse(&text)
+            .into_iter()
+            .map(|(stack, _)| stack)
+            .filter(|stack| {
+                collapsed::frames(stack)
                     .skip(1)
                     .all(|f| f.starts_with('<') && !f.contains(':'))
             })
@@ -95,8 +96,8 @@ fn exit_time_collection_is_counted_apart_not_profiled() {
         // The program's own frames stay (under two CPU burners, pyenv
         // 3.11 once showed only its `<module>` lines, no `work`).
         assert!(
-            collapsed.contains("exit.py:"),
-            "{name}: the program's own frames:\n{collapsed}"
+            text.contains("exit.py:"),
+            "{name}: the program's own frames:\n{text}"
         );
         let n = shutdown_samples(&stdout);
         assert!(n > 0, "{name}: {stdout}");

@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin, text,
+    Interp, RootDir, Running, collapsed, one_at_a_time, release, sid_interpreters, sid_root,
+    tachyon_bin, text,
 };
 
 const POOL: &str = include_str!("../fixtures/targets/pool.py");
@@ -164,12 +165,7 @@ fn pids_after(stdout: &str, tag: &str) -> Vec<i32> {
 
 /// Samples of collapsed stacks in `file` that pass through `function`.
 fn samples_in(file: &Path, function: &str) -> u64 {
-    let body = std::fs::read_to_string(file)
-        .unwrap_or_else(|e| panic!("no profile {}: {e}", file.display()));
-    body.lines()
-        .filter(|l| l.contains(function))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    collapsed::samples_with(&collapsed::read(file), function)
 }
 
 /// Every child process of the test, none stopped or traced.

@@ -8,6 +8,8 @@
 //!   mandatory too; a missing one fails the test that needs it.
 #![allow(dead_code)]
 
+pub mod collapsed;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
