@@ -510,20 +510,6 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
     drop(t);
 }
 
-/// The state letter of every thread of `pid` (from /proc/PID/task/*/stat).
-fn thread_states(pid: i32) -> Vec<(String, char)> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let e = e.unwrap();
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        if let Some((_, after)) = stat.rsplit_once(") ") {
-            let state = after.chars().next().unwrap_or('?');
-            v.push((e.file_name().to_string_lossy().into_owned(), state));
-        }
-    }
-    v
-}
-
 const BUSY: &str = r#"
 import threading, time
 
@@ -585,7 +571,7 @@ fn dump_blocking_always_resumes_the_target() {
             stdout.contains(", in busy_loop\n"),
             "dump {i} lacks the busy function:\n{stdout}"
         );
-        for (tid, state) in thread_states(pid) {
+        for (tid, state) in common::procs::thread_states(pid) {
             assert!(
                 !matches!(state, 't' | 'T'),
                 "after dump {i}, thread {tid} is left stopped ({state})"

@@ -326,22 +326,8 @@ fn a_wrapper_pid_is_not_python_but_its_child_is() {
     );
     println!("{line}");
     // Positive control: the python child itself dumps.
-    let child = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()?
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse::<i32>()
-                        .ok()
-                })
-                == Some(bash)
-        })
+    let child = *common::procs::children(bash)
+        .first()
         .expect("the python child of the wrapper");
     assert_dumped(&dump(child), child, &["in <module>"]);
 }
@@ -355,14 +341,8 @@ fn an_exited_unreaped_target_is_reported_as_exited() {
     // Not reaped until `t` drops: a zombie, whose /proc entry remains.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        if stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .trim_start()
-            .starts_with('Z')
-        {
+        let state = common::procs::state(pid).expect("a zombie keeps its /proc entry");
+        if state == 'Z' {
             break;
         }
         assert!(Instant::now() < deadline, "target did not exit");

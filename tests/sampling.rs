@@ -569,12 +569,12 @@ fn attach_blocking_samples_and_always_resumes_the_target() {
     assert!(error_rate(&stdout) < 1.0, "{stdout}");
     // Every thread runs again: none is left in a ptrace stop.
     std::thread::sleep(Duration::from_millis(100));
-    for task in std::fs::read_dir(format!("/proc/{}/task", t.pid())).unwrap() {
-        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
-        let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+    let states = common::procs::thread_states(t.pid());
+    assert_eq!(states.len(), 4, "the target's threads: {states:?}");
+    for (tid, state) in states {
         assert!(
             !matches!(state, 't' | 'T'),
-            "a thread is left stopped: {stat}"
+            "thread {tid} is left stopped ({state})"
         );
     }
 }

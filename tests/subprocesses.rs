@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, collapsed, one_at_a_time, release, sid_interpreters, sid_root,
+    Interp, RootDir, Running, collapsed, one_at_a_time, procs, release, sid_interpreters, sid_root,
     tachyon_bin, text,
 };
 
@@ -171,21 +171,14 @@ fn samples_in(file: &Path, function: &str) -> u64 {
 /// Every child process of the test, none stopped or traced.
 fn assert_not_stopped(pids: &[i32], what: &str) {
     for &pid in pids {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        let Some(tracer) = procs::status_field(pid, "TracerPid") else {
             continue;
         };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_default()
-        };
-        assert_eq!(field("TracerPid:"), "0", "{what}: {pid} is still traced");
-        let state = field("State:");
+        assert_eq!(tracer, "0", "{what}: {pid} is still traced");
+        let state = procs::state(pid);
         assert!(
-            !state.starts_with('T') && !state.starts_with('t'),
-            "{what}: {pid} was left stopped ({state})"
+            !matches!(state, Some('T' | 't')),
+            "{what}: {pid} was left stopped ({state:?})"
         );
     }
 }
@@ -307,14 +300,6 @@ fn run_profiles_every_worker_of_a_prefork_server() {
     }
 }
 
-/// The threads of a process (tachyon: one per child profile, plus the
-/// main thread and the watcher).
-fn threads_of(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 #[test]
 fn attach_profiles_children_there_before_and_started_after() {
     let _serial = one_at_a_time();
@@ -333,7 +318,7 @@ fn attach_profiles_children_there_before_and_started_after() {
         let running = Running::start(cmd);
         // Both early workers are being profiled: their threads are there.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while threads_of(running.pid()) < 4 {
+        while procs::threads(running.pid()) < 4 {
             assert!(
                 Instant::now() < deadline,
                 "{}: tachyon never profiled the early workers",
@@ -665,14 +650,14 @@ while not os.path.exists(os.path.join(here, "exit")):
     let running = Running::start(cmd);
     // Sampling has begun once tachyon runs its watcher thread.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while threads_of(running.pid()) < 2 {
+    while procs::threads(running.pid()) < 2 {
         assert!(Instant::now() < deadline, "tachyon never started sampling");
         std::thread::sleep(Duration::from_millis(10));
     }
     std::fs::write(target.outside_path("go"), "").unwrap();
     // Both workers are being profiled (a thread each) before the parent
     // exits: after, they are no longer below it.
-    while threads_of(running.pid()) < 4 {
+    while procs::threads(running.pid()) < 4 {
         assert!(
             Instant::now() < deadline,
             "tachyon never profiled the workers"
@@ -1017,13 +1002,7 @@ fn nothing_stays_traced_after_the_duration_or_sigint() {
             pids = wait_ready(&dir, Instant::now() + Duration::from_secs(60));
             // While profiled, the children are traced by a thread of tachyon.
             for p in &pids {
-                let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap();
-                let tracer = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("TracerPid:"))
-                    .unwrap()
-                    .trim()
-                    .to_string();
+                let tracer = procs::status_field(*p, "TracerPid").unwrap();
                 assert!(
                     Path::new(&format!("/proc/{tachyon}/task/{tracer}")).exists(),
                     "{p} is traced by {tracer}, not by tachyon ({tachyon})"
@@ -1124,17 +1103,6 @@ fn burst_on_go_script() -> String {
     )
 }
 
-/// The scheduler state letter of `pid` (`T` stopped, `t` in a ptrace stop).
-fn state_of(pid: i32) -> Option<char> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))?
-        .trim()
-        .chars()
-        .next()
-}
-
 fn wait_until(what: &str, deadline: Instant, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(Instant::now() < deadline, "never: {what}");
@@ -1180,21 +1148,21 @@ fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
             .parse()
             .unwrap();
         // tachyon: the program's parent (`env` and `strace` are its own).
-        let tachyon = common::ppid(program).expect("the program's parent");
+        let tachyon = procs::ppid(program).expect("the program's parent");
         // Sampling has begun once tachyon runs its watcher (and tracer).
         let threads = if traced { 3 } else { 2 };
         wait_until("tachyon sampling", deadline, || {
-            threads_of(tachyon) >= threads
+            procs::threads(tachyon) >= threads
         });
         kill(Pid::from_raw(tachyon), Signal::SIGSTOP).unwrap();
         wait_until("tachyon stopped", deadline, || {
-            matches!(state_of(tachyon), Some('T' | 't'))
+            matches!(procs::state(tachyon), Some('T' | 't'))
         });
         std::fs::write(dir.outside("go"), "").unwrap();
         if traced {
             // The program waits at its first fork for its stopped tracer.
             wait_until("the program held at its fork", deadline, || {
-                state_of(program) == Some('t')
+                procs::state(program) == Some('t')
             });
             assert!(!dir.outside("done").exists());
         } else {
@@ -1260,12 +1228,12 @@ os.write(1, f"CONT {len(got)}\n".encode())
     let program = wait_ready(&dir, deadline)[0];
     kill(Pid::from_raw(program), Signal::SIGSTOP).unwrap();
     wait_until("the program stopped", deadline, || {
-        matches!(state_of(program), Some('T' | 't'))
+        matches!(procs::state(program), Some('T' | 't'))
     });
     std::fs::write(dir.outside("go"), "").unwrap();
     // Stopped, it cannot see `go`: still there, still stopped.
     std::thread::sleep(Duration::from_millis(50));
-    assert!(matches!(state_of(program), Some('T' | 't')));
+    assert!(matches!(procs::state(program), Some('T' | 't')));
     kill(Pid::from_raw(program), Signal::SIGCONT).unwrap();
     let out = running.finish(Duration::from_secs(120));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

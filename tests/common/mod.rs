@@ -9,6 +9,11 @@
 #![allow(dead_code)]
 
 pub mod collapsed;
+pub mod procs;
+
+// The names the tests knew these by before `procs`.
+#[allow(unused_imports)]
+pub use procs::{descendants, ppid};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -462,36 +467,6 @@ impl Drop for Running {
         self.kill_all();
         let _ = self.child.wait();
     }
-}
-
-/// The parent of `pid`, from `/proc/PID/stat`.
-pub fn ppid(pid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// Every process below `root` (not `root` itself), parents first.
-pub fn descendants(root: i32) -> Vec<i32> {
-    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                .filter_map(|p| Some((p, ppid(p)?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        out.extend(all.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    out.remove(0);
-    out
 }
 
 /// The value of `name="..."` in the `<body>` tag of a dumped DOM.
