@@ -8,6 +8,7 @@
 //!   mandatory too; a missing one fails the test that needs it.
 #![allow(dead_code)]
 
+pub mod children;
 pub mod collapsed;
 pub mod procs;
 
