@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Interp, RootDir, Target, collapsed, sid_interpreters, spawn, tachyon_bin};
+use common::{Interp, RootDir, Target, collapsed, run_ok, sid_interpreters, spawn, tachyon_bin};
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/asyncio_tasks.py");
 
@@ -114,21 +114,6 @@ fn without_stdlib_lines(stack: &str) -> String {
 
 fn is_busy(stack: &str) -> bool {
     stack.contains("<task>:cpu-worker:0")
-}
-
-/// Run a command; its stdout, or fail with both outputs.
-fn run_ok(who: &str, cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
-    assert!(
-        out.status.success(),
-        "{who} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `tachyon attach ARGS --collapsed` for 1 s; the distinct stacks.

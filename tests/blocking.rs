@@ -14,11 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, procs, sid_interpreters, sid_root, tachyon_bin};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{Interp, RootDir, Running, procs, sid_interpreters, sid_root, tachyon_bin, text};
 
 fn interp(minor: u8, debug: bool) -> Interp {
     sid_interpreters()

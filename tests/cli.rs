@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Interp, Running, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{
+    Interp, Running, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin, text,
+};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -26,10 +28,6 @@ fn py315() -> Interp {
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .expect("sid python3.15")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A unique name for a scratch directory.

@@ -65,27 +65,12 @@ impl Drop for Group {
     }
 }
 
-/// Run `tachyon dump ARGS` (killed after 60 s).
+/// Run `tachyon dump ARGS` (failing the test after 60 s).
 fn tachyon(args: &[String], setup: impl FnOnce(&mut Command)) -> Output {
     let mut cmd = Command::new(tachyon_bin());
     cmd.arg("dump").args(args);
     setup(&mut cmd);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run tachyon");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tachyon dump {args:?} did not finish in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    common::Running::start(cmd).finish(Duration::from_secs(60))
 }
 
 fn dump(pid: i32) -> Output {

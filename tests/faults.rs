@@ -11,13 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{RootDir, Target, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{RootDir, Target, sid_interpreters, sid_root, spawn, tachyon_bin, text};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn py315() -> common::Interp {
     sid_interpreters()

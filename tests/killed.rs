@@ -7,11 +7,13 @@
 mod common;
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{
+    Interp, RootDir, Running, TempDir, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin,
+};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 
 /// Two threads whose stacks keep changing, so blocks carry new frames.
@@ -113,7 +115,7 @@ fn a_recording_killed_with_sigkill_keeps_its_samples() {
     let it = sid_314();
     let mut t = spawn(&it, TARGET_PY, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
-    let dir = tempdir("kill");
+    let dir = TempDir::new("kill");
     let path = dir.join("k").join("rec.bin");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let mut rec = record(t.pid(), &path, &[]);
@@ -255,7 +257,7 @@ fn a_finished_recording_loses_nothing() {
     let it = sid_314();
     let mut t = spawn(&it, TARGET_PY, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
-    let dir = tempdir("done");
+    let dir = TempDir::new("done");
     let path = dir.join("rec.bin");
     let out = record(t.pid(), &path, &["-d", "2"]).finish(Duration::from_secs(60));
     drop(t);
@@ -270,11 +272,4 @@ fn a_finished_recording_loses_nothing() {
     assert_eq!(replayed, n);
     assert!(!err.contains("truncated"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tachyon-killed-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, children, collapsed, ok, one_at_a_time, release, sid_interpreters,
-    sid_root, tachyon_bin, text, validate_speedscope,
+    Interp, RootDir, Running, children, collapsed, go_pprof, ok, one_at_a_time, release,
+    sid_interpreters, sid_root, tachyon_bin, text, validate_speedscope,
 };
 use serde_json::Value;
 
@@ -413,23 +413,6 @@ fn gecko_speedscope_jsonl_and_pprof_have_each_process() {
         );
         assert!(top.contains("burn_in_worker"), "pprof: worker {w}:\n{top}");
     }
-}
-
-/// `go tool pprof ARGS FILE`: its standard output.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
-            )
-        });
-    ok(out, &format!("go tool pprof {}", args.join(" ")))
 }
 
 #[test]

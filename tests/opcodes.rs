@@ -17,12 +17,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, body_attr, machine_old_interpreters, machine_supported_interpreters,
-    sid_interpreters, spawn, tachyon_bin, tachyon_ok,
+    Interp, RootDir, TempDir, body_attr, machine_old_interpreters, machine_supported_interpreters,
+    run_ok, sid_interpreters, spawn, tachyon_bin, tachyon_ok,
 };
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/opcodes_park.py");
@@ -67,18 +67,6 @@ fn frames_of(dump: &str) -> Vec<(String, Option<String>)> {
             (func.to_string(), op)
         })
         .collect()
-}
-
-fn run_ok(who: &str, cmd: &mut Command) -> String {
-    let out = cmd.stdin(Stdio::null()).output().expect("cannot start");
-    assert!(
-        out.status.success(),
-        "{who} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// tachyon's `dump --opcodes`, from `cwd`.
@@ -361,7 +349,7 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
     for it in all_interpreters() {
         let t = start_parked(&it);
         parked_dump(&it, t.pid());
-        let dir = tempfile_dir(&it.name);
+        let dir = TempDir::new(&it.name);
         let at = |f: &str| dir.join(f).to_string_lossy().into_owned();
         tachyon_ok(
             &[
@@ -416,14 +404,14 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
 
 /// The release python3.15 of the sid root, parked on its specialised
 /// instructions (checked with a dump), and a scratch directory `name`.
-fn parked_315(name: &str) -> (Interp, common::Target, Scratch) {
+fn parked_315(name: &str) -> (Interp, common::Target, TempDir) {
     let it = sid_interpreters()
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .unwrap();
     let t = start_parked(&it);
     parked_dump(&it, t.pid());
-    (it, t, tempfile_dir(name))
+    (it, t, TempDir::new(name))
 }
 
 #[test]
@@ -648,7 +636,7 @@ fn opcodes_are_refused_where_the_reference_refuses_them() {
 #[test]
 fn generated_tables_match_the_interpreters() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile_dir("gen");
+    let dir = TempDir::new("gen");
     let fresh = dir.join("tables.rs");
     run_ok(
         "scripts/gen-opcodes.sh",
@@ -660,28 +648,4 @@ fn generated_tables_match_the_interpreters() {
         fresh == checked_in,
         "src/opcodes/tables.rs is stale: run scripts/gen-opcodes.sh"
     );
-}
-
-/// A scratch directory, removed on drop (also when the test fails).
-struct Scratch(std::path::PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A fresh scratch directory for this test process and `tag`.
-fn tempfile_dir(tag: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("tachyon-opcodes-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Scratch(d)
 }

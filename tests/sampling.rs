@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{Interp, RootDir, collapsed, sid_interpreters, sid_root, tachyon_bin};
+use common::{Interp, RootDir, collapsed, sid_interpreters, sid_root, tachyon_bin, text};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 const POOL: &str = include_str!("../fixtures/programs/pool.py");
@@ -76,10 +76,6 @@ fn pstats_rows(stdout: &str) -> Vec<Row> {
         });
     }
     rows
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn captured(stdout: &str) -> u64 {

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, children, collapsed, one_at_a_time, procs, release, sid_interpreters,
-    sid_root, tachyon_bin, text,
+    Interp, RootDir, Running, TempDir, children, collapsed, one_at_a_time, procs, release,
+    sid_interpreters, sid_root, tachyon_bin, text,
 };
 
 /// A pre-fork server: three workers accept on one socket; each request
@@ -231,7 +231,7 @@ fn attach_profiles_children_there_before_and_started_after() {
         let mut target = common::spawn(&it, children::LONG_WORKERS, &[], &[]);
         let ready = target.wait_for("READY", Duration::from_secs(60));
         let early: Vec<i32> = children::pids_after(&ready, "READY ");
-        let out_dir = tempdir();
+        let out_dir = TempDir::new("subprocesses");
         let mut cmd = Command::new(tachyon_bin());
         cmd.args(["attach", "--subprocesses", "--collapsed", "-d", "3", "-o"])
             .arg(out_dir.join("out.txt"))
@@ -284,20 +284,7 @@ fn attach_profiles_children_there_before_and_started_after() {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = std::fs::remove_dir_all(&out_dir);
     }
-}
-
-fn tempdir() -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "tachyon-subprocesses-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// The reference's `run --subprocesses` on 3.15 writes a profile per child
@@ -356,7 +343,7 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
 fn run_profiles_spawned_workers_of_old_pythons() {
     let _serial = one_at_a_time();
     for it in common::machine_old_interpreters() {
-        let dir = tempdir();
+        let dir = TempDir::new("subprocesses");
         std::fs::write(dir.join("pool.py"), children::POOL).unwrap();
         let mut cmd = Command::new(tachyon_bin());
         cmd.current_dir(&dir)
@@ -386,7 +373,6 @@ fn run_profiles_spawned_workers_of_old_pythons() {
                 it.name
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -546,7 +532,7 @@ while not os.path.exists(os.path.join(here, "exit")):
         .expect("sid 3.15");
     let mut target = common::spawn(&it, LEAVES_WORKERS, &[], &[]);
     target.wait_for("READY", Duration::from_secs(60));
-    let out_dir = tempdir();
+    let out_dir = TempDir::new("subprocesses");
     let mut cmd = Command::new(tachyon_bin());
     cmd.args(["attach", "--subprocesses", "--collapsed", "-o"])
         .arg(out_dir.join("out.txt"))
@@ -581,7 +567,6 @@ while not os.path.exists(os.path.join(here, "exit")):
         );
     }
     assert!(stderr.contains("waiting for"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&out_dir);
 }
 
 // ---- Under `run`, children are followed with ptrace fork events ----

@@ -364,6 +364,48 @@ impl Drop for RootDir {
     }
 }
 
+/// A fresh directory of the test's own below the system's temporary
+/// directory (`tachyon-test-TAG-PID-N`), removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tachyon-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A started command whose output two threads collect. On drop (and when
 /// `finish` times out) it and every process below it are killed: all
 /// started by the test.
@@ -611,4 +653,31 @@ pub fn validate_speedscope(files: &[&Path]) -> String {
         .output()
         .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
     ok(out, "the speedscope schema check")
+}
+
+/// `go tool pprof ARGS FILE`: its standard output.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
+            )
+        });
+    ok(out, &format!("go tool pprof {}", args.join(" ")))
+}
+
+/// Run `cmd` (no input) to its end; its standard output, or fail the test
+/// (`who` names it) with both outputs.
+pub fn run_ok(who: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
+    ok(out, who)
 }
