@@ -241,9 +241,12 @@ fn task_chains_equal_the_references_on_3_15() {
     );
 }
 
+/// A dump's task sections: (task address, the lines below its header).
+type Sections = Vec<(u64, String)>;
+
 /// A dump's sections: task address to the lines below its header, with
 /// tachyon's quoted thread name left out of the header.
-fn dump_sections(who: &str, text: &str) -> Vec<(u64, String)> {
+fn dump_sections(who: &str, text: &str) -> Sections {
     let mut out: Vec<(u64, String)> = Vec::new();
     for line in text.lines() {
         if line.starts_with("Stack dump") {
@@ -263,16 +266,14 @@ fn dump_sections(who: &str, text: &str) -> Vec<(u64, String)> {
     out
 }
 
-#[test]
-fn dump_shows_the_references_task_sections_on_3_15() {
-    let it = interp(15, false);
-    let t = start(&it);
-    let pid = t.pid().to_string();
-    // Both from `/`, so file names are shown alike (see dump_reference.rs).
+/// `dump --async-aware PID` by tachyon and by the reference, both from
+/// `/` so that file names are shown alike (see dump_reference.rs): their
+/// task sections.
+fn both_dumps(pid: &str) -> (Sections, Sections) {
     let ours = run_ok(
         "tachyon dump",
         Command::new(tachyon_bin())
-            .args(["dump", "--async-aware", &pid])
+            .args(["dump", "--async-aware", pid])
             .current_dir("/"),
     );
     let theirs = run_ok(
@@ -283,11 +284,21 @@ fn dump_shows_the_references_task_sections_on_3_15() {
             "profiling.sampling",
             "dump",
             "--async-aware",
-            &pid,
+            pid,
         ]),
     );
-    let ours = dump_sections("tachyon", &ours);
-    let theirs = dump_sections("reference", &theirs);
+    (
+        dump_sections("tachyon", &ours),
+        dump_sections("reference", &theirs),
+    )
+}
+
+#[test]
+fn dump_shows_the_references_task_sections_on_3_15() {
+    let it = interp(15, false);
+    let t = start(&it);
+    let pid = t.pid().to_string();
+    let (ours, theirs) = both_dumps(&pid);
     assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
     let ids = |v: &[(u64, String)]| v.iter().map(|s| s.0).collect::<BTreeSet<_>>();
     assert_eq!(ids(&ours), ids(&theirs), "the leaf tasks differ");
@@ -492,46 +503,15 @@ fn run_finds_asyncio_once_a_3_14_program_imports_it() {
 /// of garbage or of 0xff, a zeroed stretch) while `on`, counting reads.
 struct Spoiler {
     inner: tachyon::process::linux::LinuxProcess,
-    rng: std::cell::Cell<u64>,
-    every: std::cell::Cell<u64>,
-    on: std::cell::Cell<bool>,
+    spoil: common::spoil::Spoil,
     calls: std::cell::Cell<u64>,
-}
-
-impl Spoiler {
-    fn next(&self) -> u64 {
-        let mut x = self.rng.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn spoil(&self, buf: &mut [u8]) {
-        if !self.on.get() || buf.is_empty() || !self.next().is_multiple_of(self.every.get()) {
-            return;
-        }
-        let r = self.next();
-        let at = (r >> 8) as usize % buf.len();
-        match r % 4 {
-            0 => buf[at] ^= 1 << ((r >> 40) % 8),
-            1 => {
-                for (i, b) in buf[at..].iter_mut().take(8).enumerate() {
-                    *b = (self.next() >> (i * 8)) as u8;
-                }
-            }
-            2 => buf[at..].iter_mut().take(64).for_each(|b| *b = 0),
-            _ => buf[at..].iter_mut().take(8).for_each(|b| *b = 0xff),
-        }
-    }
 }
 
 impl tachyon::process::ProcessMemory for Spoiler {
     fn read(&self, addr: u64, buf: &mut [u8]) -> tachyon::Result<()> {
         self.calls.set(self.calls.get() + 1);
         self.inner.read(addr, buf)?;
-        self.spoil(buf);
+        self.spoil.apply(buf);
         Ok(())
     }
 
@@ -539,7 +519,7 @@ impl tachyon::process::ProcessMemory for Spoiler {
         self.calls.set(self.calls.get() + 1);
         self.inner.read_many(reqs)?;
         for r in reqs.iter_mut() {
-            self.spoil(r.buf);
+            self.spoil.apply(r.buf);
         }
         Ok(())
     }
@@ -562,9 +542,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
         for mode in [AsyncMode::All, AsyncMode::Running] {
             let mem = Spoiler {
                 inner: LinuxProcess::open(t.pid()).unwrap(),
-                rng: std::cell::Cell::new(0),
-                every: std::cell::Cell::new(1),
-                on: std::cell::Cell::new(false),
+                spoil: Default::default(),
                 calls: std::cell::Cell::new(0),
             };
             let mut u = Unwinder::new(mem, t.pid(), rt.clone(), UnwindOptions::default());
@@ -572,11 +550,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
             let mut s = Sample::default();
             let mut most = 0;
             for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
-                u.memory()
-                    .rng
-                    .set(0x9e37_79b9_7f4a_7c15 ^ seed ^ u64::from(minor) << 32);
-                u.memory().every.set(every);
-                u.memory().on.set(true);
+                u.memory().spoil.start(seed, minor, every);
                 for _ in 0..150 {
                     let c0 = u.memory().calls.get();
                     let _ = u.sample(&mut s);
@@ -585,7 +559,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
             }
             // The same unwinder, on clean reads: the chains are right again
             // (names and code cached from spoiled reads would show here).
-            u.memory().on.set(false);
+            u.memory().spoil.stop();
             // At least 30 samples, spread over time: a target descheduled
             // between two iterations of its loop (no task running) stays so
             // for a whole time slice on a busy machine.
@@ -806,25 +780,7 @@ fn a_dump_with_an_anext_task_shows_every_task_as_the_reference() {
     let it = interp(15, false);
     let t = start_agen(&it);
     let pid = t.pid().to_string();
-    let ours = run_ok(
-        "tachyon dump",
-        Command::new(tachyon_bin())
-            .args(["dump", "--async-aware", &pid])
-            .current_dir("/"),
-    );
-    let theirs = run_ok(
-        "the reference's dump",
-        Command::new("chroot").arg(common::sid_root()).args([
-            "python3.15",
-            "-m",
-            "profiling.sampling",
-            "dump",
-            "--async-aware",
-            &pid,
-        ]),
-    );
-    let ours = dump_sections("tachyon", &ours);
-    let theirs = dump_sections("reference", &theirs);
+    let (ours, theirs) = both_dumps(&pid);
     assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
     let anext = ours
         .iter()

@@ -11,6 +11,7 @@
 pub mod children;
 pub mod collapsed;
 pub mod procs;
+pub mod spoil;
 
 // The names the tests knew these by before `procs`.
 #[allow(unused_imports)]
