@@ -930,6 +930,19 @@ fn outputs_get_the_default_names() {
     assert_eq!(cwd2.names(), vec![format!("collapsed_{}.txt", t.pid())]);
 }
 
+/// What the stand-in browser wrote to `log` (the page it was asked to
+/// open), once it did, or nothing after 20 s.
+fn page_opened(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = std::fs::read_to_string(log).unwrap_or_default();
+        if !s.is_empty() || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn browser_opens_the_html_output_once_written() {
     let dir = Dir::in_root("browser", &[("short.py", SHORT)]);
@@ -954,14 +967,7 @@ fn browser_opens_the_html_output_once_written() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(page.is_file(), "no page written");
     // The browser is started, not waited for.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let opened = loop {
-        let s = std::fs::read_to_string(&log).unwrap_or_default();
-        if !s.is_empty() || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let opened = page_opened(&log);
     assert_eq!(opened.trim(), page.to_str().unwrap());
 
     // The heatmap: its index is the page opened.
@@ -977,14 +983,7 @@ fn browser_opens_the_html_output_once_written() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let index = heatmap.join("index.html");
     assert!(index.is_file(), "no heatmap index written");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let opened = loop {
-        let s = std::fs::read_to_string(&log).unwrap_or_default();
-        if !s.is_empty() || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let opened = page_opened(&log);
     assert_eq!(opened.trim(), index.to_str().unwrap());
 
     // No browser at all: said in one line, the page written all the same.

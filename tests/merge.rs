@@ -197,14 +197,6 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
     }
 }
 
-/// The flame graph page's embedded data.
-fn page_data(html: &str) -> Value {
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").unwrap();
-    serde_json::from_str(&html[start..start + len]).unwrap()
-}
-
 #[test]
 fn the_flame_graph_has_a_root_per_process_and_loads_in_chromium() {
     let _serial = one_at_a_time();
@@ -212,7 +204,7 @@ fn the_flame_graph_has_a_root_per_process_and_loads_in_chromium() {
     let dir = RootDir::new(&[("pool.py", children::POOL)]);
     let (tree, _) = run_pool(&it, &dir, "--flamegraph", "fg.html");
     let html = std::fs::read_to_string(dir.outside("fg.html")).unwrap();
-    let v = page_data(&html);
+    let v = common::flame_data(&html);
     let strings: Vec<&str> = v["strings"]
         .as_array()
         .unwrap()

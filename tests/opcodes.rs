@@ -312,17 +312,9 @@ fn binary_recordings_carry_opcodes_both_ways_on_3_15() {
     }
 }
 
-/// The flame graph page's embedded data.
-fn flame_data(html: &str) -> serde_json::Value {
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").expect("data ends");
-    serde_json::from_str(&html[start..start + len]).expect("data is JSON")
-}
-
 /// The flame graph's opcodes per function (call tree), as shown names.
 fn flame_opcodes(html: &str) -> Vec<(String, String)> {
-    let d = flame_data(html);
+    let d = common::flame_data(html);
     let strings = d["strings"].as_array().unwrap();
     let frames = d["frames"].as_array().unwrap();
     let nodes = d["tree"]["nodes"].as_array().unwrap();
@@ -464,7 +456,7 @@ fn hover_probe(html: &str, rows: usize, last: usize) -> String {
 /// Per node of a page's call tree (`tree`), its function and, from the
 /// embedded data, the shown names of the opcodes it has.
 fn node_opcodes(html: &str) -> Vec<(String, Vec<String>)> {
-    let d = flame_data(html);
+    let d = common::flame_data(html);
     let strings = d["strings"].as_array().unwrap();
     let frames = d["frames"].as_array().unwrap();
     let nodes = d["tree"]["nodes"].as_array().unwrap();
@@ -531,7 +523,7 @@ fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
     want.sort();
     for name in ["live.html", "replay.html"] {
         let html = std::fs::read_to_string(dir.join(name)).unwrap();
-        assert_eq!(flame_data(&html)["kind"], "diff", "{name}");
+        assert_eq!(common::flame_data(&html)["kind"], "diff", "{name}");
         assert_eq!(flame_opcodes(&html), want, "{name}");
         // The pointer over each box of the parked stack: its tooltip names
         // the box's function and the instruction the page's data has for
@@ -588,7 +580,7 @@ fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
     );
     for name in ["live-plain.html", "replay-plain.html"] {
         let html = std::fs::read_to_string(dir.join(name)).unwrap();
-        let d = flame_data(&html);
+        let d = common::flame_data(&html);
         assert!(
             d.get("opnames").is_none() && d["tree"].get("ops").is_none(),
             "{name} has opcode data"

@@ -115,10 +115,7 @@ fn the_flame_graph_page_counts_the_shutdown_samples() {
     let stdout = profile(&interp, &dir, "--flamegraph", "f.html");
     let n = shutdown_samples(&stdout);
     let html = std::fs::read_to_string(dir.outside("f.html")).unwrap();
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").unwrap();
-    let d: serde_json::Value = serde_json::from_str(&html[start..start + len]).unwrap();
+    let d = common::flame_data(&html);
     assert_eq!(d["stats"]["shutdown"].as_u64(), Some(n), "{}", d["stats"]);
     // No root of its own: the tree's roots are the program's frames.
     let strings = d["strings"].as_array().unwrap();

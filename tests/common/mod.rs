@@ -522,6 +522,14 @@ pub fn body_attr(dom: &str, name: &str) -> Option<String> {
     Some(tag[at..at + tag[at..].find('"')?].to_string())
 }
 
+/// The data a flame graph page embeds (its `<script id="data">`).
+pub fn flame_data(html: &str) -> serde_json::Value {
+    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
+    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
+    let len = html[start..].find("</script>").expect("data ends");
+    serde_json::from_str(&html[start..start + len]).expect("data is JSON")
+}
+
 /// With `TACHYON_SCREENSHOTS=DIR`, keep a screenshot there to look at.
 pub fn keep_screenshot(shot: &Path, name: &str) {
     if let Some(dir) = std::env::var_os("TACHYON_SCREENSHOTS") {
