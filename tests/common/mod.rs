@@ -209,11 +209,13 @@ impl Drop for Target {
     }
 }
 
-fn unique_dir_name() -> String {
+/// A name no other directory of this test process has:
+/// `tachyon-KIND-PID-N`.
+fn unique_name(kind: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
-        "tachyon-test-{}-{}",
+        "tachyon-{kind}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
@@ -224,7 +226,7 @@ fn unique_dir_name() -> String {
 /// inside the interpreter's root so it runs there exactly as a containerised
 /// program would; stdout is line-buffered back to the test.
 pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str]) -> Target {
-    let name = unique_dir_name();
+    let name = unique_name("test");
     let (dir, inside_dir) = match &interp.root {
         Some(root) => (
             root.join("tmp").join(&name),
@@ -334,13 +336,7 @@ pub struct RootDir {
 
 impl RootDir {
     pub fn new(files: &[(&str, &str)]) -> RootDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "tachyon-test-root-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = unique_name("test-root");
         let outside = sid_root().join("tmp").join(&name);
         std::fs::create_dir_all(&outside).unwrap();
         for (n, c) in files {
@@ -371,13 +367,7 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tachyon-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = std::env::temp_dir().join(unique_name(&format!("test-{tag}")));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -542,13 +532,7 @@ pub fn keep_screenshot(shot: &Path, name: &str) {
 /// page's scripts ran, or a screenshot. Fails on any console error, and
 /// when Chromium is missing or takes over a minute.
 pub fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let profile = std::env::temp_dir().join(format!(
-        "tachyon-chromium-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let profile = std::env::temp_dir().join(unique_name("chromium"));
     let _ = std::fs::remove_dir_all(&profile);
     let mut cmd = Command::new("/usr/bin/chromium");
     cmd.args([
