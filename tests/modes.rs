@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::collapsed::samples_in;
 use common::{
     Interp, Target, TempDir, collapsed, machine_old_interpreters, sid_interpreters, spawn,
     tachyon_bin,
@@ -488,7 +489,7 @@ fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
         let (t, _) = threads_target(&it);
         let lines = attach_collapsed(&t, &["--mode", "gil", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
-        let busy = collapsed::samples_in(&lines, "busy");
+        let busy = samples_in(&lines, "busy");
         eprintln!("{}: gil mode: busy {busy}/{total}", it.name);
         // How many of the 1000 samples a loaded machine lets through varies;
         // what they show does not.
@@ -506,12 +507,7 @@ fn gil_mode_end_to_end_shows_the_busy_function_and_not_the_sleepers() {
             "in_finally",
             "block",
         ] {
-            assert_eq!(
-                collapsed::samples_in(&lines, f),
-                0,
-                "{}: {f}: {lines:?}",
-                it.name
-            );
+            assert_eq!(samples_in(&lines, f), 0, "{}: {f}: {lines:?}", it.name);
         }
     }
 }
@@ -523,8 +519,8 @@ fn exception_mode_end_to_end_shows_the_raising_function() {
         t.wait_for("READY", Duration::from_secs(30));
         let lines = attach_collapsed(&t, &["--mode", "exception", "-a", "-d", "1"]);
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
-        let raiser = collapsed::samples_in(&lines, "raiser");
-        let calm = collapsed::samples_in(&lines, "calm");
+        let raiser = samples_in(&lines, "raiser");
+        let calm = samples_in(&lines, "calm");
         eprintln!(
             "{}: exception mode: raiser {raiser}, calm {calm}, total {total}",
             it.name
