@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Interp, RootDir, Target, sid_interpreters, spawn, tachyon_bin};
+use common::{Interp, RootDir, Target, collapsed, run_ok, sid_interpreters, spawn, tachyon_bin};
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/asyncio_tasks.py");
 
@@ -116,33 +116,6 @@ fn is_busy(stack: &str) -> bool {
     stack.contains("<task>:cpu-worker:0")
 }
 
-/// Run a command; its stdout, or fail with both outputs.
-fn run_ok(who: &str, cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
-    assert!(
-        out.status.success(),
-        "{who} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The distinct stacks of a collapsed file.
-fn stacks_of(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .map(|l| {
-            l.rsplit_once(' ')
-                .expect("`stack count` lines")
-                .0
-                .to_owned()
-        })
-        .collect()
-}
-
 /// `tachyon attach ARGS --collapsed` for 1 s; the distinct stacks.
 fn tachyon_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
     let dir = RootDir::new(&[]);
@@ -156,7 +129,7 @@ fn tachyon_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
             .arg(&out)
             .arg(t.pid().to_string()),
     );
-    stacks_of(&std::fs::read_to_string(&out).unwrap())
+    collapsed::stacks(&collapsed::read(&out))
 }
 
 /// The reference's `attach ARGS --collapsed` for 1 s, in the sid root.
@@ -172,7 +145,7 @@ fn reference_collapsed(t: &Target, args: &[&str]) -> BTreeSet<String> {
             .arg(dir.inside("reference.txt"))
             .arg(t.pid().to_string()),
     );
-    stacks_of(&std::fs::read_to_string(dir.outside("reference.txt")).unwrap())
+    collapsed::stacks(&collapsed::read(&dir.outside("reference.txt")))
 }
 
 /// Check the stacks of mode `all`: the blocked tasks' exactly, the busy
@@ -268,9 +241,12 @@ fn task_chains_equal_the_references_on_3_15() {
     );
 }
 
+/// A dump's task sections: (task address, the lines below its header).
+type Sections = Vec<(u64, String)>;
+
 /// A dump's sections: task address to the lines below its header, with
 /// tachyon's quoted thread name left out of the header.
-fn dump_sections(who: &str, text: &str) -> Vec<(u64, String)> {
+fn dump_sections(who: &str, text: &str) -> Sections {
     let mut out: Vec<(u64, String)> = Vec::new();
     for line in text.lines() {
         if line.starts_with("Stack dump") {
@@ -290,16 +266,14 @@ fn dump_sections(who: &str, text: &str) -> Vec<(u64, String)> {
     out
 }
 
-#[test]
-fn dump_shows_the_references_task_sections_on_3_15() {
-    let it = interp(15, false);
-    let t = start(&it);
-    let pid = t.pid().to_string();
-    // Both from `/`, so file names are shown alike (see dump_reference.rs).
+/// `dump --async-aware PID` by tachyon and by the reference, both from
+/// `/` so that file names are shown alike (see dump_reference.rs): their
+/// task sections.
+fn both_dumps(pid: &str) -> (Sections, Sections) {
     let ours = run_ok(
         "tachyon dump",
         Command::new(tachyon_bin())
-            .args(["dump", "--async-aware", &pid])
+            .args(["dump", "--async-aware", pid])
             .current_dir("/"),
     );
     let theirs = run_ok(
@@ -310,11 +284,21 @@ fn dump_shows_the_references_task_sections_on_3_15() {
             "profiling.sampling",
             "dump",
             "--async-aware",
-            &pid,
+            pid,
         ]),
     );
-    let ours = dump_sections("tachyon", &ours);
-    let theirs = dump_sections("reference", &theirs);
+    (
+        dump_sections("tachyon", &ours),
+        dump_sections("reference", &theirs),
+    )
+}
+
+#[test]
+fn dump_shows_the_references_task_sections_on_3_15() {
+    let it = interp(15, false);
+    let t = start(&it);
+    let pid = t.pid().to_string();
+    let (ours, theirs) = both_dumps(&pid);
     assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
     let ids = |v: &[(u64, String)]| v.iter().map(|s| s.0).collect::<BTreeSet<_>>();
     assert_eq!(ids(&ours), ids(&theirs), "the leaf tasks differ");
@@ -393,7 +377,7 @@ fn combinations_the_reference_refuses_work_or_say_why() {
     );
     check_all_mode(
         "replayed recording",
-        &stacks_of(&std::fs::read_to_string(&replayed).unwrap()),
+        &collapsed::stacks(&collapsed::read(&replayed)),
     );
     // Modes select threads by their state; a task chain has none.
     let out = Command::new(tachyon_bin())
@@ -507,7 +491,7 @@ fn run_finds_asyncio_once_a_3_14_program_imports_it() {
     );
     // From its first line: the start-up's stacks (tasks not yet awaited,
     // `main` in its first sleep) are there too, and the steady ones.
-    let stacks: BTreeSet<String> = stacks_of(&std::fs::read_to_string(&out).unwrap())
+    let stacks: BTreeSet<String> = collapsed::stacks(&collapsed::read(&out))
         .iter()
         .map(|s| without_stdlib_lines(strip_tid(s)))
         .collect();
@@ -519,46 +503,15 @@ fn run_finds_asyncio_once_a_3_14_program_imports_it() {
 /// of garbage or of 0xff, a zeroed stretch) while `on`, counting reads.
 struct Spoiler {
     inner: tachyon::process::linux::LinuxProcess,
-    rng: std::cell::Cell<u64>,
-    every: std::cell::Cell<u64>,
-    on: std::cell::Cell<bool>,
+    spoil: common::spoil::Spoil,
     calls: std::cell::Cell<u64>,
-}
-
-impl Spoiler {
-    fn next(&self) -> u64 {
-        let mut x = self.rng.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn spoil(&self, buf: &mut [u8]) {
-        if !self.on.get() || buf.is_empty() || !self.next().is_multiple_of(self.every.get()) {
-            return;
-        }
-        let r = self.next();
-        let at = (r >> 8) as usize % buf.len();
-        match r % 4 {
-            0 => buf[at] ^= 1 << ((r >> 40) % 8),
-            1 => {
-                for (i, b) in buf[at..].iter_mut().take(8).enumerate() {
-                    *b = (self.next() >> (i * 8)) as u8;
-                }
-            }
-            2 => buf[at..].iter_mut().take(64).for_each(|b| *b = 0),
-            _ => buf[at..].iter_mut().take(8).for_each(|b| *b = 0xff),
-        }
-    }
 }
 
 impl tachyon::process::ProcessMemory for Spoiler {
     fn read(&self, addr: u64, buf: &mut [u8]) -> tachyon::Result<()> {
         self.calls.set(self.calls.get() + 1);
         self.inner.read(addr, buf)?;
-        self.spoil(buf);
+        self.spoil.apply(buf);
         Ok(())
     }
 
@@ -566,7 +519,7 @@ impl tachyon::process::ProcessMemory for Spoiler {
         self.calls.set(self.calls.get() + 1);
         self.inner.read_many(reqs)?;
         for r in reqs.iter_mut() {
-            self.spoil(r.buf);
+            self.spoil.apply(r.buf);
         }
         Ok(())
     }
@@ -589,9 +542,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
         for mode in [AsyncMode::All, AsyncMode::Running] {
             let mem = Spoiler {
                 inner: LinuxProcess::open(t.pid()).unwrap(),
-                rng: std::cell::Cell::new(0),
-                every: std::cell::Cell::new(1),
-                on: std::cell::Cell::new(false),
+                spoil: Default::default(),
                 calls: std::cell::Cell::new(0),
             };
             let mut u = Unwinder::new(mem, t.pid(), rt.clone(), UnwindOptions::default());
@@ -599,11 +550,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
             let mut s = Sample::default();
             let mut most = 0;
             for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
-                u.memory()
-                    .rng
-                    .set(0x9e37_79b9_7f4a_7c15 ^ seed ^ u64::from(minor) << 32);
-                u.memory().every.set(every);
-                u.memory().on.set(true);
+                u.memory().spoil.start(seed, minor, every);
                 for _ in 0..150 {
                     let c0 = u.memory().calls.get();
                     let _ = u.sample(&mut s);
@@ -612,7 +559,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
             }
             // The same unwinder, on clean reads: the chains are right again
             // (names and code cached from spoiled reads would show here).
-            u.memory().on.set(false);
+            u.memory().spoil.stop();
             // At least 30 samples, spread over time: a target descheduled
             // between two iterations of its loop (no task running) stays so
             // for a whole time slice on a busy machine.
@@ -833,25 +780,7 @@ fn a_dump_with_an_anext_task_shows_every_task_as_the_reference() {
     let it = interp(15, false);
     let t = start_agen(&it);
     let pid = t.pid().to_string();
-    let ours = run_ok(
-        "tachyon dump",
-        Command::new(tachyon_bin())
-            .args(["dump", "--async-aware", &pid])
-            .current_dir("/"),
-    );
-    let theirs = run_ok(
-        "the reference's dump",
-        Command::new("chroot").arg(common::sid_root()).args([
-            "python3.15",
-            "-m",
-            "profiling.sampling",
-            "dump",
-            "--async-aware",
-            &pid,
-        ]),
-    );
-    let ours = dump_sections("tachyon", &ours);
-    let theirs = dump_sections("reference", &theirs);
+    let (ours, theirs) = both_dumps(&pid);
     assert_eq!(ours.len(), 5, "one section per leaf task:\n{ours:#?}");
     let anext = ours
         .iter()

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{Interp, Running, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 use tachyon::binfmt::writer::{BinaryWriter, WriterOptions};
 use tachyon::binfmt::{CaptureConfig, Compression, StoredStats};
@@ -114,48 +114,21 @@ impl Drop for ChrootDir {
 /// Run the reference (`python3.15 -m profiling.sampling ARGS`) in the sid
 /// root; panics with its output unless it succeeds. Killed after 120 s.
 fn reference(args: &[&str]) -> String {
-    let mut child = Command::new("chroot")
-        .arg(sid_root())
+    let mut cmd = Command::new("chroot");
+    cmd.arg(sid_root())
         .args(["/usr/bin/python3.15", "-m", "profiling.sampling"])
         .args(args)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("cannot run the reference");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the reference hung: {args:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let (so, se) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        out.status.success(),
-        "reference {args:?} failed: {}\n{so}\n{se}",
-        out.status
-    );
-    so
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = Running::start(cmd).finish(Duration::from_secs(120));
+    common::ok(out, &format!("reference {args:?}"))
 }
 
 /// `tachyon ARGS`; panics unless it succeeds; returns stdout.
 fn tachyon(args: &[&str]) -> String {
-    let out = Command::new(tachyon_bin()).args(args).output().unwrap();
-    let so = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "tachyon {args:?} failed: {}\n{so}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
+    common::run_ok(
+        &format!("tachyon {args:?}"),
+        Command::new(tachyon_bin()).args(args),
+    )
 }
 
 /// `n` successful samples of the running target, all threads, about 1 ms
@@ -316,12 +289,7 @@ fn round_trip_real_samples_on_every_interpreter() {
 /// Collapsed lines as a sorted map (the reference sorts ties by text, as
 /// tachyon does, but compare as sets of lines to say what differs).
 fn collapsed_map(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').unwrap();
-            (stack.to_owned(), n.parse().unwrap())
-        })
-        .collect()
+    collapsed::by_stack(&collapsed::parse(text))
 }
 
 #[test]

@@ -14,27 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, sid_interpreters, sid_root, tachyon_bin};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{Interp, RootDir, Running, procs, sid_interpreters, sid_root, tachyon_bin, text};
 
 fn interp(minor: u8, debug: bool) -> Interp {
     sid_interpreters()
         .into_iter()
         .find(|i| i.minor == minor && i.debug == debug)
         .unwrap()
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with(['Z', 'X'])
-    })
 }
 
 /// A program that keeps starting and joining short-lived threads for
@@ -191,9 +177,8 @@ fn blocking_says_when_another_tracer_holds_the_target() {
     let tracer_pid = tracer.pid();
     // Traced once the kernel says so.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .contains(&format!("TracerPid:\t{tracer_pid}"))
+    while procs::status_field(pid, "TracerPid").expect("the target is there")
+        != tracer_pid.to_string()
     {
         assert!(
             tracer.child.try_wait().unwrap().is_none(),
@@ -226,7 +211,7 @@ fn blocking_says_when_another_tracer_holds_the_target() {
         println!("{}", stderr.trim_end());
     }
     // Not stopped, not killed by our attempt.
-    assert!(alive(pid));
+    assert!(procs::alive(pid));
     assert!(target.child.try_wait().unwrap().is_none());
 }
 
@@ -250,7 +235,7 @@ impl Stray {
     fn running(&self) -> bool {
         let Some(pid) = self.pid() else { return false };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        alive(pid) && text(&cmdline).contains(&self.marker)
+        procs::alive(pid) && text(&cmdline).contains(&self.marker)
     }
 }
 

@@ -22,25 +22,12 @@ use tachyon::unwind::{UnwindOptions, Unwinder, max_bytes_allowed, max_reads};
 /// it counts the calls and bytes asked of it.
 struct Chaos {
     inner: LinuxProcess,
-    rng: Cell<u64>,
-    /// One read in `every` is corrupted.
-    every: Cell<u64>,
-    on: Cell<bool>,
+    spoil: common::spoil::Spoil,
     calls: Cell<u64>,
     bytes: Cell<u64>,
 }
 
 impl Chaos {
-    fn next(&self) -> u64 {
-        // xorshift64*: deterministic per seed, so a failure can be replayed.
-        let mut x = self.rng.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     fn counted(&self) -> (u64, u64) {
         (self.calls.get(), self.bytes.get())
     }
@@ -49,35 +36,13 @@ impl Chaos {
         self.calls.set(self.calls.get() + calls);
         self.bytes.set(self.bytes.get() + bytes);
     }
-
-    fn spoil(&self, buf: &mut [u8]) {
-        if !self.on.get() || buf.is_empty() || !self.next().is_multiple_of(self.every.get()) {
-            return;
-        }
-        let r = self.next();
-        let at = (r >> 8) as usize % buf.len();
-        match r % 4 {
-            // One flipped bit.
-            0 => buf[at] ^= 1 << ((r >> 40) % 8),
-            // A word of garbage.
-            1 => {
-                for (i, b) in buf[at..].iter_mut().take(8).enumerate() {
-                    *b = (self.next() >> (i * 8)) as u8;
-                }
-            }
-            // A zeroed stretch.
-            2 => buf[at..].iter_mut().take(64).for_each(|b| *b = 0),
-            // A huge value where a size or pointer might be.
-            _ => buf[at..].iter_mut().take(8).for_each(|b| *b = 0xff),
-        }
-    }
 }
 
 impl ProcessMemory for Chaos {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         self.count(1, buf.len() as u64);
         self.inner.read(addr, buf)?;
-        self.spoil(buf);
+        self.spoil.apply(buf);
         Ok(())
     }
 
@@ -87,7 +52,7 @@ impl ProcessMemory for Chaos {
         self.count(ranges.div_ceil(RANGES_PER_CALL) as u64, bytes);
         self.inner.read_many(reqs)?;
         for r in reqs.iter_mut() {
-            self.spoil(r.buf);
+            self.spoil.apply(r.buf);
         }
         Ok(())
     }
@@ -170,9 +135,7 @@ fn corrupted_reads_never_panic_or_hang() {
             .clone();
         let mem = Chaos {
             inner: LinuxProcess::open(t.pid()).unwrap(),
-            rng: Cell::new(0),
-            every: Cell::new(1),
-            on: Cell::new(false),
+            spoil: Default::default(),
             calls: Cell::new(0),
             bytes: Cell::new(0),
         };
@@ -188,11 +151,7 @@ fn corrupted_reads_never_panic_or_hang() {
         let mut u = Unwinder::new(mem, t.pid(), rt, opts);
         let mut s = Sample::default();
         for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
-            let c = u.memory();
-            c.rng
-                .set(0x9e37_79b9_7f4a_7c15 ^ seed ^ u64::from(it.minor) << 32);
-            c.every.set(every);
-            c.on.set(true);
+            u.memory().spoil.start(seed, it.minor, every);
             let (mut ok, mut err) = (0, 0);
             let (mut most_calls, mut most_bytes) = (0, 0);
             for _ in 0..400 {
@@ -228,7 +187,7 @@ fn corrupted_reads_never_panic_or_hang() {
         }
         // And the same unwinder state is no worse for it: clean reads
         // give clean stacks.
-        u.memory().on.set(false);
+        u.memory().spoil.stop();
         let (mut good, mut problems) = (0, Vec::new());
         for _ in 0..50 {
             if u.sample(&mut s).is_ok() {

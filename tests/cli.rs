@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Interp, Running, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{
+    Interp, Running, ensure_sid_root, sid_interpreters, sid_root, spawn, tachyon_bin, text,
+};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -26,10 +28,6 @@ fn py315() -> Interp {
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .expect("sid python3.15")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A unique name for a scratch directory.
@@ -510,20 +508,6 @@ fn realtime_stats_update_while_sampling_and_the_summary_follows() {
     drop(t);
 }
 
-/// The state letter of every thread of `pid` (from /proc/PID/task/*/stat).
-fn thread_states(pid: i32) -> Vec<(String, char)> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let e = e.unwrap();
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        if let Some((_, after)) = stat.rsplit_once(") ") {
-            let state = after.chars().next().unwrap_or('?');
-            v.push((e.file_name().to_string_lossy().into_owned(), state));
-        }
-    }
-    v
-}
-
 const BUSY: &str = r#"
 import threading, time
 
@@ -585,7 +569,7 @@ fn dump_blocking_always_resumes_the_target() {
             stdout.contains(", in busy_loop\n"),
             "dump {i} lacks the busy function:\n{stdout}"
         );
-        for (tid, state) in thread_states(pid) {
+        for (tid, state) in common::procs::thread_states(pid) {
             assert!(
                 !matches!(state, 't' | 'T'),
                 "after dump {i}, thread {tid} is left stopped ({state})"
@@ -946,6 +930,19 @@ fn outputs_get_the_default_names() {
     assert_eq!(cwd2.names(), vec![format!("collapsed_{}.txt", t.pid())]);
 }
 
+/// What the stand-in browser wrote to `log` (the page it was asked to
+/// open), once it did, or nothing after 20 s.
+fn page_opened(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = std::fs::read_to_string(log).unwrap_or_default();
+        if !s.is_empty() || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn browser_opens_the_html_output_once_written() {
     let dir = Dir::in_root("browser", &[("short.py", SHORT)]);
@@ -970,14 +967,7 @@ fn browser_opens_the_html_output_once_written() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(page.is_file(), "no page written");
     // The browser is started, not waited for.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let opened = loop {
-        let s = std::fs::read_to_string(&log).unwrap_or_default();
-        if !s.is_empty() || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let opened = page_opened(&log);
     assert_eq!(opened.trim(), page.to_str().unwrap());
 
     // The heatmap: its index is the page opened.
@@ -993,14 +983,7 @@ fn browser_opens_the_html_output_once_written() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let index = heatmap.join("index.html");
     assert!(index.is_file(), "no heatmap index written");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let opened = loop {
-        let s = std::fs::read_to_string(&log).unwrap_or_default();
-        if !s.is_empty() || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let opened = page_opened(&log);
     assert_eq!(opened.trim(), index.to_str().unwrap());
 
     // No browser at all: said in one line, the page written all the same.

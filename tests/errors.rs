@@ -65,27 +65,12 @@ impl Drop for Group {
     }
 }
 
-/// Run `tachyon dump ARGS` (killed after 60 s).
+/// Run `tachyon dump ARGS` (failing the test after 60 s).
 fn tachyon(args: &[String], setup: impl FnOnce(&mut Command)) -> Output {
     let mut cmd = Command::new(tachyon_bin());
     cmd.arg("dump").args(args);
     setup(&mut cmd);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run tachyon");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tachyon dump {args:?} did not finish in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    common::Running::start(cmd).finish(Duration::from_secs(60))
 }
 
 fn dump(pid: i32) -> Output {
@@ -326,22 +311,8 @@ fn a_wrapper_pid_is_not_python_but_its_child_is() {
     );
     println!("{line}");
     // Positive control: the python child itself dumps.
-    let child = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()?
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse::<i32>()
-                        .ok()
-                })
-                == Some(bash)
-        })
+    let child = *common::procs::children(bash)
+        .first()
         .expect("the python child of the wrapper");
     assert_dumped(&dump(child), child, &["in <module>"]);
 }
@@ -355,14 +326,8 @@ fn an_exited_unreaped_target_is_reported_as_exited() {
     // Not reaped until `t` drops: a zombie, whose /proc entry remains.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        if stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .trim_start()
-            .starts_with('Z')
-        {
+        let state = common::procs::state(pid).expect("a zombie keeps its /proc entry");
+        if state == 'Z' {
             break;
         }
         assert!(Instant::now() < deadline, "target did not exit");
@@ -409,25 +374,13 @@ fn targets_exiting_mid_way() {
 
 #[test]
 fn permission_denied_says_what_to_do() {
-    // The suite runs as root on machines with setpriv (util-linux): a
-    // test never passes by skipping its check.
-    assert!(
-        nix::unistd::geteuid().is_root() && Path::new("/usr/bin/setpriv").exists(),
-        "the permission check needs root and /usr/bin/setpriv"
-    );
-    let interp = &sid_interpreters()[4]; // sid 3.15
-    let mut t = spawn(interp, SLEEPER, &[], &[]);
-    t.wait_for("READY ", Duration::from_secs(30));
+    let t = sleeper_315();
     let pid = t.pid();
-    let out = tachyon(&[pid.to_string()], |cmd| {
-        // Re-exec tachyon as nobody, which drops every capability.
-        let prog = cmd.get_program().to_owned();
-        let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
-        *cmd = Command::new("/usr/bin/setpriv");
-        cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(prog)
-            .args(args);
-    });
+    // As nobody, which drops every capability.
+    let out = dump_under_setpriv(
+        pid,
+        &["--reuid=nobody", "--regid=nogroup", "--clear-groups"],
+    );
     let line = assert_error(&out, &[&format!("permission denied reading process {pid}")]);
     assert!(
         ["sudo", "CAP_SYS_PTRACE", "ptrace_scope"]
@@ -441,28 +394,39 @@ fn permission_denied_says_what_to_do() {
 /// tachyon as root, but without CAP_SYS_PTRACE (setpriv drops it from the
 /// bounding set, so the exec'd tachyon cannot have it).
 fn dump_without_ptrace_rights(pid: i32) -> Output {
+    dump_under_setpriv(pid, &["--bounding-set=-sys_ptrace"])
+}
+
+/// A sleeping sid 3.15 target, ready.
+fn sleeper_315() -> common::Target {
+    let interp = &sid_interpreters()[4]; // sid 3.15
+    let mut t = spawn(interp, SLEEPER, &[], &[]);
+    t.wait_for("READY ", Duration::from_secs(30));
+    t
+}
+
+/// `tachyon dump PID` exec'd by `setpriv SETPRIV_ARGS --`.
+fn dump_under_setpriv(pid: i32, setpriv_args: &[&str]) -> Output {
+    // The suite runs as root on machines with setpriv (util-linux): a
+    // test never passes by skipping its check.
+    assert!(
+        nix::unistd::geteuid().is_root() && Path::new("/usr/bin/setpriv").exists(),
+        "the permission check needs root and /usr/bin/setpriv"
+    );
     tachyon(&[pid.to_string()], |cmd| {
         let prog = cmd.get_program().to_owned();
         let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
         *cmd = Command::new("/usr/bin/setpriv");
-        cmd.args(["--bounding-set=-sys_ptrace", "--"])
-            .arg(prog)
-            .args(args);
+        cmd.args(setpriv_args).arg("--").arg(prog).args(args);
     })
 }
 
 #[test]
 fn a_refusal_names_its_real_cause_and_blames_seccomp_only_on_evidence() {
-    assert!(
-        nix::unistd::geteuid().is_root() && Path::new("/usr/bin/setpriv").exists(),
-        "the permission check needs root and /usr/bin/setpriv"
-    );
     // Root without CAP_SYS_PTRACE, a target holding it: the kernel refuses
     // for the capability, which is what the line must say; tachyon runs
     // under no seccomp filter here, so seccomp is not blamed.
-    let interp = &sid_interpreters()[4]; // sid 3.15
-    let mut t = spawn(interp, SLEEPER, &[], &[]);
-    t.wait_for("READY ", Duration::from_secs(30));
+    let t = sleeper_315();
     let pid = t.pid();
     let line = assert_error(
         &dump_without_ptrace_rights(pid),

@@ -11,13 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{RootDir, Target, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{RootDir, Target, sid_interpreters, sid_root, spawn, tachyon_bin, text};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn py315() -> common::Interp {
     sid_interpreters()
@@ -200,14 +196,19 @@ fn a_full_stdout_is_reported_and_the_file_is_still_written() {
         Tachyon::start(&strs(&args), dev_full(), Stdio::piped()).finish(Duration::from_secs(60));
     assert_no_panic(&out);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_replays_with(&bin, "exit3.py:<module>:3");
+}
+
+/// The recording at `bin` replays, and its stacks hold `frame`.
+fn assert_replays_with(bin: &std::path::Path, frame: &str) {
     let replay = Command::new(tachyon_bin())
         .args(["replay", "--collapsed", "-o", "/dev/stdout"])
-        .arg(&bin)
+        .arg(bin)
         .output()
         .unwrap();
     assert!(replay.status.success(), "{}", text(&replay.stderr));
     assert!(
-        text(&replay.stdout).contains("exit3.py:<module>:3"),
+        text(&replay.stdout).contains(frame),
         "{}",
         text(&replay.stdout)
     );
@@ -295,17 +296,7 @@ fn a_hangup_writes_the_profile_and_ends_the_program() {
         "{}",
         text(&out.stderr)
     );
-    let replay = Command::new(tachyon_bin())
-        .args(["replay", "--collapsed", "-o", "/dev/stdout"])
-        .arg(&bin)
-        .output()
-        .unwrap();
-    assert!(replay.status.success(), "{}", text(&replay.stderr));
-    assert!(
-        text(&replay.stdout).contains("target.py:<module>:4"),
-        "{}",
-        text(&replay.stdout)
-    );
+    assert_replays_with(&bin, "target.py:<module>:4");
 
     // Under `run`, the program goes with the session rather than being
     // left behind as an orphan.
@@ -441,11 +432,18 @@ fn a_full_disk_stops_sampling_and_keeps_what_a_recording_flushed() {
         Stdio::piped(),
     )
     .finish(Duration::from_secs(60));
-    assert_no_panic(&out);
+    assert_out_of_space(&out, &disk);
+}
+
+/// tachyon failed on the full disk, said so, and left no file there: its
+/// standard error.
+fn assert_out_of_space(out: &Output, disk: &SmallDisk) -> String {
+    assert_no_panic(out);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
     assert!(disk.files().is_empty(), "left behind: {:?}", disk.files());
+    err
 }
 
 #[test]

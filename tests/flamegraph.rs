@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -61,14 +60,6 @@ fn hot_spots(dom: &str) -> Vec<String> {
         .collect()
 }
 
-/// The page's embedded data.
-fn data(html: &str) -> serde_json::Value {
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").unwrap();
-    serde_json::from_str(&html[start..start + len]).unwrap()
-}
-
 fn ready(dom: &str) -> f64 {
     body_attr(dom, "data-ready")
         .and_then(|v| v.parse().ok())
@@ -98,7 +89,7 @@ fn a_live_flame_graph_loads_and_its_views_work_in_chromium() {
     );
     assert!(said.contains("Flamegraph saved to"), "{said}");
     let html = std::fs::read_to_string(dir.outside("f.html")).unwrap();
-    let d = data(&html);
+    let d = common::flame_data(&html);
     let threads = d["threads"].as_array().unwrap();
     assert_eq!(threads.len(), 2, "{threads:?}");
     let url = format!("file://{}", dir.outside("f.html").display());
@@ -297,7 +288,7 @@ fn a_reference_recording_gives_the_reference_pages_numbers() {
         &dir.outside,
     );
     let theirs = reference_data(&std::fs::read_to_string(dir.outside("ref.html")).unwrap());
-    let ours = data(&std::fs::read_to_string(dir.outside("ours.html")).unwrap());
+    let ours = common::flame_data(&std::fs::read_to_string(dir.outside("ours.html")).unwrap());
 
     // Samples, and per thread.
     assert_eq!(ours["stats"]["samples"], theirs["value"]);
@@ -470,15 +461,7 @@ fn run_stats(samples: u64) -> RunStats {
 
 #[test]
 fn twenty_thousand_distinct_stacks_stay_small_and_load() {
-    let dir = std::env::temp_dir().join(format!("tachyon-flame-20k-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Clean<'a>(&'a Path);
-    impl Drop for Clean<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(self.0);
-        }
-    }
-    let _clean = Clean(&dir);
+    let dir = common::TempDir::new("flame-20k");
 
     let mut t = FrameTable::new();
     let stacks = synthetic(&mut t, 20_000, 0x9e37_79b9_7f4a_7c15);
@@ -518,7 +501,7 @@ fn twenty_thousand_distinct_stacks_stay_small_and_load() {
 
     for (what, path) in [("flame graph", &page), ("diff flame graph", &diff_page)] {
         let html = std::fs::read_to_string(path).unwrap();
-        let d = data(&html);
+        let d = common::flame_data(&html);
         let drawn = d["tree"]["nodes"].as_array().unwrap().len() / 2;
         let inverted = d["inverted"]["nodes"].as_array().unwrap().len() / 2;
         let url = format!("file://{}", path.display());
@@ -585,15 +568,7 @@ fn with_viewport_probe(html: &str) -> String {
 /// bottom) as in the icicle; the canvas is taller than the window.
 #[test]
 fn a_deep_profile_opens_on_its_widest_frames() {
-    let dir = std::env::temp_dir().join(format!("tachyon-flame-deep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Clean<'a>(&'a Path);
-    impl Drop for Clean<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(self.0);
-        }
-    }
-    let _clean = Clean(&dir);
+    let dir = common::TempDir::new("flame-deep");
 
     let mut t = FrameTable::new();
     let mut py = |file: &str, func: &str, line: i32| {

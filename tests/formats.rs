@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    RootDir, ok, sid_interpreters, sid_root, spawn, tachyon_bin, tachyon_ok as tachyon, text,
-    validate_speedscope,
+    RootDir, collapsed, go_pprof, sid_interpreters, sid_root, spawn, tachyon_bin,
+    tachyon_ok as tachyon, text, validate_speedscope,
 };
 
 /// Two threads, both sampled at every instant (wall mode): the main
@@ -64,23 +64,6 @@ fn run_script(dir: &RootDir, args: &[&str]) -> String {
     tachyon(&all, &dir.outside)
 }
 
-/// `go tool pprof ARGS FILE`: its standard output.
-fn pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
-            )
-        });
-    ok(out, &format!("go tool pprof {}", args.join(" ")))
-}
-
 /// The file in `dir` whose name starts with `prefix`: there must be one.
 fn the_file(dir: &Path, prefix: &str) -> PathBuf {
     let found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -105,18 +88,13 @@ impl Collapsed {
             per_thread: BTreeMap::new(),
             self_by_func: BTreeMap::new(),
         };
-        for line in std::fs::read_to_string(path).unwrap().lines() {
-            let (stack, n) = line.rsplit_once(' ').unwrap();
-            let n: u64 = n.parse().unwrap();
-            let mut frames = stack.split(';');
+        for (stack, n) in collapsed::read(path) {
+            let mut frames = collapsed::frames(&stack);
             let tid = frames.next().unwrap().strip_prefix("tid:").unwrap();
             *c.per_thread.entry(tid.to_string()).or_default() += n;
             let leaf = frames.next_back().unwrap();
             // `file:func:line`, or a synthetic frame's bare name.
-            let func = match leaf.rsplit_once(':') {
-                Some((rest, _line)) => rest.split_once(':').map_or(rest, |(_, f)| f),
-                None => leaf,
-            };
+            let func = collapsed::frame_parts(leaf).map_or(leaf, |(_, f, _)| f);
             *c.self_by_func.entry(func.to_string()).or_default() += n;
         }
         c
@@ -179,14 +157,14 @@ fn a_recording_as_pprof_and_speedscope_agrees_with_its_collapsed_stacks() {
 
     // go tool pprof: the same total, hottest function and threads.
     let p = d.join("p.pb.gz");
-    let top = pprof(&["-top", "-sample_index=samples"], &p);
+    let top = go_pprof(&["-top", "-sample_index=samples"], &p);
     let (total, flat, name) = pprof_top(&top);
     assert_eq!(total, collapsed.total(), "pprof total:\n{top}");
     assert_eq!((name.as_str(), flat), ("hot", hottest_n), "{top}");
-    let tags = pprof(&["-tags", "-sample_index=samples"], &p);
+    let tags = go_pprof(&["-tags", "-sample_index=samples"], &p);
     assert_eq!(pprof_threads(&tags), collapsed.per_thread, "{tags}");
     // The time value is the count times the period, in nanoseconds.
-    let raw = pprof(&["-raw"], &p);
+    let raw = go_pprof(&["-raw"], &p);
     assert!(raw.contains("PeriodType: wall nanoseconds\n"), "{raw}");
     assert!(
         raw.contains(&format!("Period: {}\n", INTERVAL_US * 1000)),
@@ -208,7 +186,7 @@ fn a_recording_as_pprof_and_speedscope_agrees_with_its_collapsed_stacks() {
         }
     }
     assert_eq!(counted, collapsed.total(), "{raw}");
-    let wall = pprof(&["-top", "-sample_index=wall", "-unit=ms"], &p);
+    let wall = go_pprof(&["-top", "-sample_index=wall", "-unit=ms"], &p);
     assert!(
         wall.contains(&format!("Total samples = {}ms", collapsed.total())),
         "1 ms a sample:\n{wall}"
@@ -258,9 +236,9 @@ fn run_and_attach_write_both_formats_under_their_default_names() {
     assert!(out.contains("pprof profile written to pprof_"), "{out}");
     let p = the_file(&dir.outside, "pprof_");
     assert!(p.to_string_lossy().ends_with(".pb.gz"), "{}", p.display());
-    let top = pprof(&["-top", "-sample_index=samples"], &p);
+    let top = go_pprof(&["-top", "-sample_index=samples"], &p);
     assert_eq!(pprof_top(&top).2, "hot", "{top}");
-    let tags = pprof(&["-tags", "-sample_index=samples"], &p);
+    let tags = go_pprof(&["-tags", "-sample_index=samples"], &p);
     assert_eq!(pprof_threads(&tags).len(), 2, "two threads:\n{tags}");
 
     // run --speedscope: speedscope_<pid>.json, valid.
@@ -295,7 +273,7 @@ fn run_and_attach_write_both_formats_under_their_default_names() {
         d,
     );
     drop(t);
-    let top = pprof(&["-top"], &d.join("a.pb.gz"));
+    let top = go_pprof(&["-top"], &d.join("a.pb.gz"));
     assert!(top.contains("<module>"), "{top}");
     validate_speedscope(&[&s, &d.join("a.json")]);
 }

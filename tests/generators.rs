@@ -367,18 +367,8 @@ impl Apart {
             libc::CPU_SET(0, &mut zero);
             let mut one: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(1, &mut one);
-            for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                if let Some(tid) = task
-                    .file_name()
-                    .to_str()
-                    .and_then(|t| t.parse::<i32>().ok())
-                {
-                    libc::sched_setaffinity(tid, size, &zero);
-                }
+            for tid in common::procs::tids(pid) {
+                libc::sched_setaffinity(tid, size, &zero);
             }
             libc::sched_setaffinity(0, size, &one);
             Apart { old: Some(old) }

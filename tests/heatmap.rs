@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{RootDir, chromium, sid_interpreters, sid_root, spawn, tachyon_ok as tachyon};
+use common::{
+    RootDir, chromium, collapsed, sid_interpreters, sid_root, spawn, tachyon_ok as tachyon,
+};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -44,17 +46,17 @@ struct Counts {
 
 fn collapsed_counts(path: &Path) -> Counts {
     let mut c = Counts::default();
-    for line in std::fs::read_to_string(path).unwrap().lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        let n: u64 = n.parse().unwrap();
+    for (stack, n) in collapsed::read(path) {
         // tid:N;file:func:line;...;leaf (a synthetic frame: its name only)
         let parse = |f: &str| -> Option<(String, u32)> {
-            let (rest, line) = f.rsplit_once(':')?;
-            let (file, _func) = rest.split_once(':')?;
+            let (file, _func, line) = collapsed::frame_parts(f)?;
             Some((file.to_string(), line.parse().ok().filter(|&l| l > 0)?))
         };
-        let frames: Vec<(String, u32)> = stack.split(';').skip(1).filter_map(parse).collect();
-        let leaf = parse(stack.rsplit(';').next().unwrap());
+        let frames: Vec<(String, u32)> = collapsed::frames(&stack)
+            .skip(1)
+            .filter_map(parse)
+            .collect();
+        let leaf = parse(collapsed::frames(&stack).next_back().unwrap());
         let mut seen_lines = Vec::new();
         let mut seen_files = Vec::new();
         for (i, k) in frames.iter().enumerate() {

@@ -20,44 +20,14 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{Running, tachyon_bin};
+use common::{Running, TempDir, tachyon_bin, text};
 
 /// A hang guard only: a cold release build on two shared cores takes
 /// minutes; nothing here is timed.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(3600);
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// A temporary directory, removed on drop whatever happens.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tachyon-install-{what}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Run `cmd` to its end (killed, with everything it started, after
 /// `timeout`); panic with its output unless it succeeded.
 fn run_ok(cmd: Command, timeout: Duration) -> Output {

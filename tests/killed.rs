@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, RootDir, Running, sid_interpreters, sid_root, spawn, tachyon_bin};
+use common::{
+    Interp, RootDir, Running, TempDir, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin,
+};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 
 /// Two threads whose stacks keep changing, so blocks carry new frames.
@@ -107,11 +109,7 @@ fn replay(path: &Path, dir: &Path) -> (u64, String) {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "replay of {path:?} failed: {err}");
-    let text = std::fs::read_to_string(&out_file).unwrap();
-    let n = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
+    let n = collapsed::total(&collapsed::read(&out_file));
     (n, err)
 }
 
@@ -122,7 +120,9 @@ fn record_and_kill(tag: &str, extra: &[&str], blocks: usize) -> (PathBuf, Vec<u8
     let it = sid_314();
     let mut t = spawn(&it, TARGET_PY, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
-    let dir = tempdir(tag);
+    // The caller removes it, once done with the file.
+    let dir = TempDir::new(tag);
+    let dir = std::mem::ManuallyDrop::new(dir);
     let path = dir.join("k").join("rec.bin");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let mut rec = record(t.pid(), &path, extra);
@@ -330,7 +330,7 @@ fn a_finished_recording_loses_nothing() {
     let it = sid_314();
     let mut t = spawn(&it, TARGET_PY, &[], &[]);
     t.wait_for("READY", Duration::from_secs(30));
-    let dir = tempdir("done");
+    let dir = TempDir::new("done");
     let path = dir.join("rec.bin");
     let out = record(t.pid(), &path, &["-d", "2"]).finish(Duration::from_secs(60));
     drop(t);
@@ -345,11 +345,4 @@ fn a_finished_recording_loses_nothing() {
     assert_eq!(replayed, n);
     assert!(!err.contains("truncated"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tachyon-killed-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

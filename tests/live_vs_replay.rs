@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{sid_interpreters, spawn};
+use common::{TempDir, sid_interpreters, spawn};
 use tachyon::binfmt::CaptureConfig;
 use tachyon::binfmt::reader::BinaryReader;
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
@@ -205,25 +205,6 @@ fn gecko_view(bytes: &[u8]) -> String {
     out
 }
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d =
-            std::env::temp_dir().join(format!("tachyon-live-replay-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(d.join("live")).unwrap();
-        std::fs::create_dir_all(d.join("replay")).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn every_format_written_live_equals_the_same_format_from_replay() {
     for it in sid_interpreters().into_iter().filter(|i| !i.debug) {
@@ -264,7 +245,9 @@ fn every_format_written_live_equals_the_same_format_from_replay() {
             ..RunStats::default()
         };
 
-        let dir = Scratch::new(&it.name);
+        let dir = TempDir::new(&it.name);
+        std::fs::create_dir_all(dir.join("live")).unwrap();
+        std::fs::create_dir_all(dir.join("replay")).unwrap();
         let bin = dir.0.join("run.bin");
         let mut live = collectors(&dir.0.join("live"));
         let mut recorder = BinaryCollector::new(

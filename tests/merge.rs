@@ -16,39 +16,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, ok, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin,
-    text, validate_speedscope,
+    Interp, RootDir, Running, children, collapsed, go_pprof, ok, one_at_a_time, release,
+    sid_interpreters, sid_root, tachyon_bin, text, validate_speedscope,
 };
 use serde_json::Value;
-
-/// A pool of four (fork, else the start method given) doing known CPU
-/// work in `burn_in_worker`; the parent prints its pid and the workers'
-/// that took a task.
-const POOL: &str = include_str!("../fixtures/targets/pool.py");
-
-/// Forked workers spinning in `spin_in_worker` until their parent is gone.
-const LONG_WORKERS: &str = r#"
-import os, sys, time
-parent = os.getpid()
-
-def spin_in_worker():
-    s = 0
-    while os.getppid() == parent:
-        for i in range(3000):
-            s += i
-
-workers = []
-for _ in range(2):
-    pid = os.fork()
-    if pid == 0:
-        spin_in_worker()
-        os._exit(0)
-    workers.append(pid)
-sys.stdout.write("READY " + " ".join(map(str, workers)) + "\n")
-sys.stdout.flush()
-while True:
-    time.sleep(1)
-"#;
 
 /// Loads a pstats file with the standard library: the functions it holds.
 const LOAD_PSTATS: &str = r#"
@@ -92,36 +63,11 @@ fn run_pool_with(
     name: &str,
     method: &str,
 ) -> (Tree, String) {
-    let mut cmd = Command::new(tachyon_bin());
-    cmd.args(["run", "--subprocesses", "--merge", format, "-o"])
-        .arg(dir.outside(name))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
-        .arg(&it.exe)
-        .arg(dir.inside("pool.py"))
-        .arg(method);
-    let out = Running::start(cmd).finish(Duration::from_secs(180));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "{}: tachyon run failed ({}):\n{stdout}\n{stderr}",
-        it.name,
-        out.status
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("WORKERS "))
-        .unwrap_or_else(|| panic!("{}: no WORKERS line in:\n{stdout}", it.name));
-    let mut words = line.split_whitespace().peekable();
-    let mut workers: Vec<u32> = Vec::new();
-    while let Some(w) = words.next_if(|w| w.parse::<u32>().is_ok()) {
-        workers.push(w.parse().unwrap());
-    }
-    assert!(!workers.is_empty(), "{}: no workers in {line}", it.name);
-    assert_eq!(words.next(), Some("PARENT"), "{line}");
-    // Another process's line may follow on the same line.
-    let parent = words.next().and_then(|p| p.parse().ok()).unwrap();
+    let cmd = children::run_python(it, dir, &["--merge", format], name, "pool.py", &[method]);
+    let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(180));
+    let (workers, parent) = children::pool_pids(&stdout);
+    let workers: Vec<u32> = workers.into_iter().map(|w| w as u32).collect();
+    let parent = parent as u32;
     // The summary counts every process, and its rate is per process: each
     // is sampled at most at the requested (default 1 kHz) rate, where the
     // sum over processes would be about five times that.
@@ -171,8 +117,8 @@ fn run_pool_with(
 /// stacks and counts).
 fn collapsed_sections(body: &str) -> BTreeMap<u32, (String, Vec<(String, u64)>)> {
     let mut out: BTreeMap<u32, (String, Vec<(String, u64)>)> = BTreeMap::new();
-    for line in body.lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
+    for (stack, n) in collapsed::parse(body) {
+        let line = &stack;
         let (first, rest) = stack.split_once(';').unwrap();
         let head = first
             .strip_prefix("process ")
@@ -187,17 +133,9 @@ fn collapsed_sections(body: &str) -> BTreeMap<u32, (String, Vec<(String, u64)>)>
             .entry(pid.parse().unwrap())
             .or_insert_with(|| (command.to_string(), Vec::new()));
         assert_eq!(e.0, command, "one command per process: {line}");
-        e.1.push((rest.to_string(), n.parse().unwrap()));
+        e.1.push((rest.to_string(), n));
     }
     out
-}
-
-fn samples_with(lines: &[(String, u64)], function: &str) -> u64 {
-    lines
-        .iter()
-        .filter(|(s, _)| s.contains(function))
-        .map(|(_, n)| n)
-        .sum()
 }
 
 #[test]
@@ -210,7 +148,7 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
         // one section each.
         .chain([(py315(), "spawn")]);
     for (it, method) in runs {
-        let dir = RootDir::new(&[("pool.py", POOL)]);
+        let dir = RootDir::new(&[("pool.py", children::POOL)]);
         let (tree, stderr) = run_pool_with(&it, &dir, "--collapsed", "out.txt", method);
         let body = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
         let sections = collapsed_sections(&body);
@@ -226,7 +164,7 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
             };
             assert!(command.contains(runs), "{} {method}: {command}", it.name);
             assert!(
-                samples_with(lines, "burn_in_worker") > 0,
+                collapsed::samples_with(lines, "burn_in_worker") > 0,
                 "{}: worker {w}'s section has no burn_in_worker",
                 it.name
             );
@@ -236,9 +174,18 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
         let (_, parent) = sections
             .get(&tree.parent)
             .unwrap_or_else(|| panic!("{}: no section for the parent", it.name));
-        assert!(samples_with(parent, "<module>") > 0, "{}", it.name);
+        assert!(
+            collapsed::samples_with(parent, "<module>") > 0,
+            "{}",
+            it.name
+        );
         // The parent only waits for the pool: the work is the workers'.
-        assert_eq!(samples_with(parent, "burn_in_worker"), 0, "{}", it.name);
+        assert_eq!(
+            collapsed::samples_with(parent, "burn_in_worker"),
+            0,
+            "{}",
+            it.name
+        );
         // No process but the tree's.
         for pid in sections.keys() {
             assert!(
@@ -250,22 +197,14 @@ fn collapsed_has_a_section_per_process_on_every_sid_interpreter() {
     }
 }
 
-/// The flame graph page's embedded data.
-fn page_data(html: &str) -> Value {
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").unwrap();
-    serde_json::from_str(&html[start..start + len]).unwrap()
-}
-
 #[test]
 fn the_flame_graph_has_a_root_per_process_and_loads_in_chromium() {
     let _serial = one_at_a_time();
     let it = py315();
-    let dir = RootDir::new(&[("pool.py", POOL)]);
+    let dir = RootDir::new(&[("pool.py", children::POOL)]);
     let (tree, _) = run_pool(&it, &dir, "--flamegraph", "fg.html");
     let html = std::fs::read_to_string(dir.outside("fg.html")).unwrap();
-    let v = page_data(&html);
+    let v = common::flame_data(&html);
     let strings: Vec<&str> = v["strings"]
         .as_array()
         .unwrap()
@@ -350,7 +289,7 @@ fn gecko_speedscope_jsonl_and_pprof_have_each_process() {
         .into_iter()
         .find(|i| i.minor == 14)
         .expect("MISSING TOOL: sid python3.14");
-    let dir = RootDir::new(&[("pool.py", POOL)]);
+    let dir = RootDir::new(&[("pool.py", children::POOL)]);
 
     // gecko: every thread under its own process's pid, named after it.
     let (tree, _) = run_pool(&it, &dir, "--gecko", "g.json");
@@ -468,28 +407,11 @@ fn gecko_speedscope_jsonl_and_pprof_have_each_process() {
     }
 }
 
-/// `go tool pprof ARGS FILE`: its standard output.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
-            )
-        });
-    ok(out, &format!("go tool pprof {}", args.join(" ")))
-}
-
 #[test]
 fn a_merged_pstats_file_loads_in_python_with_the_workers_function() {
     let _serial = one_at_a_time();
     let it = py315();
-    let dir = RootDir::new(&[("pool.py", POOL), ("load.py", LOAD_PSTATS)]);
+    let dir = RootDir::new(&[("pool.py", children::POOL), ("load.py", LOAD_PSTATS)]);
     let (_, _) = run_pool(&it, &dir, "--pstats", "out.pstats");
     let out = Running::start({
         let mut c = Command::new("chroot");
@@ -517,12 +439,11 @@ fn a_merged_pstats_file_loads_in_python_with_the_workers_function() {
 fn attach_merges_the_workers_of_a_running_process() {
     let _serial = one_at_a_time();
     let it = py315();
-    let mut target = common::spawn(&it, LONG_WORKERS, &[], &[]);
+    let mut target = common::spawn(&it, children::LONG_WORKERS, &[], &[]);
     let ready = target.wait_for("READY", Duration::from_secs(60));
-    let workers: Vec<u32> = ready
-        .split_whitespace()
-        .skip(1)
-        .map_while(|p| p.parse().ok())
+    let workers: Vec<u32> = children::pids_after(&ready, "READY ")
+        .into_iter()
+        .map(|w| w as u32)
         .collect();
     assert_eq!(workers.len(), 2, "{ready}");
     let dir = RootDir::new(&[]);
@@ -549,13 +470,17 @@ fn attach_merges_the_workers_of_a_running_process() {
         let (_, lines) = sections
             .get(w)
             .unwrap_or_else(|| panic!("no section for worker {w}:\n{stderr}"));
-        assert!(samples_with(lines, "spin_in_worker") > 0, "worker {w}");
+        assert!(
+            collapsed::samples_with(lines, "early_worker") > 0,
+            "worker {w}"
+        );
     }
     let (_, parent) = sections
         .get(&(target.pid() as u32))
         .unwrap_or_else(|| panic!("no section for the attached process:\n{stderr}"));
-    assert!(samples_with(parent, "<module>") > 0);
-    assert_eq!(samples_with(parent, "spin_in_worker"), 0);
+    assert!(collapsed::samples_with(parent, "<module>") > 0);
+    assert_eq!(collapsed::samples_with(parent, "early_worker"), 0);
+    assert_eq!(collapsed::samples_with(parent, "spin"), 0);
     // Only the output asked for: no file per worker.
     let files: Vec<String> = std::fs::read_dir(&dir.outside)
         .unwrap()
@@ -572,31 +497,18 @@ fn attach_merges_the_workers_of_a_running_process() {
 #[test]
 fn a_commands_programs_are_each_merged_once() {
     let _serial = one_at_a_time();
-    const WORK: &str = r#"
-import os, sys, time
-def work_of_NAME():
-    t = time.time()
-    while time.time() - t < 0.6:
-        pass
-work_of_NAME()
-sys.stdout.write("NAME " + str(os.getpid()) + "\n")
-sys.stdout.flush()
-"#;
     let it = py315();
-    let (a, b) = (WORK.replace("NAME", "a"), WORK.replace("NAME", "b"));
+    let (a, b) = (children::work_of("a", 0.6), children::work_of("b", 0.6));
     let dir = RootDir::new(&[("a.py", &a), ("b.py", &b)]);
     let exe = it.exe.display().to_string();
     let script = format!("{exe} {}; {exe} {}", dir.inside("a.py"), dir.inside("b.py"));
     let mut cmd = Command::new(tachyon_bin());
-    cmd.args(["run", "--subprocesses", "--merge", "--collapsed", "-o"])
-        .arg(dir.outside("out.txt"))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
-        .args(["sh", "-c", &script]);
-    let out = Running::start(cmd).finish(Duration::from_secs(120));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    cmd.args(children::run_args(
+        &["--merge", "--collapsed"],
+        &dir.outside("out.txt"),
+    ))
+    .args(["sh", "-c", &script]);
+    let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(120));
     let pid_of = |tag: &str| -> u32 {
         stdout
             .lines()
@@ -607,7 +519,7 @@ sys.stdout.flush()
     for (name, pid) in [("a", pid_of("a ")), ("b", pid_of("b "))] {
         let function = format!("work_of_{name}");
         for (p, (_, lines)) in &sections {
-            let n = samples_with(lines, &function);
+            let n = collapsed::samples_with(lines, &function);
             assert_eq!(n > 0, *p == pid, "{function} in process {p}:\n{stderr}");
         }
         // Sampled by one profile: followed, or a child, never both.
@@ -626,25 +538,11 @@ sys.stdout.flush()
 #[test]
 fn children_that_exec_another_program_leave_no_section() {
     let _serial = one_at_a_time();
-    const RUNS_SLEEP: &str = r#"
-import subprocess
-for i in range(20):
-    subprocess.run(["sleep", "0.02"])
-print("DONE", flush=True)
-"#;
     for it in release(sid_interpreters()) {
-        let dir = RootDir::new(&[("sleeps.py", RUNS_SLEEP)]);
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.args(["run", "--subprocesses", "--merge", "--collapsed", "-o"])
-            .arg(dir.outside("out.txt"))
-            .arg("--")
-            .arg("chroot")
-            .arg(sid_root())
-            .arg(&it.exe)
-            .arg(dir.inside("sleeps.py"));
-        let out = Running::start(cmd).finish(Duration::from_secs(120));
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        let dir = RootDir::new(&[("sleeps.py", children::RUNS_SLEEP)]);
+        let flags = ["--merge", "--collapsed"];
+        let cmd = children::run_python(&it, &dir, &flags, "out.txt", "sleeps.py", &[]);
+        let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(120));
         assert!(stdout.contains("DONE"), "{stdout}");
         let body = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
         let sections = collapsed_sections(&body);

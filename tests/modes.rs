@@ -18,11 +18,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Interp, Target, machine_old_interpreters, sid_interpreters, spawn, tachyon_bin};
+use common::collapsed::samples_in;
+use common::{
+    Interp, Target, TempDir, collapsed, machine_old_interpreters, sid_interpreters, spawn,
+    tachyon_bin,
+};
 use tachyon::model::{FrameKind, Sample, status};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -492,38 +495,18 @@ fn native_frame_marks_the_call_from_c_back_into_python() {
     }
 }
 
-/// A scratch file outside the targets' root, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        Scratch(std::env::temp_dir().join(format!(
-            "tachyon-modes-{}-{tag}-{}.txt",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        )))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// `tachyon attach ARGS --collapsed -o FILE PID`; returns (stack, count)
 /// lines of the collapsed file.
 fn attach_collapsed(t: &Target, args: &[&str]) -> Vec<(String, u64)> {
-    let out = Scratch::new("collapsed");
+    let dir = TempDir::new("modes");
+    let out = dir.join("collapsed.txt");
     let started = Instant::now();
     let res = Command::new(tachyon_bin())
         .arg("attach")
         .args(args)
         .arg("--collapsed")
         .arg("-o")
-        .arg(&out.0)
+        .arg(&out)
         .arg(t.pid().to_string())
         .output()
         .expect("cannot run tachyon");
@@ -534,24 +517,8 @@ fn attach_collapsed(t: &Target, args: &[&str]) -> Vec<(String, u64)> {
         started.elapsed(),
         String::from_utf8_lossy(&res.stderr)
     );
-    let text = std::fs::read_to_string(&out.0).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').expect("`stack count` lines");
-            (stack.to_owned(), n.parse().expect("a count"))
-        })
-        .collect()
-}
-
-/// Samples of the collapsed lines whose stack has a frame of function
-/// `func` (`file:func:line`).
-fn samples_in(lines: &[(String, u64)], func: &str) -> u64 {
-    let needle = format!(":{func}:");
-    lines
-        .iter()
-        .filter(|(s, _)| s.split(';').any(|f| f.contains(&needle)))
-        .map(|(_, n)| n)
-        .sum()
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    collapsed::parse(&text)
 }
 
 #[test]

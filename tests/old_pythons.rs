@@ -6,54 +6,16 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use common::{Interp, machine_old_interpreters, spawn, tachyon_bin};
+use common::{Interp, Running, TempDir, machine_old_interpreters, spawn, tachyon_bin};
 
-/// A directory of the test's own, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "tachyon-old-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Run tachyon with `args`, killed after two minutes.
+/// Run tachyon with `args` (failing the test after two minutes).
 fn tachyon(args: &[&str], cwd: &std::path::Path) -> Output {
-    let mut child = Command::new(tachyon_bin())
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run tachyon");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(args).current_dir(cwd);
+    Running::start(cmd).finish(Duration::from_secs(120))
 }
 
 const WORK: &str = "import time\n\
@@ -68,7 +30,7 @@ fn exe(interp: &Interp) -> String {
 #[test]
 fn run_prints_the_table() {
     for interp in machine_old_interpreters() {
-        let dir = Scratch::new("run");
+        let dir = TempDir::new("run");
         std::fs::write(dir.0.join("work.py"), WORK).unwrap();
         // The interpreter started directly, and through a wrapper command.
         let wrapped = format!("{} work.py", exe(&interp));
@@ -116,7 +78,7 @@ fn attach_writes_every_format() {
     for interp in machine_old_interpreters() {
         let mut t = spawn(&interp, THREADS, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
-        let dir = Scratch::new("attach");
+        let dir = TempDir::new("attach");
         for (flag, needle) in formats {
             let path = dir.0.join(format!("out{flag}"));
             let out = tachyon(

@@ -17,12 +17,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, body_attr, machine_old_interpreters, machine_supported_interpreters,
-    sid_interpreters, spawn, tachyon_bin, tachyon_ok,
+    Interp, RootDir, TempDir, body_attr, machine_old_interpreters, machine_supported_interpreters,
+    run_ok, sid_interpreters, spawn, tachyon_bin, tachyon_ok,
 };
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/opcodes_park.py");
@@ -67,18 +67,6 @@ fn frames_of(dump: &str) -> Vec<(String, Option<String>)> {
             (func.to_string(), op)
         })
         .collect()
-}
-
-fn run_ok(who: &str, cmd: &mut Command) -> String {
-    let out = cmd.stdin(Stdio::null()).output().expect("cannot start");
-    assert!(
-        out.status.success(),
-        "{who} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// tachyon's `dump --opcodes`, from `cwd`.
@@ -324,17 +312,9 @@ fn binary_recordings_carry_opcodes_both_ways_on_3_15() {
     }
 }
 
-/// The flame graph page's embedded data.
-fn flame_data(html: &str) -> serde_json::Value {
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").expect("data ends");
-    serde_json::from_str(&html[start..start + len]).expect("data is JSON")
-}
-
 /// The flame graph's opcodes per function (call tree), as shown names.
 fn flame_opcodes(html: &str) -> Vec<(String, String)> {
-    let d = flame_data(html);
+    let d = common::flame_data(html);
     let strings = d["strings"].as_array().unwrap();
     let frames = d["frames"].as_array().unwrap();
     let nodes = d["tree"]["nodes"].as_array().unwrap();
@@ -361,7 +341,7 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
     for it in all_interpreters() {
         let t = start_parked(&it);
         parked_dump(&it, t.pid());
-        let dir = tempfile_dir(&it.name);
+        let dir = TempDir::new(&it.name);
         let at = |f: &str| dir.join(f).to_string_lossy().into_owned();
         tachyon_ok(
             &[
@@ -416,14 +396,14 @@ fn recordings_replay_into_flame_graphs_and_heatmaps_with_opcodes_on_every_versio
 
 /// The release python3.15 of the sid root, parked on its specialised
 /// instructions (checked with a dump), and a scratch directory `name`.
-fn parked_315(name: &str) -> (Interp, common::Target, Scratch) {
+fn parked_315(name: &str) -> (Interp, common::Target, TempDir) {
     let it = sid_interpreters()
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .unwrap();
     let t = start_parked(&it);
     parked_dump(&it, t.pid());
-    (it, t, tempfile_dir(name))
+    (it, t, TempDir::new(name))
 }
 
 #[test]
@@ -476,7 +456,7 @@ fn hover_probe(html: &str, rows: usize, last: usize) -> String {
 /// Per node of a page's call tree (`tree`), its function and, from the
 /// embedded data, the shown names of the opcodes it has.
 fn node_opcodes(html: &str) -> Vec<(String, Vec<String>)> {
-    let d = flame_data(html);
+    let d = common::flame_data(html);
     let strings = d["strings"].as_array().unwrap();
     let frames = d["frames"].as_array().unwrap();
     let nodes = d["tree"]["nodes"].as_array().unwrap();
@@ -543,7 +523,7 @@ fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
     want.sort();
     for name in ["live.html", "replay.html"] {
         let html = std::fs::read_to_string(dir.join(name)).unwrap();
-        assert_eq!(flame_data(&html)["kind"], "diff", "{name}");
+        assert_eq!(common::flame_data(&html)["kind"], "diff", "{name}");
         assert_eq!(flame_opcodes(&html), want, "{name}");
         // The pointer over each box of the parked stack: its tooltip names
         // the box's function and the instruction the page's data has for
@@ -600,7 +580,7 @@ fn a_diff_flame_graph_with_opcodes_shows_them_on_hover_in_chromium() {
     );
     for name in ["live-plain.html", "replay-plain.html"] {
         let html = std::fs::read_to_string(dir.join(name)).unwrap();
-        let d = flame_data(&html);
+        let d = common::flame_data(&html);
         assert!(
             d.get("opnames").is_none() && d["tree"].get("ops").is_none(),
             "{name} has opcode data"
@@ -648,7 +628,7 @@ fn opcodes_are_refused_where_the_reference_refuses_them() {
 #[test]
 fn generated_tables_match_the_interpreters() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile_dir("gen");
+    let dir = TempDir::new("gen");
     let fresh = dir.join("tables.rs");
     run_ok(
         "scripts/gen-opcodes.sh",
@@ -660,28 +640,4 @@ fn generated_tables_match_the_interpreters() {
         fresh == checked_in,
         "src/opcodes/tables.rs is stale: run scripts/gen-opcodes.sh"
     );
-}
-
-/// A scratch directory, removed on drop (also when the test fails).
-struct Scratch(std::path::PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A fresh scratch directory for this test process and `tag`.
-fn tempfile_dir(tag: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("tachyon-opcodes-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Scratch(d)
 }

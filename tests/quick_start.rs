@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use common::tachyon_bin;
+use common::{Running, TempDir, tachyon_bin};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 
@@ -37,32 +37,13 @@ fn quick_start(path: &str) {
         String::from_utf8_lossy(&which.stderr)
     );
 
-    let dir = std::env::temp_dir().join(format!(
-        "tachyon-quick-start-{}-{}",
-        std::process::id(),
-        path.len()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("quick-start");
     std::fs::write(dir.join("app.py"), REPORT).unwrap();
-    let mut child = Command::new(tachyon_bin())
-        .args(["run", "app.py"])
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["run", "app.py"])
         .env("PATH", path)
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run tachyon");
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+        .current_dir(&dir);
+    let out = Running::start(cmd).finish(Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{Interp, RootDir, sid_interpreters, sid_root, tachyon_bin};
+use common::{Interp, RootDir, collapsed, sid_interpreters, sid_root, tachyon_bin, text};
 
 const REPORT: &str = include_str!("../fixtures/programs/report.py");
 const POOL: &str = include_str!("../fixtures/programs/pool.py");
@@ -76,10 +76,6 @@ fn pstats_rows(stdout: &str) -> Vec<Row> {
         });
     }
     rows
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn captured(stdout: &str) -> u64 {
@@ -395,18 +391,15 @@ fn run_samples_from_the_first_line() {
             form(&mut cmd);
             let out = cmd.output().unwrap();
             assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-            let collapsed = std::fs::read_to_string(&out_file).unwrap();
-            let on_line_3: u64 = collapsed
-                .lines()
-                .filter(|l| l.contains("short.py:<module>:3"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum();
+            let body = std::fs::read_to_string(&out_file).unwrap();
+            let on_line_3 =
+                collapsed::samples_with(&collapsed::parse(&body), "short.py:<module>:3");
             if on_line_3 >= 50 {
                 this_ok = true;
                 break;
             }
             report += &format!(
-                "{name}: only {on_line_3} samples of a 500 ms loop at 200 Hz:\n{}{collapsed}\n",
+                "{name}: only {on_line_3} samples of a 500 ms loop at 200 Hz:\n{}{body}\n",
                 text(&out.stdout)
             );
         }
@@ -572,12 +565,12 @@ fn attach_blocking_samples_and_always_resumes_the_target() {
     assert!(error_rate(&stdout) < 1.0, "{stdout}");
     // Every thread runs again: none is left in a ptrace stop.
     std::thread::sleep(Duration::from_millis(100));
-    for task in std::fs::read_dir(format!("/proc/{}/task", t.pid())).unwrap() {
-        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
-        let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+    let states = common::procs::thread_states(t.pid());
+    assert_eq!(states.len(), 4, "the target's threads: {states:?}");
+    for (tid, state) in states {
         assert!(
             !matches!(state, 't' | 'T'),
-            "a thread is left stopped: {stat}"
+            "thread {tid} is left stopped ({state})"
         );
     }
 }
@@ -618,19 +611,14 @@ fn a_command_running_several_pythons_is_followed_from_one_to_the_next() {
         "{}",
         text(&out.stderr)
     );
-    let collapsed = std::fs::read_to_string(&out_file).unwrap();
-    let count = |needle: &str| -> u64 {
-        collapsed
-            .lines()
-            .filter(|l| l.contains(needle))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    };
+    let body = std::fs::read_to_string(&out_file).unwrap();
+    let lines = collapsed::parse(&body);
+    let count = |needle: &str| collapsed::samples_with(&lines, needle);
     // Each program busies itself for the same 0.3 s: both are in the
     // profile, in comparable amounts (how many samples depends on load).
     let (a, b) = (count("a.py:first:4"), count("b.py:second:4"));
-    assert!(a > 0 && b > 0, "{collapsed}");
-    assert!(a <= 3 * b && b <= 3 * a, "{a} vs {b} samples:\n{collapsed}");
+    assert!(a > 0 && b > 0, "{body}");
+    assert!(a <= 3 * b && b <= 3 * a, "{a} vs {b} samples:\n{body}");
 }
 
 #[test]
@@ -700,19 +688,15 @@ fn run_through_uv_profiles_the_app_after_uvs_interpreter_probe() {
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(text(&out.stdout).contains("app done"));
-    let collapsed = std::fs::read_to_string(&out_file).unwrap();
-    let work: u64 = collapsed
-        .lines()
-        .filter(|l| l.contains("app.py:work:4"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let body = std::fs::read_to_string(&out_file).unwrap();
+    let work = collapsed::samples_with(&collapsed::parse(&body), "app.py:work:4");
     eprintln!("{work} samples of the app's 400 ms loop");
     // The profile went on from the probe into the app. How many of the
     // loop's 400 ms it saw depends on how soon, on a busy machine, the new
     // interpreter was found: at least some.
     assert!(
         work > 0 && err.contains("following Python process"),
-        "{work} samples of a 400 ms loop:\n{err}\n{collapsed}"
+        "{work} samples of a 400 ms loop:\n{err}\n{body}"
     );
 }
 
@@ -791,10 +775,7 @@ fn record_once_then_replay_as_table_collapsed_and_flame_graph() {
         serde_json::from_str(&std::fs::read_to_string(&gecko_file).unwrap()).unwrap();
     let samples = gecko["threads"][0]["samples"]["length"].as_u64().unwrap();
     // Every recorded sample with a stack, as the collapsed stacks count them.
-    let with_stack: u64 = collapsed
-        .lines()
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let with_stack = collapsed::total(&collapsed::parse(&collapsed));
     assert!(
         with_stack > 0 && with_stack <= recorded,
         "{with_stack} of {recorded}"

@@ -10,7 +10,8 @@
 mod common;
 
 use common::{
-    Interp, RootDir, machine_old_interpreters, release, sid_interpreters, sid_root, tachyon_ok,
+    Interp, RootDir, collapsed, machine_old_interpreters, release, sid_interpreters, sid_root,
+    tachyon_ok,
 };
 
 /// A million objects in 600,000 cycles, reachable from a module global
@@ -82,14 +83,13 @@ fn exit_time_collection_is_counted_apart_not_profiled() {
         let stdout = profile(&interp, &dir, "--collapsed", "out.txt");
         let name = &interp.name;
         assert!(stdout.contains("DONE"), "{name}: {stdout}");
-        let collapsed = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
+        let text = std::fs::read_to_string(dir.outside("out.txt")).unwrap();
         // Every stack has a Python frame: none is the runtime's alone.
-        let frameless: Vec<&str> = collapsed
-            .lines()
-            .filter(|l| {
-                let stack = l.rsplit_once(' ').map_or(*l, |(s, _)| s);
-                stack
-                    .split(';')
+        let frameless: Vec<String> = collapsed::parse(&text)
+            .into_iter()
+            .map(|(stack, _)| stack)
+            .filter(|stack| {
+                collapsed::frames(stack)
                     .skip(1)
                     .all(|f| f.starts_with('<') && !f.contains(':'))
             })
@@ -98,8 +98,8 @@ fn exit_time_collection_is_counted_apart_not_profiled() {
         // The program's own frames stay (under two CPU burners, pyenv
         // 3.11 once showed only its `<module>` lines, no `work`).
         assert!(
-            collapsed.contains("exit.py:"),
-            "{name}: the program's own frames:\n{collapsed}"
+            text.contains("exit.py:"),
+            "{name}: the program's own frames:\n{text}"
         );
         let n = shutdown_samples(&stdout);
         assert!(n > 0, "{name}: {stdout}");
@@ -157,10 +157,7 @@ fn a_recording_keeps_its_shutdown_count_for_replay() {
 /// `<GC>` root.
 fn page_counts(dir: &RootDir, page: &str, n: u64) {
     let html = std::fs::read_to_string(dir.outside(page)).unwrap();
-    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
-    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
-    let len = html[start..].find("</script>").unwrap();
-    let d: serde_json::Value = serde_json::from_str(&html[start..start + len]).unwrap();
+    let d = common::flame_data(&html);
     assert_eq!(d["stats"]["shutdown"].as_u64(), Some(n), "{}", d["stats"]);
     // No root of its own: the tree's roots are the program's frames.
     let strings = d["strings"].as_array().unwrap();

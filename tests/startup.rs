@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Interp, RootDir, Running, tachyon_bin};
+use common::{Interp, RootDir, Running, TempDir, tachyon_bin};
 
 /// Most files tachyon may open for `run empty.py`: its own few (the
 /// output, /proc entries of the program) and the interpreter's binaries
@@ -112,27 +112,15 @@ fn check(counts: &Counts, what: &str) {
     assert!(counts.stops >= 1, "{what}: strace saw no stop at all");
 }
 
-/// A scratch directory with an empty script, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("tachyon-startup-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("empty.py"), "").unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A directory of the test's own holding an empty `empty.py`.
+fn scratch(tag: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    std::fs::write(dir.join("empty.py"), "").unwrap();
+    dir
 }
 
 fn run_empty(interp: &Interp) {
-    let dir = Scratch::new(&interp.name);
+    let dir = scratch(&interp.name);
     let exe = interp.exe.to_string_lossy().into_owned();
     let counts = counted(
         &["run", "--python", &exe, "-o", "out.pstats", "empty.py"],
@@ -167,7 +155,7 @@ fn run_of_the_sid_interpreters_stays_cheap() {
             .clone()
             .expect("sid interpreters live in a root");
         let scripts = RootDir::new(&[("empty.py", "")]);
-        let dir = Scratch::new(&interp.name);
+        let dir = scratch(&interp.name);
         let (root, exe, script) = (
             root.to_string_lossy().into_owned(),
             interp.exe.to_string_lossy().into_owned(),

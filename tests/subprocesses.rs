@@ -10,10 +10,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, RootDir, Running, one_at_a_time, release, sid_interpreters, sid_root, tachyon_bin, text,
+    Interp, RootDir, Running, TempDir, children, collapsed, one_at_a_time, procs, release,
+    sid_interpreters, sid_root, tachyon_bin, text,
 };
-
-const POOL: &str = include_str!("../fixtures/targets/pool.py");
 
 /// A pre-fork server: three workers accept on one socket; each request
 /// burns a little CPU in `handle_request_in_worker` and answers the
@@ -85,111 +84,29 @@ child_work()
 print(os.getpid())
 "#;
 
-/// Forked workers that run until their parent is gone: two from the
-/// start, two more once the file `go` appears.
-const LONG_WORKERS: &str = r#"
-import os, sys, time
-here = os.path.dirname(os.path.abspath(__file__))
-parent = os.getpid()
-
-def spin(name):
-    s = 0
-    while os.getppid() == parent:
-        for i in range(3000):
-            s += i
-
-def early_worker():
-    spin("early")
-
-def late_worker():
-    spin("late")
-
-def start(fn):
-    pid = os.fork()
-    if pid == 0:
-        fn()
-        os._exit(0)
-    return pid
-
-early = [start(early_worker) for _ in range(2)]
-sys.stdout.write("READY " + " ".join(map(str, early)) + "\n")
-sys.stdout.flush()
-while not os.path.exists(os.path.join(here, "go")):
-    time.sleep(0.01)
-late = [start(late_worker) for _ in range(2)]
-sys.stdout.write("LATE " + " ".join(map(str, late)) + "\n")
-sys.stdout.flush()
-while True:
-    time.sleep(1)
-"#;
-
 /// `tachyon run --subprocesses --collapsed -o <dir>/out.txt -- chroot ROOT
 /// python script args...`, to its end.
 fn run_profiled(it: &Interp, dir: &RootDir, script: &str, args: &[&str]) -> (String, String) {
-    let mut cmd = Command::new(tachyon_bin());
-    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-        .arg(dir.outside("out.txt"))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
-        .arg(&it.exe)
-        .arg(dir.inside(script))
-        .args(args);
-    let out = Running::start(cmd).finish(Duration::from_secs(180));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "{}: tachyon run failed ({}):\n{stdout}\n{stderr}",
-        it.name,
-        out.status
-    );
-    (stdout, stderr)
-}
-
-/// The pids printed after `tag` on a line of `stdout`.
-fn pids_after(stdout: &str, tag: &str) -> Vec<i32> {
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(tag))
-        .unwrap_or_else(|| panic!("no {tag:?} line in:\n{stdout}"));
-    // Another process's line may follow on the same line (two writers on
-    // one pipe): the pids are the numbers up to the first other word.
-    let pids: Vec<i32> = line
-        .split_whitespace()
-        .map_while(|p| p.parse().ok())
-        .collect();
-    assert!(!pids.is_empty(), "no pids after {tag:?} in:\n{stdout}");
-    pids
+    let cmd = children::run_python(it, dir, &["--collapsed"], "out.txt", script, args);
+    children::succeeds(&it.name, cmd, Duration::from_secs(180))
 }
 
 /// Samples of collapsed stacks in `file` that pass through `function`.
 fn samples_in(file: &Path, function: &str) -> u64 {
-    let body = std::fs::read_to_string(file)
-        .unwrap_or_else(|e| panic!("no profile {}: {e}", file.display()));
-    body.lines()
-        .filter(|l| l.contains(function))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    collapsed::samples_with(&collapsed::read(file), function)
 }
 
 /// Every child process of the test, none stopped or traced.
 fn assert_not_stopped(pids: &[i32], what: &str) {
     for &pid in pids {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        let Some(tracer) = procs::status_field(pid, "TracerPid") else {
             continue;
         };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_default()
-        };
-        assert_eq!(field("TracerPid:"), "0", "{what}: {pid} is still traced");
-        let state = field("State:");
+        assert_eq!(tracer, "0", "{what}: {pid} is still traced");
+        let state = procs::state(pid);
         assert!(
-            !state.starts_with('T') && !state.starts_with('t'),
-            "{what}: {pid} was left stopped ({state})"
+            !matches!(state, Some('T' | 't')),
+            "{what}: {pid} was left stopped ({state:?})"
         );
     }
 }
@@ -199,11 +116,11 @@ fn run_profiles_every_pool_worker_fork_and_spawn() {
     let _serial = one_at_a_time();
     for it in release(sid_interpreters()) {
         for method in ["fork", "spawn"] {
-            let dir = RootDir::new(&[("pool.py", POOL)]);
+            let dir = RootDir::new(&[("pool.py", children::POOL)]);
             let (stdout, stderr) = run_profiled(&it, &dir, "pool.py", &[method]);
             // The workers that took a task (on a loaded machine one may
             // start too late to get any).
-            let workers = pids_after(&stdout, "WORKERS ");
+            let workers = children::pids_after(&stdout, "WORKERS ");
             for w in &workers {
                 let file = dir.outside(&format!("out_{w}.txt"));
                 assert!(
@@ -230,7 +147,7 @@ fn run_profiles_a_subprocess_through_its_exec() {
     for it in release(sid_interpreters()) {
         let dir = RootDir::new(&[("parent.py", PARENT_OF_SUBPROCESS), ("child.py", CHILD)]);
         let (stdout, stderr) = run_profiled(&it, &dir, "parent.py", &[]);
-        let child = pids_after(&stdout, "CHILD ");
+        let child = children::pids_after(&stdout, "CHILD ");
         assert_eq!(child.len(), 1, "{stdout}");
         let file = dir.outside(&format!("out_{}.txt", child[0]));
         assert!(
@@ -257,14 +174,7 @@ fn run_profiles_every_worker_of_a_prefork_server() {
     let _serial = one_at_a_time();
     for it in release(sid_interpreters()) {
         let dir = RootDir::new(&[("server.py", PREFORK)]);
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-            .arg(dir.outside("out.txt"))
-            .arg("--")
-            .arg("chroot")
-            .arg(sid_root())
-            .arg(&it.exe)
-            .arg(dir.inside("server.py"));
+        let cmd = children::run_python(&it, &dir, &["--collapsed"], "out.txt", "server.py", &[]);
         let running = Running::start(cmd);
         let deadline = Instant::now() + Duration::from_secs(60);
         let port_file = dir.outside("port");
@@ -311,14 +221,6 @@ fn run_profiles_every_worker_of_a_prefork_server() {
     }
 }
 
-/// The threads of a process (tachyon: one per child profile, plus the
-/// main thread and the watcher).
-fn threads_of(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 #[test]
 fn attach_profiles_children_there_before_and_started_after() {
     let _serial = one_at_a_time();
@@ -326,10 +228,10 @@ fn attach_profiles_children_there_before_and_started_after() {
         .into_iter()
         .filter(|i| i.minor == 15 || !i.debug)
     {
-        let mut target = common::spawn(&it, LONG_WORKERS, &[], &[]);
+        let mut target = common::spawn(&it, children::LONG_WORKERS, &[], &[]);
         let ready = target.wait_for("READY", Duration::from_secs(60));
-        let early: Vec<i32> = pids_after(&ready, "READY ");
-        let out_dir = tempdir();
+        let early: Vec<i32> = children::pids_after(&ready, "READY ");
+        let out_dir = TempDir::new("subprocesses");
         let mut cmd = Command::new(tachyon_bin());
         cmd.args(["attach", "--subprocesses", "--collapsed", "-d", "3", "-o"])
             .arg(out_dir.join("out.txt"))
@@ -337,7 +239,7 @@ fn attach_profiles_children_there_before_and_started_after() {
         let running = Running::start(cmd);
         // Both early workers are being profiled: their threads are there.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while threads_of(running.pid()) < 4 {
+        while procs::threads(running.pid()) < 4 {
             assert!(
                 Instant::now() < deadline,
                 "{}: tachyon never profiled the early workers",
@@ -347,7 +249,7 @@ fn attach_profiles_children_there_before_and_started_after() {
         }
         std::fs::write(target.outside_path("go"), "").unwrap();
         let late_line = target.wait_for("LATE", Duration::from_secs(60));
-        let late = pids_after(&late_line, "LATE ");
+        let late = children::pids_after(&late_line, "LATE ");
         let out = running.finish(Duration::from_secs(120));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
@@ -382,20 +284,7 @@ fn attach_profiles_children_there_before_and_started_after() {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = std::fs::remove_dir_all(&out_dir);
     }
-}
-
-fn tempdir() -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "tachyon-subprocesses-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// The reference's `run --subprocesses` on 3.15 writes a profile per child
@@ -407,7 +296,7 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
         .into_iter()
         .find(|i| i.minor == 15 && !i.debug)
         .expect("sid 3.15");
-    let dir = RootDir::new(&[("pool.py", POOL)]);
+    let dir = RootDir::new(&[("pool.py", children::POOL)]);
     let out = Command::new("chroot")
         .arg(sid_root())
         .arg(&it.exe)
@@ -426,7 +315,7 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
         .expect("the reference runs");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "reference: {stdout}\n{stderr}");
-    let ref_workers = pids_after(&stdout, "WORKERS ");
+    let ref_workers = children::pids_after(&stdout, "WORKERS ");
     let ref_found = ref_workers
         .iter()
         .filter(|w| {
@@ -435,7 +324,7 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
         })
         .count();
     let (ours_out, _) = run_profiled(&it, &dir, "pool.py", &["fork"]);
-    let ours = pids_after(&ours_out, "WORKERS ");
+    let ours = children::pids_after(&ours_out, "WORKERS ");
     let ours_found = ours
         .iter()
         .filter(|w| samples_in(&dir.outside(&format!("out_{w}.txt")), "burn_in_worker") > 0)
@@ -454,8 +343,8 @@ fn every_pool_worker_is_found_as_the_reference_finds_it() {
 fn run_profiles_spawned_workers_of_old_pythons() {
     let _serial = one_at_a_time();
     for it in common::machine_old_interpreters() {
-        let dir = tempdir();
-        std::fs::write(dir.join("pool.py"), POOL).unwrap();
+        let dir = TempDir::new("subprocesses");
+        std::fs::write(dir.join("pool.py"), children::POOL).unwrap();
         let mut cmd = Command::new(tachyon_bin());
         cmd.current_dir(&dir)
             .args([
@@ -471,7 +360,7 @@ fn run_profiles_spawned_workers_of_old_pythons() {
         let out = Running::start(cmd).finish(Duration::from_secs(180));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
-        for w in pids_after(&stdout, "WORKERS ") {
+        for w in children::pids_after(&stdout, "WORKERS ") {
             let file = dir.join(format!("out_{w}.txt"));
             assert!(
                 file.exists(),
@@ -484,7 +373,6 @@ fn run_profiles_spawned_workers_of_old_pythons() {
                 it.name
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -509,7 +397,7 @@ fn default_child_output_is_a_pstats_file_per_child() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("Captured "), "no table:\n{stdout}");
-    let child = pids_after(&stdout, "CHILD ")[0];
+    let child = children::pids_after(&stdout, "CHILD ")[0];
     let file = format!("profile_{child}.pstats");
     assert!(dir.outside(&file).exists(), "no {file}:\n{stderr}");
     let check = Command::new("chroot")
@@ -551,14 +439,8 @@ fn subprocesses_is_refused_with_live() {
 #[test]
 fn children_that_exec_another_program_leave_no_profile() {
     let _serial = one_at_a_time();
-    const RUNS_SLEEP: &str = r#"
-import subprocess
-for i in range(20):
-    subprocess.run(["sleep", "0.02"])
-print("DONE", flush=True)
-"#;
     for it in release(sid_interpreters()) {
-        let dir = RootDir::new(&[("sleeps.py", RUNS_SLEEP)]);
+        let dir = RootDir::new(&[("sleeps.py", children::RUNS_SLEEP)]);
         let (stdout, stderr) = run_profiled(&it, &dir, "sleeps.py", &[]);
         assert!(stdout.contains("DONE"), "{stdout}");
         let files: Vec<String> = std::fs::read_dir(&dir.outside)
@@ -577,22 +459,11 @@ print("DONE", flush=True)
 #[test]
 fn run_command_profiles_every_python_process_of_the_command() {
     let _serial = one_at_a_time();
-    const WORK: &str = r#"
-import os, sys, time
-def work_of_NAME():
-    t = time.time()
-    while time.time() - t < 0.8:
-        pass
-work_of_NAME()
-sys.stdout.write("NAME " + str(os.getpid()) + "\n")
-sys.stdout.flush()
-"#;
     let it = sid_interpreters()
         .into_iter()
         .find(|i| i.minor == 13 && !i.debug)
         .expect("sid 3.13");
-    let a = WORK.replace("NAME", "a");
-    let b = WORK.replace("NAME", "b");
+    let (a, b) = (children::work_of("a", 0.8), children::work_of("b", 0.8));
     let dir = RootDir::new(&[("a.py", &a), ("b.py", &b)]);
     let exe = it.exe.display().to_string();
     let script = format!(
@@ -601,16 +472,16 @@ sys.stdout.flush()
         dir.inside("b.py")
     );
     let mut cmd = Command::new(tachyon_bin());
-    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-        .arg(dir.outside("out.txt"))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
-        .args(["sh", "-c", &script]);
-    let out = Running::start(cmd).finish(Duration::from_secs(180));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let pids = [pids_after(&stdout, "a ")[0], pids_after(&stdout, "b ")[0]];
+    cmd.args(children::run_args(
+        &["--collapsed"],
+        &dir.outside("out.txt"),
+    ))
+    .args(["sh", "-c", &script]);
+    let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(180));
+    let pids = [
+        children::pids_after(&stdout, "a ")[0],
+        children::pids_after(&stdout, "b ")[0],
+    ];
     // Each function is in exactly one profile: its process's.
     let mut files = vec![dir.outside("out.txt")];
     files.extend(pids.iter().map(|p| dir.outside(&format!("out_{p}.txt"))));
@@ -661,7 +532,7 @@ while not os.path.exists(os.path.join(here, "exit")):
         .expect("sid 3.15");
     let mut target = common::spawn(&it, LEAVES_WORKERS, &[], &[]);
     target.wait_for("READY", Duration::from_secs(60));
-    let out_dir = tempdir();
+    let out_dir = TempDir::new("subprocesses");
     let mut cmd = Command::new(tachyon_bin());
     cmd.args(["attach", "--subprocesses", "--collapsed", "-o"])
         .arg(out_dir.join("out.txt"))
@@ -669,14 +540,14 @@ while not os.path.exists(os.path.join(here, "exit")):
     let running = Running::start(cmd);
     // Sampling has begun once tachyon runs its watcher thread.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while threads_of(running.pid()) < 2 {
+    while procs::threads(running.pid()) < 2 {
         assert!(Instant::now() < deadline, "tachyon never started sampling");
         std::thread::sleep(Duration::from_millis(10));
     }
     std::fs::write(target.outside_path("go"), "").unwrap();
     // Both workers are being profiled (a thread each) before the parent
     // exits: after, they are no longer below it.
-    while threads_of(running.pid()) < 4 {
+    while procs::threads(running.pid()) < 4 {
         assert!(
             Instant::now() < deadline,
             "tachyon never profiled the workers"
@@ -696,7 +567,6 @@ while not os.path.exists(os.path.join(here, "exit")):
         );
     }
     assert!(stderr.contains("waiting for"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&out_dir);
 }
 
 // ---- Under `run`, children are followed with ptrace fork events ----
@@ -724,9 +594,9 @@ fn burst_script() -> String {
 
 /// Every child of the burst has a profile with its own work, and only it.
 fn assert_burst_profiled(name: &str, dir: &RootDir, stdout: &str, stderr: &str) {
-    let children = pids_after(stdout, "CHILDREN ");
-    assert_eq!(children.len(), 30, "{name}: {stdout}");
-    for (i, pid) in children.iter().enumerate() {
+    let forked = children::pids_after(stdout, "CHILDREN ");
+    assert_eq!(forked.len(), 30, "{name}: {stdout}");
+    for (i, pid) in forked.iter().enumerate() {
         let file = dir.outside(&format!("out_{pid}.txt"));
         assert!(
             file.exists(),
@@ -823,7 +693,7 @@ fn run_profiles_a_grandchild_a_fork_from_a_thread_and_an_exec() {
             ("THREADCHILD ", "thread_child_work"),
             ("EXECCHILD ", "exec_child_work"),
         ] {
-            let pid = pids_after(&stdout, tag)[0];
+            let pid = children::pids_after(&stdout, tag)[0];
             let file = dir.outside(&format!("out_{pid}.txt"));
             assert!(
                 file.exists(),
@@ -867,15 +737,7 @@ fn run_passes_the_program_exit_status_through_the_tracer() {
         .expect("sid 3.14");
     let dir = RootDir::new(&[("exits.py", EXITS)]);
     for (how, expected) in [("code", 3), ("signal", 128 + 15)] {
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-            .arg(dir.outside("out.txt"))
-            .arg("--")
-            .arg("chroot")
-            .arg(sid_root())
-            .arg(&it.exe)
-            .arg(dir.inside("exits.py"))
-            .arg(how);
+        let cmd = children::run_python(&it, &dir, &["--collapsed"], "out.txt", "exits.py", &[how]);
         let out = Running::start(cmd).finish(Duration::from_secs(120));
         assert_eq!(
             out.status.code(),
@@ -1003,17 +865,12 @@ fn nothing_stays_traced_after_the_duration_or_sigint() {
         .expect("sid 3.15");
     for how in ["duration", "sigint"] {
         let dir = RootDir::new(&[("tells.py", TERM_TELLS)]);
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-            .arg(dir.outside("out.txt"));
-        if how == "duration" {
-            cmd.args(["-d", "1"]);
-        }
-        cmd.arg("--")
-            .arg("chroot")
-            .arg(sid_root())
-            .arg(&it.exe)
-            .arg(dir.inside("tells.py"));
+        let flags: &[&str] = if how == "duration" {
+            &["--collapsed", "-d", "1"]
+        } else {
+            &["--collapsed"]
+        };
+        let cmd = children::run_python(&it, &dir, flags, "out.txt", "tells.py", &[]);
         let running = Running::start(cmd);
         let tachyon = running.pid();
         let mut pids = Vec::new();
@@ -1021,13 +878,7 @@ fn nothing_stays_traced_after_the_duration_or_sigint() {
             pids = wait_ready(&dir, Instant::now() + Duration::from_secs(60));
             // While profiled, the children are traced by a thread of tachyon.
             for p in &pids {
-                let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap();
-                let tracer = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("TracerPid:"))
-                    .unwrap()
-                    .trim()
-                    .to_string();
+                let tracer = procs::status_field(*p, "TracerPid").unwrap();
                 assert!(
                     Path::new(&format!("/proc/{tachyon}/task/{tracer}")).exists(),
                     "{p} is traced by {tracer}, not by tachyon ({tachyon})"
@@ -1086,11 +937,10 @@ fn refused_ptrace_falls_back_to_scanning_for_children() {
     let mut cmd = Command::new("strace");
     cmd.args(["-f", "-o", "/dev/null"])
         .arg(tachyon_bin())
-        .args(["run", "--subprocesses", "--collapsed", "-o"])
-        .arg(dir.outside("out.txt"))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
+        .args(children::run_args(
+            &["--collapsed"],
+            &dir.outside("out.txt"),
+        ))
         .arg(&it.exe)
         .arg(dir.inside("shapes.py"));
     let out = Running::start(cmd).finish(Duration::from_secs(180));
@@ -1105,7 +955,7 @@ fn refused_ptrace_falls_back_to_scanning_for_children() {
         ("THREADCHILD ", "thread_child_work"),
         ("EXECCHILD ", "exec_child_work"),
     ] {
-        let pid = pids_after(&stdout, tag)[0];
+        let pid = children::pids_after(&stdout, tag)[0];
         assert!(
             samples_in(&dir.outside(&format!("out_{pid}.txt")), function) > 0,
             "{tag}{pid}'s profile has no {function}:\n{stderr}"
@@ -1126,17 +976,6 @@ fn burst_on_go_script() -> String {
          {burst}\
          open(os.path.join(here, 'done'), 'w').close()\n"
     )
-}
-
-/// The scheduler state letter of `pid` (`T` stopped, `t` in a ptrace stop).
-fn state_of(pid: i32) -> Option<char> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))?
-        .trim()
-        .chars()
-        .next()
 }
 
 fn wait_until(what: &str, deadline: Instant, mut cond: impl FnMut() -> bool) {
@@ -1167,11 +1006,10 @@ fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
             cmd.args(["-f", "-o", "/dev/null"]);
         }
         cmd.arg(tachyon_bin())
-            .args(["run", "--subprocesses", "--collapsed", "-o"])
-            .arg(dir.outside("out.txt"))
-            .arg("--")
-            .arg("chroot")
-            .arg(sid_root())
+            .args(children::run_args(
+                &["--collapsed"],
+                &dir.outside("out.txt"),
+            ))
             .arg(&it.exe)
             .arg(dir.inside("burst.py"));
         let running = Running::start(cmd);
@@ -1184,21 +1022,21 @@ fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
             .parse()
             .unwrap();
         // tachyon: the program's parent (`env` and `strace` are its own).
-        let tachyon = common::ppid(program).expect("the program's parent");
+        let tachyon = procs::ppid(program).expect("the program's parent");
         // Sampling has begun once tachyon runs its watcher (and tracer).
         let threads = if traced { 3 } else { 2 };
         wait_until("tachyon sampling", deadline, || {
-            threads_of(tachyon) >= threads
+            procs::threads(tachyon) >= threads
         });
         kill(Pid::from_raw(tachyon), Signal::SIGSTOP).unwrap();
         wait_until("tachyon stopped", deadline, || {
-            matches!(state_of(tachyon), Some('T' | 't'))
+            matches!(procs::state(tachyon), Some('T' | 't'))
         });
         std::fs::write(dir.outside("go"), "").unwrap();
         if traced {
             // The program waits at its first fork for its stopped tracer.
             wait_until("the program held at its fork", deadline, || {
-                state_of(program) == Some('t')
+                procs::state(program) == Some('t')
             });
             assert!(!dir.outside("done").exists());
         } else {
@@ -1212,8 +1050,8 @@ fn a_burst_while_tachyon_is_stopped_is_caught_by_the_tracer_not_by_a_scan() {
         if traced {
             assert_burst_profiled(&it.name, &dir, &stdout, &stderr);
         } else {
-            let children = pids_after(&stdout, "CHILDREN ");
-            let profiled: Vec<_> = children
+            let forked = children::pids_after(&stdout, "CHILDREN ");
+            let profiled: Vec<_> = forked
                 .iter()
                 .filter(|p| dir.outside(&format!("out_{p}.txt")).exists())
                 .collect();
@@ -1251,25 +1089,18 @@ os.write(1, f"CONT {len(got)}\n".encode())
         .find(|i| i.minor == 15)
         .expect("sid 3.15");
     let dir = RootDir::new(&[("waits.py", WAITS)]);
-    let mut cmd = Command::new(tachyon_bin());
-    cmd.args(["run", "--subprocesses", "--collapsed", "-o"])
-        .arg(dir.outside("out.txt"))
-        .arg("--")
-        .arg("chroot")
-        .arg(sid_root())
-        .arg(&it.exe)
-        .arg(dir.inside("waits.py"));
+    let cmd = children::run_python(&it, &dir, &["--collapsed"], "out.txt", "waits.py", &[]);
     let running = Running::start(cmd);
     let deadline = Instant::now() + Duration::from_secs(60);
     let program = wait_ready(&dir, deadline)[0];
     kill(Pid::from_raw(program), Signal::SIGSTOP).unwrap();
     wait_until("the program stopped", deadline, || {
-        matches!(state_of(program), Some('T' | 't'))
+        matches!(procs::state(program), Some('T' | 't'))
     });
     std::fs::write(dir.outside("go"), "").unwrap();
     // Stopped, it cannot see `go`: still there, still stopped.
     std::thread::sleep(Duration::from_millis(50));
-    assert!(matches!(state_of(program), Some('T' | 't')));
+    assert!(matches!(procs::state(program), Some('T' | 't')));
     kill(Pid::from_raw(program), Signal::SIGCONT).unwrap();
     let out = running.finish(Duration::from_secs(120));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

@@ -8,6 +8,15 @@
 //!   mandatory too; a missing one fails the test that needs it.
 #![allow(dead_code)]
 
+pub mod children;
+pub mod collapsed;
+pub mod procs;
+pub mod spoil;
+
+// The names the tests knew these by before `procs`.
+#[allow(unused_imports)]
+pub use procs::{descendants, ppid};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -200,11 +209,13 @@ impl Drop for Target {
     }
 }
 
-fn unique_dir_name() -> String {
+/// A name no other directory of this test process has:
+/// `tachyon-KIND-PID-N`.
+fn unique_name(kind: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
-        "tachyon-test-{}-{}",
+        "tachyon-{kind}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
@@ -215,7 +226,7 @@ fn unique_dir_name() -> String {
 /// inside the interpreter's root so it runs there exactly as a containerised
 /// program would; stdout is line-buffered back to the test.
 pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str]) -> Target {
-    let name = unique_dir_name();
+    let name = unique_name("test");
     let (dir, inside_dir) = match &interp.root {
         Some(root) => (
             root.join("tmp").join(&name),
@@ -325,13 +336,7 @@ pub struct RootDir {
 
 impl RootDir {
     pub fn new(files: &[(&str, &str)]) -> RootDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "tachyon-test-root-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = unique_name("test-root");
         let outside = sid_root().join("tmp").join(&name);
         std::fs::create_dir_all(&outside).unwrap();
         for (n, c) in files {
@@ -353,6 +358,42 @@ impl RootDir {
 impl Drop for RootDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.outside);
+    }
+}
+
+/// A fresh directory of the test's own below the system's temporary
+/// directory (`tachyon-test-TAG-PID-N`), removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(unique_name(&format!("test-{tag}")));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -462,36 +503,6 @@ impl Drop for Running {
     }
 }
 
-/// The parent of `pid`, from `/proc/PID/stat`.
-pub fn ppid(pid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// Every process below `root` (not `root` itself), parents first.
-pub fn descendants(root: i32) -> Vec<i32> {
-    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                .filter_map(|p| Some((p, ppid(p)?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        out.extend(all.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    out.remove(0);
-    out
-}
-
 /// The value of `name="..."` in the `<body>` tag of a dumped DOM.
 pub fn body_attr(dom: &str, name: &str) -> Option<String> {
     let start = dom.find("<body")?;
@@ -499,6 +510,14 @@ pub fn body_attr(dom: &str, name: &str) -> Option<String> {
     let pat = format!(" {name}=\"");
     let at = tag.find(&pat)? + pat.len();
     Some(tag[at..at + tag[at..].find('"')?].to_string())
+}
+
+/// The data a flame graph page embeds (its `<script id="data">`).
+pub fn flame_data(html: &str) -> serde_json::Value {
+    const OPEN: &str = "<script id=\"data\" type=\"application/json\">";
+    let start = html.find(OPEN).expect("embedded data") + OPEN.len();
+    let len = html[start..].find("</script>").expect("data ends");
+    serde_json::from_str(&html[start..start + len]).expect("data is JSON")
 }
 
 /// With `TACHYON_SCREENSHOTS=DIR`, keep a screenshot there to look at.
@@ -513,13 +532,7 @@ pub fn keep_screenshot(shot: &Path, name: &str) {
 /// page's scripts ran, or a screenshot. Fails on any console error, and
 /// when Chromium is missing or takes over a minute.
 pub fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let profile = std::env::temp_dir().join(format!(
-        "tachyon-chromium-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let profile = std::env::temp_dir().join(unique_name("chromium"));
     let _ = std::fs::remove_dir_all(&profile);
     let mut cmd = Command::new("/usr/bin/chromium");
     cmd.args([
@@ -633,4 +646,31 @@ pub fn validate_speedscope(files: &[&Path]) -> String {
         .output()
         .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
     ok(out, "the speedscope schema check")
+}
+
+/// `go tool pprof ARGS FILE`: its standard output.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "MISSING TOOL: go ({e}; run scripts/provision-tools.sh, which installs golang-go)"
+            )
+        });
+    ok(out, &format!("go tool pprof {}", args.join(" ")))
+}
+
+/// Run `cmd` (no input) to its end; its standard output, or fail the test
+/// (`who` names it) with both outputs.
+pub fn run_ok(who: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
+    ok(out, who)
 }
