@@ -144,6 +144,10 @@ struct Shared {
     /// then: a fork that still runs the same has the same runtime at the
     /// same address, and is profiled at once, without looking for it.
     runtimes: Mutex<HashMap<i32, (String, Runtime)>>,
+    /// Runtimes the tracer found at the exec of a child whose profile
+    /// runs, for that profile to take (the tracer holds the child until
+    /// it does), with the image they belong to.
+    exec_found: Mutex<HashMap<i32, (String, Runtime)>>,
     started: Instant,
     /// `--merge`: every child's samples go through a front of this feed
     /// into the main profile, not into a collector of its own.
@@ -163,6 +167,16 @@ impl Shared {
         if let Ok(mut m) = self.runtimes.lock() {
             m.insert(pid, (image.to_string(), rt.clone()));
         }
+    }
+
+    /// Take the runtime the tracer found for `pid` at its exec into
+    /// `image`, offered to its running profile.
+    fn take_exec_runtime(&self, pid: i32, image: &str) -> Option<Runtime> {
+        let mut m = self.exec_found.lock().ok()?;
+        if m.get(&pid)?.0 != image {
+            return None;
+        }
+        m.remove(&pid).map(|(_, rt)| rt)
     }
 
     /// The runtime `pid` inherited from its parent, if it is a fork of a
@@ -270,6 +284,7 @@ impl<'a> Profiler<'a> {
             known: Mutex::new(HashMap::new()),
             reports: Mutex::new(Vec::new()),
             runtimes: Mutex::new(HashMap::new()),
+            exec_found: Mutex::new(HashMap::new()),
             started: Instant::now(),
             merge,
         };
@@ -521,8 +536,9 @@ fn watch<'scope>(
     };
     let mut next_scan = Instant::now();
     // Processes reported by the tracer and put off (too many looked at
-    // at once, or not readable yet), with their parent.
-    let mut put_off: Vec<(i32, Option<i32>)> = Vec::new();
+    // at once, or not readable yet), with their parent, and what the
+    // tracer found at an exec (then it holds the process).
+    let mut put_off: Vec<(i32, Option<i32>, Option<HeldExec>)> = Vec::new();
     while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
         if let Some(tracer) = children.tracer {
             let until_scan = next_scan.saturating_duration_since(Instant::now());
@@ -541,20 +557,30 @@ fn watch<'scope>(
                     Event::Forked {
                         pid, parent, held, ..
                     } => {
-                        let look = w.consider(pid, Some(parent), false);
+                        let look = w.consider(pid, Some(parent), false, None);
                         // A held fork waits for its profile to begin; any
                         // other outcome lets it go now.
                         if held && !matches!(look, Look::Profiling | Look::Busy) {
                             tracer.release(pid);
                         }
                         if look == Look::PutOff {
-                            put_off.push((pid, Some(parent)));
+                            put_off.push((pid, Some(parent), None));
                         }
                     }
-                    Event::Exec { pid } => put_off.push((pid, None)),
+                    Event::Exec { pid, runtime } => {
+                        let held = runtime.map(|rt| HeldExec {
+                            runtime: *rt,
+                            since: Instant::now(),
+                            offered: false,
+                        });
+                        put_off.push((pid, None, held));
+                    }
                 }
             }
-            put_off.retain(|&(pid, parent)| w.consider(pid, parent, false) == Look::PutOff);
+            put_off.retain_mut(|(pid, parent, held)| match held {
+                Some(held) => w.held_exec(tracer, *pid, held),
+                None => w.consider(*pid, *parent, false, None) == Look::PutOff,
+            });
             if Instant::now() < next_scan {
                 continue;
             }
@@ -588,7 +614,7 @@ fn watch<'scope>(
             // A vfork child shares its parent's memory until it execs: it
             // is looked at once it has.
             let in_vfork = parent.is_some_and(tree::in_vfork);
-            if w.consider(pid, parent, in_vfork) == Look::PutOff {
+            if w.consider(pid, parent, in_vfork, None) == Look::PutOff {
                 deferred = true;
             }
         }
@@ -602,6 +628,20 @@ fn watch<'scope>(
         tracer.stop_holding();
     }
 }
+
+/// A process the tracer holds at its exec into a Python, with the runtime
+/// it found there.
+struct HeldExec {
+    runtime: Runtime,
+    since: Instant,
+    /// Offered to the profile of the process already running.
+    offered: bool,
+}
+
+/// How long the tracer's hold of an exec'd process waits for its running
+/// profile to take the new runtime (a profile that does not see the exec
+/// goes on as it was).
+const HOLD_FOR_PROFILE: Duration = Duration::from_secs(1);
 
 /// What became of a process the watcher considered.
 #[derive(Debug, PartialEq, Eq)]
@@ -627,10 +667,60 @@ struct Watcher<'scope, 'env> {
 }
 
 impl<'scope, 'env> Watcher<'scope, 'env> {
+    /// The tracer holds `pid`, which exec'd into a Python whose runtime
+    /// is ready: profile it from there. A child whose profile runs
+    /// already is offered the runtime, and lets it go once it took it;
+    /// one being looked at is considered again. Whether to look again.
+    fn held_exec(&self, tracer: &Follower, pid: i32, held: &mut HeldExec) -> bool {
+        let shared = self.shared;
+        let look = self.consider(pid, None, false, Some(held.runtime.clone()));
+        let taken =
+            || held.offered && !shared.exec_found.lock().is_ok_and(|m| m.contains_key(&pid));
+        let withdraw = || {
+            if let Ok(mut m) = shared.exec_found.lock() {
+                m.remove(&pid);
+            }
+        };
+        match look {
+            // Its profile lets it go once it began.
+            Look::Profiling => {
+                withdraw();
+                false
+            }
+            Look::PutOff => true,
+            Look::Busy if taken() => false,
+            Look::Busy
+                if pid != shared.main.load(Ordering::SeqCst)
+                    && held.since.elapsed() < HOLD_FOR_PROFILE =>
+            {
+                if !held.offered
+                    && let Some(image) = tree::image(pid)
+                    && let Ok(mut m) = shared.exec_found.lock()
+                {
+                    m.insert(pid, (image, held.runtime.clone()));
+                    held.offered = true;
+                }
+                true
+            }
+            _ => {
+                withdraw();
+                tracer.release(pid);
+                false
+            }
+        }
+    }
+
     /// Look at process `pid` (child of `parent`) on a thread of its own,
     /// unless it is being looked at or profiled already, or runs what it
-    /// ran when it was found not to be Python.
-    fn consider(&self, pid: i32, parent: Option<i32>, in_vfork: bool) -> Look {
+    /// ran when it was found not to be Python. `found`: its runtime, found
+    /// by the tracer at its exec.
+    fn consider(
+        &self,
+        pid: i32,
+        parent: Option<i32>,
+        in_vfork: bool,
+        found: Option<Runtime>,
+    ) -> Look {
         let shared = self.shared;
         let last = {
             let known = shared.known.lock().unwrap_or_else(|e| e.into_inner());
@@ -648,13 +738,13 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
                 None => Look::Done,
             };
         };
-        if last.as_ref() == Some(&image) {
+        if found.is_none() && last.as_ref() == Some(&image) {
             return Look::Done;
         }
         if shared.probing.load(Ordering::SeqCst) >= MAX_PROBING || in_vfork {
             return Look::PutOff;
         }
-        let inherited = shared.inherited_runtime(parent, &image);
+        let inherited = found.or_else(|| shared.inherited_runtime(parent, &image));
         // The main profile may have taken it since (a command's next
         // Python process).
         if !claim(shared, pid) {
@@ -947,7 +1037,8 @@ fn profile_child(
         // Gone, or exec'd: then it may be Python again (a fork of Python
         // that execs an interpreter, as `subprocess` and `multiprocessing`'s
         // spawn do). The profile goes on into it, one profile a process.
-        let Some((rt, new_image)) = runtime_after_exec(pid, &shared.cancel) else {
+        let after = runtime_after_exec(pid, shared);
+        let Some((rt, new_image)) = after else {
             // Exec'd (seen, or still there with another image), and not
             // into Python. One already gone may have exec'd unseen.
             match tree::image(pid) {
@@ -970,6 +1061,10 @@ fn profile_child(
         {
             report.error = Some(e);
             break;
+        }
+        // Its profile goes on now: the tracer's hold at its exec ends.
+        if let Some(tracer) = children.tracer {
+            tracer.release(pid);
         }
         cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
         cfg.realtime_stats = false;
@@ -999,9 +1094,16 @@ fn profile_child(
 /// A child's process changed image (or is gone): its new runtime, once an
 /// interpreter has mapped it; `None` when it is gone or runs something
 /// else.
-fn runtime_after_exec(pid: i32, cancel: &AtomicBool) -> Option<(Runtime, String)> {
+fn runtime_after_exec(pid: i32, shared: &Shared) -> Option<(Runtime, String)> {
     let deadline = Instant::now() + EXEC_GRACE;
+    let cancel = &shared.cancel;
     while Instant::now() < deadline && !cancel.load(Ordering::SeqCst) {
+        // Found by the tracer, which holds the process at its exec.
+        if let Some(image) = tree::image(pid)
+            && let Some(rt) = shared.take_exec_runtime(pid, &image)
+        {
+            return Some((rt, image));
+        }
         let (probe, image) = probe_image(pid)?;
         match probe {
             Probe::Python(rt) => return Some((*rt, image)),

@@ -231,7 +231,7 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
 /// call. `None`: step instead (no address yet; no watchpoint here; or the
 /// flag says ready while the runtime was not, so a write there is no
 /// sign any more).
-fn watch_ready_flag(
+pub(crate) fn watch_ready_flag(
     proc: &LinuxProcess,
     startup: &runtime::Startup,
     watching: Option<u64>,
@@ -261,7 +261,7 @@ fn watch_ready_flag(
 /// (`SIGTRAP`) right after the tracee writes there. Set in the tracee's
 /// debug registers through ptrace, nothing is written to its memory.
 #[cfg(target_arch = "x86_64")]
-mod watchpoint {
+pub(crate) mod watchpoint {
     use nix::libc;
     use nix::unistd::Pid;
 
@@ -326,7 +326,7 @@ mod watchpoint {
 
 /// No watchpoints on other machines: the process is stepped.
 #[cfg(not(target_arch = "x86_64"))]
-mod watchpoint {
+pub(crate) mod watchpoint {
     use nix::unistd::Pid;
     pub fn set(_: Pid, _: u64) -> bool {
         false
@@ -346,13 +346,13 @@ mod watchpoint {
 /// which call a stop is (`PTRACE_GET_SYSCALL_INFO`, Linux 5.3), every
 /// stop.
 #[derive(Default)]
-struct SyscallWatch {
+pub(crate) struct SyscallWatch {
     /// The call the process entered last, not exited yet.
     entered: HashMap<Pid, u64>,
 }
 
 impl SyscallWatch {
-    fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
+    pub(crate) fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
         let entered = self.entered.remove(&pid);
         if startup.python_seen() {
             return true;
@@ -367,7 +367,7 @@ impl SyscallWatch {
         }
     }
 
-    fn forget(&mut self, pid: Pid) {
+    pub(crate) fn forget(&mut self, pid: Pid) {
         self.entered.remove(&pid);
     }
 }
@@ -608,7 +608,7 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
     Ok((found.0, found.1, tracees))
 }
 
-enum Probe {
+pub(crate) enum Probe {
     Python(Box<Runtime>),
     /// Looks like an interpreter whose runtime is not mapped yet.
     Maybe,
@@ -617,7 +617,7 @@ enum Probe {
     Refused(Error),
 }
 
-fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
+pub(crate) fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
     let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
         return Probe::No;
     };
