@@ -134,7 +134,8 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     let mut unwinder = Unwinder::new(rec, pid, rt, opts);
     if a.async_aware {
         let mode = a.async_mode.unwrap_or(async_aware::AsyncModeArg::All);
-        async_aware::enable(&mut unwinder, mode.into(), true)?;
+        tachyon::session::open::enable_async(&mut unwinder, mode.into(), true)
+            .map_err(async_aware::open_error)?;
     }
     let mut sample = Sample::default();
     // Threads stopped for the snapshot read as stopped: take their CPU

@@ -15,13 +15,14 @@ use tachyon::collect::{Collector, Output};
 use tachyon::live::{Ended, LiveSession};
 use tachyon::model::Mode;
 
-use super::async_aware::AsyncModeArg;
+use super::async_aware::{AsyncModeArg, open_error};
 use super::output::OutputArgs;
-use tachyon::process::follow::{self, Follower};
-use tachyon::process::launch;
 use tachyon::process::linux::{ExitWatch, LinuxProcess};
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, signals};
+use tachyon::session::follow::{self, Follower};
+use tachyon::session::launch;
+use tachyon::session::open::Opening;
 use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -309,14 +310,15 @@ impl SampleArgs {
             || table.no_summary
     }
 
-    /// With `--async-aware`, make `u` sample asyncio tasks (mode
-    /// `running` unless told otherwise).
-    fn enable_async<M: tachyon::process::ProcessMemory>(&self, u: &mut Unwinder<M>) -> Result<()> {
-        if self.async_aware {
-            let mode = self.async_mode.unwrap_or(AsyncModeArg::Running);
-            super::async_aware::enable(u, mode.into(), false)?;
+    /// How every process of the profile is opened: with `--async-aware`,
+    /// sampling asyncio tasks (mode `running` unless told otherwise).
+    fn opening(&self) -> Opening {
+        Opening {
+            unwind: self.unwind_options(),
+            asyncio: self
+                .async_aware
+                .then(|| self.async_mode.unwrap_or(AsyncModeArg::Running).into()),
         }
-        Ok(())
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -466,12 +468,9 @@ fn profile(
     let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
         args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     };
-    let prepare =
-        |u: &mut Unwinder<LinuxProcess>| args.enable_async(u).map_err(|e| format!("{e:#}"));
-    let mut profiler = Profiler::new(args.config()).blocking(args.blocking);
-    if args.async_aware {
-        profiler = profiler.prepare(&prepare);
-    }
+    let mut profiler = Profiler::new(args.config())
+        .blocking(args.blocking)
+        .opening(args.opening());
     if let Some(next) = next {
         profiler = profiler.follow(next);
     }
@@ -479,11 +478,7 @@ fn profile(
         profiler = profiler.children(Children {
             sink: &child_sink,
             max: session::MAX_CHILDREN,
-            opts: args.unwind_options(),
             root,
-            prepare: args
-                .async_aware
-                .then_some(&prepare as &session::Prepare<'_>),
             tracer,
         });
     }
@@ -659,8 +654,11 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     a.sample.check_output()?;
     signals::install();
-    let mut unwinder = tachyon::attach(super::process_id(a.pid.get()), a.sample.unwind_options())?;
-    a.sample.enable_async(&mut unwinder)?;
+    let unwinder = a
+        .sample
+        .opening()
+        .open(super::process_id(a.pid.get()))
+        .map_err(open_error)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
     if a.sample.blocking {
@@ -780,14 +778,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         launched.runtime,
         a.sample.unwind_options(),
     );
-    if let Err(e) = a.sample.enable_async(&mut unwinder) {
+    if let Err(e) = a.sample.opening().ready(&mut unwinder) {
         // Refused (a Python before 3.14): the program must not outlive us.
         let reaped = tracer.as_ref().and_then(Follower::finish);
         launch::end_program(&mut child, Duration::from_secs(2));
         if reaped.is_none() {
             let _ = child.wait();
         }
-        return Err(e);
+        return Err(open_error(e));
     }
     // A command (a wrapper, a script running several programs) may start
     // more interpreters after the first: the profile follows them in turn.

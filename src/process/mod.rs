@@ -12,10 +12,6 @@ pub mod pages;
 pub mod snapshot;
 
 #[cfg(target_os = "linux")]
-pub mod follow;
-#[cfg(target_os = "linux")]
-pub mod launch;
-#[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub mod ptrace;

@@ -55,9 +55,9 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
-use crate::process::launch::{self, ChildIo, Launched, Probe, SyscallWatch, watchpoint};
 use crate::process::linux::LinuxProcess;
 use crate::runtime::{Runtime, Startup};
+use crate::session::launch::{self, ChildIo, Launched, SyscallWatch, Traced, watchpoint};
 
 /// What the tracer saw happen in the traced tree.
 #[derive(Debug, Clone)]
@@ -358,9 +358,9 @@ impl Tracer {
     /// Python (held, while forks are) or cannot be; else run it to its
     /// next look.
     fn look(&mut self, pid: Pid, mut a: Awaiting, events: &Sender<Event>) {
-        let runtime = match launch::probe(pid, &mut a.startup) {
-            Probe::Python(rt) => Some(rt),
-            Probe::Maybe if a.since.elapsed() < AWAIT_AT_MOST => {
+        let runtime = match launch::look_traced(pid, &mut a.startup) {
+            Traced::Python(rt) => Some(rt),
+            Traced::Maybe if a.since.elapsed() < AWAIT_AT_MOST => {
                 if let Ok(proc) = LinuxProcess::open(pid.as_raw()) {
                     a.watching = launch::watch_ready_flag(&proc, &a.startup, a.watching);
                 }

@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::runtime::{self, Runtime};
+use crate::session::probe::{self, Probe};
 
 /// A started program and the Python process inside it.
 pub struct Launched {
@@ -160,24 +161,22 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
     };
     for _ in 0..50_000 {
         if look {
-            let found = startup.look(&proc);
-            step = startup.python_seen() || pythonish(&proc);
+            let maps = std::cell::OnceCell::new();
+            let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&proc));
+            let found = probe::probe_starting(&proc, &mut startup, &pythonish);
+            step = startup.python_seen() || pythonish();
             match found {
-                Ok(rt) => {
+                Probe::Python(rt) => {
                     let_go(pending, watching);
-                    return Ok(rt);
+                    return Ok(*rt);
                 }
-                Err(
-                    e @ (Error::UnsupportedVersion { .. }
-                    | Error::FreeThreaded { .. }
-                    | Error::InvalidOffsets { .. }
-                    | Error::LayoutMismatch { .. }
-                    | Error::PermissionDenied { .. }),
-                ) => {
+                // The interpreter itself: whatever stops it being read
+                // ends the start.
+                Probe::Refused(e) | Probe::Unready(e) => {
                     let_go(pending, watching);
                     return Err(e);
                 }
-                Err(e) => last = Some(e),
+                Probe::NotYet(e) | Probe::NotPython(e) => last = Some(e),
             }
             watching = watch_ready_flag(&proc, &startup, watching);
             if watching.is_some() {
@@ -519,17 +518,17 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                 let startup = startups.entry(pid).or_default();
                 startup.exec();
                 syscalls.forget(pid);
-                match probe(pid, startup) {
-                    Probe::Python(rt) => break (pid, *rt),
-                    Probe::Maybe => {
+                match look_traced(pid, startup) {
+                    Traced::Python(rt) => break (pid, *rt),
+                    Traced::Maybe => {
                         stepping.push(pid);
                         resume(pid, None, &stepping);
                     }
-                    Probe::Refused(e) => {
+                    Traced::Refused(e) => {
                         release(&tracees, None);
                         return Err(e);
                     }
-                    Probe::No => resume(pid, None, &stepping),
+                    Traced::No => resume(pid, None, &stepping),
                 }
             }
             WaitStatus::PtraceEvent(pid, _, ev)
@@ -555,9 +554,9 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                     resume(pid, None, &stepping);
                     continue;
                 }
-                match probe(pid, startup) {
-                    Probe::Python(rt) => break (pid, *rt),
-                    Probe::Refused(e) => {
+                match look_traced(pid, startup) {
+                    Traced::Python(rt) => break (pid, *rt),
+                    Traced::Refused(e) => {
                         release(&tracees, None);
                         return Err(e);
                     }
@@ -608,39 +607,32 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
     Ok((found.0, found.1, tracees))
 }
 
-pub(crate) enum Probe {
+/// What a traced process of a command is to its tracer.
+pub(crate) enum Traced {
     Python(Box<Runtime>),
-    /// Looks like an interpreter whose runtime is not mapped yet.
+    /// Looks like an interpreter whose runtime is not ready yet: stepped.
     Maybe,
     No,
-    /// A Python tachyon cannot read (too old, free-threaded...).
+    /// A Python tachyon cannot read (too old, free-threaded, a layout
+    /// that does not fit): the command's start fails on it.
     Refused(Error),
 }
 
-pub(crate) fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
+/// [`probe::probe_starting`] for a traced process of a command: a process
+/// not ours to read (a setuid program the command runs) is not Python to
+/// it, and only one that maps an interpreter's file is stepped.
+pub(crate) fn look_traced(pid: Pid, startup: &mut runtime::Startup) -> Traced {
     let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
-        return Probe::No;
+        return Traced::No;
     };
-    match startup.look(&proc) {
-        Ok(rt) => Probe::Python(Box::new(rt)),
-        Err(
-            e @ (Error::UnsupportedVersion { .. }
-            | Error::FreeThreaded { .. }
-            | Error::LayoutMismatch { .. }),
-        ) => Probe::Refused(e),
-        Err(_) if pythonish(&proc) => Probe::Maybe,
-        Err(_) => Probe::No,
+    let maps = std::cell::OnceCell::new();
+    let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&proc));
+    match probe::probe_starting(&proc, startup, &pythonish) {
+        Probe::Python(rt) => Traced::Python(rt),
+        Probe::Refused(e) if !matches!(e, Error::PermissionDenied { .. }) => Traced::Refused(e),
+        _ if pythonish() => Traced::Maybe,
+        _ => Traced::No,
     }
-}
-
-/// Whether `proc` maps a file named like an interpreter (its executable,
-/// or a libpython the loader has mapped): it may become a Python without
-/// another exec.
-fn pythonish(proc: &LinuxProcess) -> bool {
-    proc.maps().is_ok_and(|m| {
-        m.iter()
-            .any(|e| e.basename().is_some_and(|b| b.contains("python")))
-    })
 }
 
 /// Detach from every traced process. `stopped` is already in a ptrace
@@ -711,23 +703,20 @@ pub(crate) fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Lau
     let mut refused: Option<Error> = None;
     loop {
         for pid in descendants_and_self(root) {
-            let Ok(proc) = LinuxProcess::open(pid) else {
-                continue;
-            };
-            match runtime::locate(&proc) {
-                Ok(rt) => {
+            match probe::probe(pid) {
+                Probe::Python(rt) => {
                     return Ok(Launched {
                         child,
                         python_pid: pid,
-                        runtime: rt,
+                        runtime: *rt,
                     });
                 }
-                Err(
-                    e @ (Error::UnsupportedVersion { .. }
-                    | Error::FreeThreaded { .. }
-                    | Error::LayoutMismatch { .. }),
-                ) => refused = Some(e),
-                Err(_) => {}
+                // Kept to say why no Python started, if none does.
+                Probe::Refused(e) if !matches!(e, Error::PermissionDenied { .. }) => {
+                    refused = Some(e)
+                }
+                Probe::Unready(e @ Error::LayoutMismatch { .. }) => refused = Some(e),
+                _ => {}
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -769,15 +758,13 @@ pub fn next_python(
             if not_python.get(&pid) == Some(&what) {
                 continue;
             }
-            let Ok(proc) = LinuxProcess::open(pid) else {
-                continue;
-            };
-            match runtime::locate(&proc) {
-                Ok(rt) => return Some((pid, rt)),
-                Err(crate::Error::NotPython { .. }) => {
+            match probe::probe(pid) {
+                Probe::Python(rt) => return Some((pid, *rt)),
+                Probe::NotPython(Error::NotPython { .. })
+                | Probe::NotYet(Error::NotPython { .. }) => {
                     not_python.insert(pid, what);
                 }
-                Err(_) => {}
+                _ => {}
             }
         }
         if !keep_waiting() {

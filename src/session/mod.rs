@@ -1,5 +1,8 @@
 //! A profiling session: what `run`, `attach` and `replay` configure and the
-//! command line only starts.
+//! command line only starts, and the ways into a Python process they
+//! share: [`probe`] (is this process Python yet?), [`launch`] (start a
+//! program so that no sample of it is lost) and [`follow`] (trace the
+//! processes of `run --subprocesses` as they are created).
 //!
 //! A [`Profiler`] owns the processes of one profile: the main process, the
 //! next Python process of a command when the main one exits (`run --
@@ -14,6 +17,11 @@
 //! same collectors, without the reference's launcher frames, and
 //! [`exit_code`] maps how the program ended to tachyon's exit status.
 
+pub mod follow;
+pub mod launch;
+pub mod open;
+pub mod probe;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,15 +31,17 @@ use crate::binfmt::reader::BinaryReader;
 use crate::collect::Collector;
 use crate::collect::merge::{self, Feed};
 use crate::collect::tee::Tee;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{FrameTable, RunStats, Sample};
-use crate::process::follow::{Event, Follower};
 use crate::process::linux::{ExitWatch, LinuxProcess};
 use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
-use crate::runtime::{self, Runtime};
+use crate::runtime::Runtime;
 use crate::sample::{self, SampleConfig, StopReason};
-use crate::unwind::{UnwindOptions, Unwinder};
+use crate::unwind::Unwinder;
+use follow::{Event, Follower};
+use open::{Opening, error_chain};
+use probe::{Probe, probe_image};
 
 /// Where a profile goes on when its process exits: the next Python process
 /// of the command not among those given, if any.
@@ -42,12 +52,6 @@ pub type NextProcess<'a> = dyn Fn(&[i32]) -> Option<(i32, Runtime)> + 'a;
 /// the user as it is.
 pub type ChildSink<'a> =
     dyn Fn(i32, &Runtime) -> std::result::Result<Box<dyn Collector>, String> + Sync + 'a;
-
-/// Readies each unwinder the session makes after the first (a followed
-/// process, a child, a child's exec) as the first was (`--async-aware`).
-/// An error says why that process cannot be profiled so, to the user.
-pub type Prepare<'a> =
-    dyn Fn(&mut Unwinder<LinuxProcess>) -> std::result::Result<(), String> + Sync + 'a;
 
 /// The reference's bound on child profiles at once.
 pub const MAX_CHILDREN: usize = 100;
@@ -74,13 +78,10 @@ const EXEC_GRACE: Duration = Duration::from_secs(10);
 pub struct Children<'a> {
     pub sink: &'a ChildSink<'a>,
     pub max: usize,
-    pub opts: UnwindOptions,
     /// Look below this process rather than below the main one: `run --
     /// COMMAND` profiles every Python process of the command, the main
     /// one (the first) and the rest, each in its own profile.
     pub root: Option<i32>,
-    /// Readies each child's unwinder.
-    pub prepare: Option<&'a Prepare<'a>>,
     /// The tracer of the program's processes (`run`), which reports each
     /// new one as it starts; without one, `/proc` is scanned often.
     pub tracer: Option<&'a Follower>,
@@ -120,7 +121,9 @@ pub struct Profiler<'a> {
     blocking: bool,
     next: Option<&'a NextProcess<'a>>,
     children: Option<Children<'a>>,
-    prepare: Option<&'a Prepare<'a>>,
+    /// How every process after the first is opened (the first is the
+    /// caller's, opened the same way).
+    opening: Opening,
 }
 
 /// What the children's watcher and the main loop share.
@@ -152,6 +155,8 @@ struct Shared {
     /// `--merge`: every child's samples go through a front of this feed
     /// into the main profile, not into a collector of its own.
     merge: Option<Feed>,
+    /// How each child is opened.
+    opening: Opening,
 }
 
 impl Shared {
@@ -195,7 +200,7 @@ impl<'a> Profiler<'a> {
             blocking: false,
             next: None,
             children: None,
-            prepare: None,
+            opening: Opening::default(),
         }
     }
 
@@ -211,9 +216,10 @@ impl<'a> Profiler<'a> {
         self
     }
 
-    /// Ready every process followed after the first with `prepare`.
-    pub fn prepare(mut self, prepare: &'a Prepare<'a>) -> Self {
-        self.prepare = Some(prepare);
+    /// Open every process followed after the first (the next one, the
+    /// children) as `opening` says.
+    pub fn opening(mut self, opening: Opening) -> Self {
+        self.opening = opening;
         self
     }
 
@@ -287,6 +293,7 @@ impl<'a> Profiler<'a> {
             exec_found: Mutex::new(HashMap::new()),
             started: Instant::now(),
             merge,
+            opening: self.opening,
         };
         if self.children.is_some() {
             shared.remember_runtime(first.pid(), first.runtime());
@@ -384,10 +391,8 @@ impl<'a> Profiler<'a> {
             let opts = unwinder.opts;
             let table = unwinder.into_frames();
             unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
-            if let Some(prepare) = self.prepare
-                && let Err(e) = prepare(&mut unwinder)
-            {
-                crate::errln!("tachyon: not following process {pid}: {e}");
+            if let Err(e) = self.opening.ready(&mut unwinder) {
+                crate::errln!("tachyon: not following process {pid}: {}", error_chain(&e));
                 break StopReason::TargetExited;
             }
         };
@@ -821,8 +826,8 @@ fn look_at_child(
                     crate::errln!("tachyon: not profiling child process {pid}: {e}");
                     break None;
                 }
-                Probe::No => break None,
-                Probe::NotYet | Probe::Unready(_)
+                Probe::NotPython(_) => break None,
+                Probe::NotYet(_) | Probe::Unready(_)
                     if Instant::now() < deadline && !shared.cancel.load(Ordering::SeqCst) =>
                 {
                     std::thread::sleep(Duration::from_millis(1));
@@ -831,7 +836,7 @@ fn look_at_child(
                     crate::errln!("tachyon: not profiling child process {pid}: {e}");
                     break None;
                 }
-                Probe::NotYet => break None,
+                Probe::NotYet(_) => break None,
             }
         }
     };
@@ -871,76 +876,6 @@ fn mark(shared: &Shared, pid: i32, state: Option<String>) {
     if let Ok(mut known) = shared.known.lock() {
         known.insert(pid, state);
     }
-}
-
-enum Probe {
-    Python(Box<Runtime>),
-    /// Not Python, as far as what it runs now goes.
-    No,
-    /// Looks like an interpreter that has not mapped its runtime yet, or a
-    /// read that failed on the way: look again at the next scan.
-    NotYet,
-    /// A Python tachyon cannot read.
-    Refused(Error),
-    /// A runtime whose table or layout does not check out yet: an
-    /// interpreter that has just started may not have filled it in. Looked
-    /// at again for a while, then refused.
-    Unready(Error),
-}
-
-/// [`probe`], with the image the answer is about: a process that exec'd
-/// while it was probed is probed again, a few times; one that keeps
-/// changing is "not yet" (the callers' deadlines bound the waiting).
-/// `None`: it is gone.
-fn probe_image(pid: i32) -> Option<(Probe, String)> {
-    const TRIES: usize = 8;
-    let mut before = tree::image(pid)?;
-    for _ in 0..TRIES {
-        let p = probe(pid);
-        let after = tree::image(pid)?;
-        if after == before {
-            return Some((p, before));
-        }
-        before = after;
-    }
-    Some((Probe::NotYet, before))
-}
-
-fn probe(pid: i32) -> Probe {
-    let Ok(proc) = LinuxProcess::open(pid) else {
-        return Probe::No;
-    };
-    match runtime::locate(&proc) {
-        Ok(rt) => Probe::Python(Box::new(rt)),
-        Err(
-            e @ (Error::UnsupportedVersion { .. }
-            | Error::FreeThreaded { .. }
-            | Error::PermissionDenied { .. }),
-        ) => Probe::Refused(e),
-        Err(e @ (Error::InvalidOffsets { .. } | Error::LayoutMismatch { .. })) => Probe::Unready(e),
-        Err(Error::NotPython { .. }) if !pythonish(pid) => Probe::No,
-        Err(_) => Probe::NotYet,
-    }
-}
-
-/// Does the process run or map a file named like Python (an interpreter
-/// whose runtime is not mapped yet)? Its executable counts too: in the
-/// middle of an exec the new image's maps hold only its stack for an
-/// instant (seen under load: a child that exec'd Python was taken for
-/// another program and its profile dropped).
-fn pythonish(pid: i32) -> bool {
-    let exe_named_python = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().contains("python"))
-    });
-    exe_named_python
-        || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
-            m.lines().any(|l| {
-                l.rsplit('/')
-                    .next()
-                    .is_some_and(|b| l.contains('/') && b.contains("python"))
-            })
-        })
 }
 
 /// One child's whole profile, on its own thread: sampled on the session's
@@ -988,11 +923,10 @@ fn profile_child(
             return report;
         }
     };
-    let mut unwinder = Unwinder::new(proc, pid, rt, children.opts);
-    if let Some(prepare) = children.prepare
-        && let Err(e) = prepare(&mut unwinder)
-    {
-        report.error = Some(e);
+    let opening = &shared.opening;
+    let mut unwinder = Unwinder::new(proc, pid, rt, opening.unwind);
+    if let Err(e) = opening.ready(&mut unwinder) {
+        report.error = Some(error_chain(&e));
         return report;
     }
     // Its profile begins now: a fork held for it goes on.
@@ -1056,10 +990,8 @@ fn profile_child(
         let opts = unwinder.opts;
         let table = unwinder.into_frames();
         unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
-        if let Some(prepare) = children.prepare
-            && let Err(e) = prepare(&mut unwinder)
-        {
-            report.error = Some(e);
+        if let Err(e) = opening.ready(&mut unwinder) {
+            report.error = Some(error_chain(&e));
             break;
         }
         // Its profile goes on now: the tracer's hold at its exec ends.
@@ -1107,8 +1039,8 @@ fn runtime_after_exec(pid: i32, shared: &Shared) -> Option<(Runtime, String)> {
         let (probe, image) = probe_image(pid)?;
         match probe {
             Probe::Python(rt) => return Some((*rt, image)),
-            Probe::NotYet | Probe::Unready(_) => std::thread::sleep(Duration::from_millis(1)),
-            Probe::No | Probe::Refused(_) => return None,
+            Probe::NotYet(_) | Probe::Unready(_) => std::thread::sleep(Duration::from_millis(1)),
+            Probe::NotPython(_) | Probe::Refused(_) => return None,
         }
     }
     None
