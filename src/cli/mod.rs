@@ -126,7 +126,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     let pid = process_id(a.pid.get());
     // With --snapshot, every range the samples read is kept.
     let proc = LinuxProcess::open(pid)?;
-    let rt = tachyon::runtime::locate(&proc)?;
+    let rt = tachyon::session::locate(&proc)?;
     let rec = match a.snapshot {
         Some(_) => Recorder::new(proc),
         None => Recorder::passthrough(proc),

@@ -36,6 +36,7 @@ use nix::unistd::Pid;
 use crate::error::{Error, Result};
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
+use crate::process::tree::descendants_and_self;
 use crate::runtime::{self, Runtime};
 use crate::session::probe::{self, Probe};
 
@@ -842,37 +843,4 @@ pub fn end_program(child: &mut Child, grace: Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
     reap_adopted();
-}
-
-/// `root` and every process below it, parents before children.
-pub fn descendants_and_self(root: i32) -> Vec<i32> {
-    let mut parent_of: Vec<(i32, i32)> = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let after = &s[s.rfind(')')? + 2..];
-                    after.split_whitespace().nth(1)?.parse().ok()
-                })
-            {
-                parent_of.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        for &(pid, ppid) in &parent_of {
-            if ppid == p && !out.contains(&pid) {
-                out.push(pid);
-            }
-        }
-        i += 1;
-    }
-    out
 }

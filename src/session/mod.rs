@@ -21,6 +21,7 @@ pub mod follow;
 pub mod launch;
 pub mod open;
 pub mod probe;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
@@ -41,6 +42,19 @@ use crate::sample::{self, SampleConfig, StopReason};
 use crate::unwind::Unwinder;
 use follow::{Event, Follower};
 use open::{Opening, error_chain};
+
+/// Locate and validate the runtime of `proc`: [`crate::runtime::locate`] with a
+/// carried layout checked by [`verify::carried`].
+pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
+    crate::runtime::locate(proc, &verify::carried)
+}
+
+/// Check a runtime with a carried (3.11/3.12) layout against the live
+/// process, as [`locate`] does before trusting it: `Ok`, or
+/// [`crate::Error::LayoutMismatch`] for a process that does not fit.
+pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    verify::carried(proc, rt)
+}
 use probe::{Probe, probe_image};
 
 /// Where a profile goes on when its process exits: the next Python process

@@ -1,7 +1,7 @@
 //! Opening a Python process for sampling: the one way every command and
 //! every process a session follows gets its [`Unwinder`]. Locate the
 //! runtime (for a carried 3.11/3.12 layout, checked against the live
-//! process: [`runtime::locate`] does that), build the unwinder, and with
+//! process: [`super::locate`] does that), build the unwinder, and with
 //! `--async-aware` turn it to asyncio task stacks, or say clearly why not.
 
 use crate::error::{Error, Result};
@@ -24,7 +24,7 @@ pub struct Opening {
 /// it, without asyncio: what the tests and the simplest callers share.
 pub fn attach(pid: i32, opts: UnwindOptions) -> Result<Unwinder<LinuxProcess>> {
     let proc = LinuxProcess::open(pid)?;
-    let rt: Runtime = runtime::locate(&proc)?;
+    let rt: Runtime = super::locate(&proc)?;
     Ok(Unwinder::new(proc, pid, rt, opts))
 }
 
@@ -107,7 +107,7 @@ impl Opening {
     /// Open `pid`: locate its runtime, then [`Opening::located`].
     pub fn open(&self, pid: i32) -> std::result::Result<Unwinder<LinuxProcess>, OpenError> {
         let proc = LinuxProcess::open(pid)?;
-        let rt = runtime::locate(&proc)?;
+        let rt = super::locate(&proc)?;
         let mut u = Unwinder::new(proc, pid, rt, self.unwind);
         self.ready(&mut u)?;
         Ok(u)

@@ -1,7 +1,7 @@
 //! "Is this process Python yet?": the one answer every way in uses (the
 //! launcher, the tracer of `run --subprocesses`, the children's watcher,
 //! the next process of a command), and the one place that sorts what
-//! [`runtime::locate`] (or a [`Startup`] look) says into that answer.
+//! [`super::locate`] (or a [`Startup`] look) says into that answer.
 //!
 //! How long to wait on "not yet" or "unready", and whether a refusal ends
 //! the command, is each caller's: a launched interpreter that is refused
@@ -10,7 +10,7 @@
 use crate::error::Error;
 use crate::process::linux::LinuxProcess;
 use crate::process::tree;
-use crate::runtime::{self, Runtime, Startup};
+use crate::runtime::{Runtime, Startup};
 
 /// What a look at a process found.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub fn probe(pid: i32) -> Probe {
         Ok(p) => p,
         Err(e) => return Probe::NotPython(e),
     };
-    sort(runtime::locate(&proc), false, || pythonish(pid))
+    sort(super::locate(&proc), false, || pythonish(pid))
 }
 
 /// Look at `proc`, stopped by its tracer, through `startup` (which parses
@@ -50,10 +50,10 @@ pub fn probe_starting(
     startup: &mut Startup,
     pythonish: &dyn Fn() -> bool,
 ) -> Probe {
-    sort(startup.look(proc), true, pythonish)
+    sort(startup.look(proc, &super::verify::carried), true, pythonish)
 }
 
-/// Sort an answer of [`runtime::locate`] (or [`Startup::look`], whose
+/// Sort an answer of [`super::locate`] (or [`Startup::look`], whose
 /// layout mismatches are `final_layout`).
 fn sort(
     found: crate::Result<Runtime>,

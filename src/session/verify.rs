@@ -1,5 +1,7 @@
 //! Checking a carried 3.11/3.12 layout against the live process before it
-//! is trusted.
+//! is trusted: the [`crate::runtime::Check`] the session gives
+//! [`crate::runtime::locate`] (it walks the main thread's stack with an
+//! unwinder, a layer above the locator).
 //!
 //! The version read from the binary picks the layout; this decides whether
 //! the process really has it. The interpreter list must point back to
@@ -15,12 +17,11 @@
 
 use std::collections::HashSet;
 
-use super::Runtime;
 use crate::error::{Error, Result};
 use crate::model::Sample;
 use crate::process::linux::LinuxProcess;
-use crate::process::{LocalBytes, ProcessMemory};
-use crate::unwind::frames::plausible;
+use crate::process::{LocalBytes, ProcessMemory, plausible};
+use crate::runtime::Runtime;
 use crate::unwind::threads::{MAX_INTERPRETERS, MAX_THREADS};
 use crate::unwind::{UnwindOptions, Unwinder};
 
