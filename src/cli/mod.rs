@@ -17,7 +17,7 @@ use tachyon::dump::{SourceReader, format_dump, format_task_dump};
 use tachyon::model::{Sample, status};
 use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
-use tachyon::process::snapshot::{self, Recorder, Snapshot};
+use tachyon::session::snapshot::{self, Recorder, Snapshot};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Parser)]

@@ -2,14 +2,13 @@
 //!
 //! Everything above this module talks to a [`ProcessMemory`]; it never knows
 //! whether it reads a live process (the Linux reader here) or a snapshot
-//! file ([`snapshot`]). Only Linux x86-64 is built and tested, so only the Linux
+//! file (`session::snapshot`, which needs a runtime and an unwinder). Only Linux x86-64 is built and tested, so only the Linux
 //! implementation exists; macOS and Windows readers would implement the same
 //! trait.
 
 pub mod gather;
 pub mod maps;
 pub mod pages;
-pub mod snapshot;
 
 #[cfg(target_os = "linux")]
 pub mod linux;

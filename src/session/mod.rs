@@ -21,6 +21,7 @@ pub mod follow;
 pub mod launch;
 pub mod open;
 pub mod probe;
+pub mod snapshot;
 pub mod verify;
 
 use std::collections::HashMap;
