@@ -17,6 +17,7 @@
 //! same collectors, without the reference's launcher frames, and
 //! [`exit_code`] maps how the program ended to tachyon's exit status.
 
+pub mod dump;
 pub mod follow;
 pub mod launch;
 pub mod open;
