@@ -20,7 +20,7 @@ use super::output::OutputArgs;
 use tachyon::process::linux::{ExitWatch, LinuxProcess};
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, signals};
-use tachyon::session::follow::{self, Follower};
+use tachyon::session::follow::Follower;
 use tachyon::session::launch;
 use tachyon::session::open::Opening;
 use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
@@ -668,6 +668,41 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `run` starts: the command as given (`-- COMMAND`), or the
+/// interpreter with the script (or `-m MODULE`) and its arguments. A usage
+/// error exits as clap's do.
+fn program_argv(a: &RunArgs, command: bool) -> Result<Vec<OsString>> {
+    if command {
+        if a.module {
+            super::usage_error(
+                "run",
+                "-m runs a module with python; with `-- COMMAND` give the whole command instead",
+            );
+        }
+        return Ok(a.target.clone());
+    }
+    let Some((first, rest)) = a.target.split_first() else {
+        super::usage_error(
+            "run",
+            "nothing to run: give a script, -m MODULE, or -- COMMAND",
+        );
+    };
+    // Options after the script are the script's; one before it is ours.
+    if first.to_string_lossy().starts_with('-') && first != "-" {
+        let tip = python_option_tip(&a.python, &a.target);
+        super::unknown_option("run", first, tip.as_deref());
+    }
+    let mut argv = vec![a.python.clone()];
+    if a.module {
+        argv.push("-m".into());
+    } else if !std::path::Path::new(first).exists() {
+        bail!("script not found: {}", first.to_string_lossy());
+    }
+    argv.push(first.clone());
+    argv.extend(rest.iter().cloned());
+    Ok(argv)
+}
+
 /// Options of python itself, which `tachyon run` does not take before the
 /// script: `run -c CODE` is meant as `run -- python3 -c CODE`.
 const PYTHON_OPTIONS: &[&str] = &[
@@ -723,52 +758,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // With --subprocesses (and not --blocking, whose own ptrace would
     // clash), a tracer follows every process the program starts.
     let follow = a.sample.subprocesses && !a.sample.blocking;
-    let mut tracer: Option<Follower> = None;
     if a.sample.live {
         tachyon::live::waiting_for_python();
     }
-    let launched = if command {
-        if a.module {
-            super::usage_error(
-                "run",
-                "-m runs a module with python; with `-- COMMAND` give the whole command instead",
-            );
-        }
-        if follow {
-            let (launched, t) = follow::launch(&a.target, Duration::from_secs(30), &io)?;
-            tracer = t;
-            launched
-        } else {
-            launch::launch_command(&a.target, Duration::from_secs(30), &io)?
-        }
-    } else {
-        let Some((first, rest)) = a.target.split_first() else {
-            super::usage_error(
-                "run",
-                "nothing to run: give a script, -m MODULE, or -- COMMAND",
-            );
-        };
-        // Options after the script are the script's; one before it is ours.
-        if first.to_string_lossy().starts_with('-') && first != "-" {
-            let tip = python_option_tip(&a.python, &a.target);
-            super::unknown_option("run", first, tip.as_deref());
-        }
-        let mut argv = vec![a.python.clone()];
-        if a.module {
-            argv.push("-m".into());
-        } else if !std::path::Path::new(first).exists() {
-            bail!("script not found: {}", first.to_string_lossy());
-        }
-        argv.push(first.clone());
-        argv.extend(rest.iter().cloned());
-        if follow {
-            let (launched, t) = follow::launch(&argv, Duration::from_secs(30), &io)?;
-            tracer = t;
-            launched
-        } else {
-            launch::launch_python(&argv, &io)?
-        }
-    };
+    let argv = program_argv(&a, command)?;
+    let (launched, tracer) = launch::start(&argv, command, follow, &io)?;
     signals::install();
     let mut child = launched.child;
     let proc = LinuxProcess::open(launched.python_pid)?;
@@ -780,11 +774,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     );
     if let Err(e) = a.sample.opening().ready(&mut unwinder) {
         // Refused (a Python before 3.14): the program must not outlive us.
-        let reaped = tracer.as_ref().and_then(Follower::finish);
-        launch::end_program(&mut child, Duration::from_secs(2));
-        if reaped.is_none() {
-            let _ = child.wait();
-        }
+        launch::abandon(&mut child, tracer.as_ref());
         return Err(open_error(e));
     }
     // A command (a wrapper, a script running several programs) may start
@@ -802,21 +792,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         tracer.as_ref(),
         false,
     );
-    // No process stays traced past the profile; the tracer has the
-    // program's exit status if it exited meanwhile (and reaped it).
-    let reaped = tracer.as_ref().and_then(Follower::finish);
-    // The program outlived sampling (duration over, Ctrl-C): end it and
-    // everything it started, as the reference does, politely first.
-    let ended_by_us = reaped.is_none()
-        && child.try_wait().ok().flatten().is_none()
-        && !matches!(reason, Ok(StopReason::TargetExited));
-    if ended_by_us {
-        launch::end_program(&mut child, Duration::from_secs(2));
-    }
-    let status = match reaped {
-        Some(status) => status,
-        None => child.wait().context("waiting for the profiled program")?,
-    };
+    let target_exited = matches!(reason, Ok(StopReason::TargetExited));
+    let (status, ended_by_us) = launch::end(&mut child, tracer.as_ref(), target_exited)
+        .context("waiting for the profiled program")?;
     if let Some(file) = program_errors {
         show_program_errors(file);
     }

@@ -786,6 +786,60 @@ fn what_it_runs(pid: i32) -> String {
     format!("{exe}|{pythons}")
 }
 
+/// How long the first Python of a command is waited for.
+const FIRST_PYTHON_WITHIN: Duration = Duration::from_secs(30);
+
+/// Start the program to profile, `argv`: a `command` (any program, whose
+/// first Python process is waited for) or an interpreter and its script;
+/// with `follow` (`run --subprocesses`) under a tracer that goes on
+/// following every process it starts, when ptrace allows.
+pub fn start(
+    argv: &[OsString],
+    command: bool,
+    follow: bool,
+    io: &ChildIo,
+) -> Result<(Launched, Option<super::follow::Follower>)> {
+    match (follow, command) {
+        (true, _) => super::follow::launch(argv, FIRST_PYTHON_WITHIN, io),
+        (false, true) => Ok((launch_command(argv, FIRST_PYTHON_WITHIN, io)?, None)),
+        (false, false) => Ok((launch_python(argv, io)?, None)),
+    }
+}
+
+/// The profile could not begin: end the program (it must not outlive
+/// tachyon) and reap it.
+pub fn abandon(child: &mut Child, tracer: Option<&super::follow::Follower>) {
+    let reaped = tracer.and_then(super::follow::Follower::finish);
+    end_program(child, Duration::from_secs(2));
+    if reaped.is_none() {
+        let _ = child.wait();
+    }
+}
+
+/// The profile is over: let go of every traced process, end the program
+/// if it outlived sampling (duration over, Ctrl-C; not when the
+/// `target_exited`), as the reference does, politely first, and reap it.
+/// Its exit status, and whether tachyon ended it.
+pub fn end(
+    child: &mut Child,
+    tracer: Option<&super::follow::Follower>,
+    target_exited: bool,
+) -> std::io::Result<(std::process::ExitStatus, bool)> {
+    // No process stays traced past the profile; the tracer has the
+    // program's exit status if it exited meanwhile (and reaped it).
+    let reaped = tracer.and_then(super::follow::Follower::finish);
+    let ended_by_us =
+        reaped.is_none() && child.try_wait().ok().flatten().is_none() && !target_exited;
+    if ended_by_us {
+        end_program(child, Duration::from_secs(2));
+    }
+    let status = match reaped {
+        Some(status) => status,
+        None => child.wait()?,
+    };
+    Ok((status, ended_by_us))
+}
+
 /// Make the processes the program leaves behind (the children of a script
 /// whose shell exited) tachyon's rather than init's, so that ending the
 /// program ([`end_program`]) finds every process it started. The child
