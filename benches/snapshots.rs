@@ -33,7 +33,7 @@ use tachyon::collect::flamegraph::FlamegraphCollector;
 use tachyon::collect::stacks::StackCounts;
 use tachyon::collect::{Collector, Output};
 use tachyon::model::{FrameTable, Sample};
-use tachyon::process::snapshot::Snapshot;
+use tachyon::session::snapshot::Snapshot;
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 const MINORS: [u8; 3] = [13, 14, 15];

@@ -8,8 +8,10 @@
 //! chunks, frames, code objects, line tables) → [`dump`] (one snapshot, as a
 //! traceback). [`model`] holds the types they share; [`sample`] drives
 //! the sampling loop into [`collect`]'s outputs and [`live`]'s view;
-//! [`session`] owns a profile's processes (the main one, the next, the
-//! children) for the commands to start.
+//! [`session`] is the one way into a Python process ([`session::probe`],
+//! [`session::open`], launching and following under ptrace) and owns a
+//! profile's processes (the main one, the next, the children) for the
+//! commands to start.
 
 pub mod binfmt;
 pub mod collect;
@@ -28,14 +30,6 @@ pub mod unwind;
 
 pub use error::{Error, Result};
 
-use process::linux::LinuxProcess;
-use runtime::Runtime;
-use unwind::{UnwindOptions, Unwinder};
-
-/// Open `pid`, find and validate its runtime, and build an unwinder for it:
-/// the one entry point the commands and the tests share.
-pub fn attach(pid: i32, opts: UnwindOptions) -> Result<Unwinder<LinuxProcess>> {
-    let proc = LinuxProcess::open(pid)?;
-    let rt: Runtime = runtime::locate(&proc)?;
-    Ok(Unwinder::new(proc, pid, rt, opts))
-}
+/// Open `pid`, find and validate its runtime, and build an unwinder for it
+/// (the tests' way in; the commands open through [`session::open`]).
+pub use session::open::attach;

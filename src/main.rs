@@ -8,7 +8,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // `run -- COMMAND` starts the command through this very binary, which
     // stops itself until tachyon has seized it, then becomes the command.
-    if let Some(code) = tachyon::process::launch::exec_stopped_helper() {
+    if let Some(code) = tachyon::session::launch::exec_stopped_helper() {
         return code;
     }
     let code = match cli::run() {

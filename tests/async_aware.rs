@@ -535,7 +535,7 @@ fn corrupted_task_memory_never_panics_and_leaves_no_trace() {
         let it = interp(minor, false);
         let t = start(&it);
         let proc = LinuxProcess::open(t.pid()).unwrap();
-        let rt = tachyon::runtime::locate(&proc).unwrap();
+        let rt = tachyon::session::locate(&proc).unwrap();
         let offsets = tachyon::runtime::asyncio::locate(&proc, &rt)
             .unwrap()
             .expect("asyncio is loaded");

@@ -73,7 +73,7 @@ fn fixture_name(version: &str, debug: bool) -> String {
 /// The table of a live target, read by the library.
 fn live_table(pid: i32) -> (tachyon::runtime::Runtime, Vec<u8>) {
     let proc = LinuxProcess::open(pid).unwrap();
-    let rt = tachyon::runtime::locate(&proc).unwrap_or_else(|e| panic!("locate {pid}: {e}"));
+    let rt = tachyon::session::locate(&proc).unwrap_or_else(|e| panic!("locate {pid}: {e}"));
     let bytes = tachyon::runtime::table_bytes(&proc, &rt).unwrap();
     (rt, bytes)
 }

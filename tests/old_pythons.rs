@@ -152,7 +152,7 @@ fn a_layout_that_does_not_fit_is_refused() {
     use tachyon::offsets::Offsets;
     use tachyon::offsets::carried::CARRIED;
     use tachyon::process::linux::LinuxProcess;
-    use tachyon::runtime::check_carried;
+    use tachyon::session::check_carried;
     use tachyon::unwind::UnwindOptions;
 
     for interp in machine_old_interpreters() {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{Interp, machine_old_interpreters, sid_interpreters, spawn, tachyon_bin};
 use tachyon::dump::display_filename;
 use tachyon::model::{FrameKind, Sample, status};
-use tachyon::process::snapshot::{Snapshot, TableSource};
+use tachyon::session::snapshot::{Snapshot, TableSource};
 use tachyon::unwind::UnwindOptions;
 
 /// Three threads parked at known depths: the main thread 30 frames of

@@ -195,7 +195,7 @@ fn a_binary_is_parsed_once_per_image() {
         let proc = LinuxProcess::open(t.pid()).unwrap();
         let locate = || {
             let before = tachyon::runtime::elf_parses();
-            tachyon::runtime::locate(&proc).unwrap_or_else(|e| panic!("{}: {e}", interp.name));
+            tachyon::session::locate(&proc).unwrap_or_else(|e| panic!("{}: {e}", interp.name));
             tachyon::runtime::elf_parses() - before
         };
         // The first look parses each candidate once: the executable, a

@@ -1107,3 +1107,107 @@ os.write(1, f"CONT {len(got)}\n".encode())
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("CONT 1"), "{stdout}\n{stderr}");
 }
+
+/// Children that become Python through an exec, each running a short
+/// function of its own for 0.3 s from its start and then saying its pid:
+/// a `subprocess.run` of the interpreter, a shell that execs it, and a
+/// fork that calls `os.execv`.
+const EXEC_INTO_PYTHON: &str = r#"
+import os, subprocess, sys
+
+def child_code(function):
+    return (
+        "import os, sys, time\n"
+        f"def {function}():\n"
+        "    t = time.time()\n"
+        "    while time.time() - t < 0.3:\n"
+        "        pass\n"
+        f"{function}()\n"
+        "sys.stdout.write(str(os.getpid()))\n"
+    )
+
+def say(tag, pid):
+    sys.stdout.write(f"{tag} {pid}\n")
+    sys.stdout.flush()
+
+out = subprocess.run([sys.executable, "-c", child_code("subprocess_work")],
+                     capture_output=True, text=True, check=True).stdout
+say("SUBPROCESS", out)
+out = subprocess.run(["sh", "-c", 'exec "$0" -c "$1"', sys.executable,
+                      child_code("shell_exec_work")],
+                     capture_output=True, text=True, check=True).stdout
+say("SHELLEXEC", out)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    os.dup2(w, 1)
+    os.execv(sys.executable, [sys.executable, "-c", child_code("fork_exec_work")])
+os.close(w)
+out = os.read(r, 100).decode()
+os.waitpid(pid, 0)
+say("FORKEXEC", out)
+"#;
+
+/// Each child of [`EXEC_INTO_PYTHON`] has a profile with its function.
+fn assert_exec_children_profiled(
+    name: &str,
+    out: impl Fn(&str) -> std::path::PathBuf,
+    stdout: &str,
+    stderr: &str,
+) {
+    for (tag, function) in [
+        ("SUBPROCESS ", "subprocess_work"),
+        ("SHELLEXEC ", "shell_exec_work"),
+        ("FORKEXEC ", "fork_exec_work"),
+    ] {
+        let pid = pids_after(stdout, tag)[0];
+        let file = out(&format!("out_{pid}.txt"));
+        assert!(
+            file.exists(),
+            "{name}: {tag}{pid} has no profile:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            samples_in(&file, function) > 0,
+            "{name}: {tag}{pid}'s profile has no {function}:\n{stderr}"
+        );
+    }
+}
+
+/// A child that execs an interpreter is held by the tracer until its
+/// runtime is ready, as a fork is, so a short one is profiled from its
+/// start: on the carried layouts of 3.11/3.12 (whose check takes long)
+/// as on the sid interpreters.
+#[test]
+fn run_holds_a_child_that_execs_python_until_it_is_profiled() {
+    let _serial = one_at_a_time();
+    for it in common::machine_old_interpreters()
+        .into_iter()
+        .filter(|i| i.name == "pyenv-3.11")
+    {
+        let dir = tempdir();
+        std::fs::write(dir.join("execs.py"), EXEC_INTO_PYTHON).unwrap();
+        let mut cmd = Command::new(tachyon_bin());
+        cmd.current_dir(&dir)
+            .args([
+                "run",
+                "--subprocesses",
+                "--collapsed",
+                "-o",
+                "out.txt",
+                "--python",
+            ])
+            .arg(&it.exe)
+            .arg("execs.py");
+        let out = Running::start(cmd).finish(Duration::from_secs(180));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        assert_exec_children_profiled(&it.name, |f| dir.join(f), &stdout, &stderr);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    for it in release(sid_interpreters()) {
+        let dir = RootDir::new(&[("execs.py", EXEC_INTO_PYTHON)]);
+        let (stdout, stderr) = run_profiled(&it, &dir, "execs.py", &[]);
+        assert_exec_children_profiled(&it.name, |f| dir.outside(f), &stdout, &stderr);
+    }
+}

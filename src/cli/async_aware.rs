@@ -1,13 +1,10 @@
 //! `--async-aware` and `--async-mode` for `run`, `attach` and `dump`:
 //! turning an unwinder to asyncio task stacks, or saying clearly why not.
 
-use anyhow::{Result, bail};
 use clap::ValueEnum;
 
-use tachyon::process::ProcessMemory;
-use tachyon::process::linux::LinuxProcess;
-use tachyon::unwind::Unwinder;
-use tachyon::unwind::asyncio::{AsyncMode, Locator};
+use tachyon::session::open::OpenError;
+use tachyon::unwind::asyncio::AsyncMode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AsyncModeArg {
@@ -26,31 +23,12 @@ impl From<AsyncModeArg> for AsyncMode {
     }
 }
 
-/// Make `u` sample asyncio tasks. Fails for Python before 3.14, whose
-/// asyncio has no debug table; with `need_now`, also when the target has
-/// not imported asyncio (yet): a one-shot dump cannot wait for it, while a
-/// profile looks again as it samples.
-pub fn enable<M: ProcessMemory>(
-    u: &mut Unwinder<M>,
-    mode: AsyncMode,
-    need_now: bool,
-) -> Result<()> {
-    let pid = u.pid();
-    let rt = u.runtime().clone();
-    let v = rt.offsets.version;
-    if v.minor < 14 {
-        bail!(
-            "--async-aware needs Python 3.14 or newer: process {pid} runs Python {v}, whose asyncio keeps no task table (AsyncioDebug) for a profiler to read; profile it without --async-aware"
-        );
+/// What the command line says of a process that could not be opened as
+/// asked: a read error stays a [`tachyon::Error`] (a refused read is
+/// diagnosed from it), a refusal of `--async-aware` is its own message.
+pub fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Read(e) => e.into(),
+        OpenError::Async(why) => anyhow::Error::msg(why),
     }
-    let proc = LinuxProcess::open(pid)?;
-    let found = tachyon::runtime::asyncio::locate(&proc, &rt)?;
-    if need_now && found.is_none() {
-        bail!(
-            "process {pid} has not imported asyncio (no AsyncioDebug section is mapped): there are no tasks to show; dump it without --async-aware"
-        );
-    }
-    let locate: Locator = Box::new(move || tachyon::runtime::asyncio::locate(&proc, &rt));
-    u.set_async(mode, found, Some(locate));
-    Ok(())
 }

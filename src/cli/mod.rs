@@ -14,10 +14,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use tachyon::dump::{SourceReader, format_dump, format_task_dump};
-use tachyon::model::{Sample, status};
+use tachyon::model::Sample;
 use tachyon::process::linux::LinuxProcess;
-use tachyon::process::ptrace::StoppedThreads;
-use tachyon::process::snapshot::{self, Recorder, Snapshot};
+use tachyon::session::dump::{self as session_dump, Unread};
+use tachyon::session::snapshot::{self, Recorder, Snapshot};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Parser)]
@@ -125,67 +125,41 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     };
     let pid = process_id(a.pid.get());
     // With --snapshot, every range the samples read is kept.
-    let proc = LinuxProcess::open(pid)?;
-    let rt = tachyon::runtime::locate(&proc)?;
-    let rec = match a.snapshot {
-        Some(_) => Recorder::new(proc),
-        None => Recorder::passthrough(proc),
-    };
-    let mut unwinder = Unwinder::new(rec, pid, rt, opts);
-    if a.async_aware {
-        let mode = a.async_mode.unwrap_or(async_aware::AsyncModeArg::All);
-        async_aware::enable(&mut unwinder, mode.into(), true)?;
-    }
+    let asyncio = a.async_aware.then(|| {
+        a.async_mode
+            .unwrap_or(async_aware::AsyncModeArg::All)
+            .into()
+    });
+    let mut unwinder = session_dump::open(pid, opts, asyncio, a.snapshot.is_some())
+        .map_err(async_aware::open_error)?;
     let mut sample = Sample::default();
-    // Threads stopped for the snapshot read as stopped: take their CPU
-    // state the instant before.
+    // Threads stopped for the snapshot read as stopped: their CPU state
+    // the instant before is put back after.
     let mut before: Vec<(u64, Option<char>)> = Vec::new();
     {
         let _stopped = if a.blocking {
-            let proc = unwinder.memory().inner();
-            before = proc
-                .thread_ids()?
-                .into_iter()
-                .map(|tid| (tid as u64, proc.thread_state(tid as u64)))
-                .collect();
-            Some(StoppedThreads::stop(proc)?)
+            let (stopped, states) = session_dump::stop(unwinder.memory().inner())?;
+            before = states;
+            Some(stopped)
         } else {
             None
         };
-        // Without --blocking the target runs while we read; a torn read is
-        // retried a few times before it is reported.
-        let mut last = None;
-        for _ in 0..5 {
-            match unwinder.sample(&mut sample) {
-                Ok(()) => {
-                    last = None;
-                    break;
-                }
-                Err(e) if e.is_fatal() => return Err(e.into()),
-                Err(e) => last = Some(e),
+        match session_dump::read_consistent(&mut unwinder, &mut sample) {
+            Ok(()) => {}
+            Err(Unread::Fatal(e)) => return Err(e.into()),
+            Err(Unread::Torn(e)) => {
+                return Err(e).context(format!(
+                    "could not read a consistent stack of process {}",
+                    pid
+                ));
             }
-        }
-        if let Some(e) = last {
-            return Err(e).context(format!(
-                "could not read a consistent stack of process {}",
-                pid
-            ));
         }
         if let Some(path) = &a.snapshot {
             // While the threads are still stopped (--blocking).
             save_snapshot(&unwinder, path)?;
         }
     }
-    for t in &mut sample.threads {
-        if let Some(&(_, Some(state))) = before.iter().find(|(tid, _)| *tid == t.tid) {
-            t.status &= !(status::UNKNOWN | status::ON_CPU);
-            match state {
-                'R' => t.status |= status::ON_CPU,
-                'S' | 'D' | 'T' | 'Z' | 'I' | 'X' => {}
-                _ => t.status |= status::UNKNOWN,
-            }
-        }
-    }
+    session_dump::restore_cpu_states(&mut sample, &before);
     let mut src = SourceReader::new(pid);
     let ops = a
         .opcodes

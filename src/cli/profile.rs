@@ -15,13 +15,14 @@ use tachyon::collect::{Collector, Output};
 use tachyon::live::{Ended, LiveSession};
 use tachyon::model::Mode;
 
-use super::async_aware::AsyncModeArg;
+use super::async_aware::{AsyncModeArg, open_error};
 use super::output::OutputArgs;
-use tachyon::process::follow::{self, Follower};
-use tachyon::process::launch;
 use tachyon::process::linux::{ExitWatch, LinuxProcess};
 use tachyon::process::ptrace::StoppedThreads;
 use tachyon::sample::{self, SampleConfig, StopReason, signals};
+use tachyon::session::follow::Follower;
+use tachyon::session::launch;
+use tachyon::session::open::Opening;
 use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
@@ -309,14 +310,15 @@ impl SampleArgs {
             || table.no_summary
     }
 
-    /// With `--async-aware`, make `u` sample asyncio tasks (mode
-    /// `running` unless told otherwise).
-    fn enable_async<M: tachyon::process::ProcessMemory>(&self, u: &mut Unwinder<M>) -> Result<()> {
-        if self.async_aware {
-            let mode = self.async_mode.unwrap_or(AsyncModeArg::Running);
-            super::async_aware::enable(u, mode.into(), false)?;
+    /// How every process of the profile is opened: with `--async-aware`,
+    /// sampling asyncio tasks (mode `running` unless told otherwise).
+    fn opening(&self) -> Opening {
+        Opening {
+            unwind: self.unwind_options(),
+            asyncio: self
+                .async_aware
+                .then(|| self.async_mode.unwrap_or(AsyncModeArg::Running).into()),
         }
-        Ok(())
     }
 
     fn unwind_options(&self) -> UnwindOptions {
@@ -466,12 +468,9 @@ fn profile(
     let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
         args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     };
-    let prepare =
-        |u: &mut Unwinder<LinuxProcess>| args.enable_async(u).map_err(|e| format!("{e:#}"));
-    let mut profiler = Profiler::new(args.config()).blocking(args.blocking);
-    if args.async_aware {
-        profiler = profiler.prepare(&prepare);
-    }
+    let mut profiler = Profiler::new(args.config())
+        .blocking(args.blocking)
+        .opening(args.opening());
     if let Some(next) = next {
         profiler = profiler.follow(next);
     }
@@ -479,11 +478,7 @@ fn profile(
         profiler = profiler.children(Children {
             sink: &child_sink,
             max: session::MAX_CHILDREN,
-            opts: args.unwind_options(),
             root,
-            prepare: args
-                .async_aware
-                .then_some(&prepare as &session::Prepare<'_>),
             tracer,
         });
     }
@@ -659,8 +654,11 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     a.sample.check_output()?;
     signals::install();
-    let mut unwinder = tachyon::attach(super::process_id(a.pid.get()), a.sample.unwind_options())?;
-    a.sample.enable_async(&mut unwinder)?;
+    let unwinder = a
+        .sample
+        .opening()
+        .open(super::process_id(a.pid.get()))
+        .map_err(open_error)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
     if a.sample.blocking {
@@ -668,6 +666,41 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
     }
     profile(unwinder, &a.sample, None, None, None, true)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `run` starts: the command as given (`-- COMMAND`), or the
+/// interpreter with the script (or `-m MODULE`) and its arguments. A usage
+/// error exits as clap's do.
+fn program_argv(a: &RunArgs, command: bool) -> Result<Vec<OsString>> {
+    if command {
+        if a.module {
+            super::usage_error(
+                "run",
+                "-m runs a module with python; with `-- COMMAND` give the whole command instead",
+            );
+        }
+        return Ok(a.target.clone());
+    }
+    let Some((first, rest)) = a.target.split_first() else {
+        super::usage_error(
+            "run",
+            "nothing to run: give a script, -m MODULE, or -- COMMAND",
+        );
+    };
+    // Options after the script are the script's; one before it is ours.
+    if first.to_string_lossy().starts_with('-') && first != "-" {
+        let tip = python_option_tip(&a.python, &a.target);
+        super::unknown_option("run", first, tip.as_deref());
+    }
+    let mut argv = vec![a.python.clone()];
+    if a.module {
+        argv.push("-m".into());
+    } else if !std::path::Path::new(first).exists() {
+        bail!("script not found: {}", first.to_string_lossy());
+    }
+    argv.push(first.clone());
+    argv.extend(rest.iter().cloned());
+    Ok(argv)
 }
 
 /// Options of python itself, which `tachyon run` does not take before the
@@ -725,52 +758,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // With --subprocesses (and not --blocking, whose own ptrace would
     // clash), a tracer follows every process the program starts.
     let follow = a.sample.subprocesses && !a.sample.blocking;
-    let mut tracer: Option<Follower> = None;
     if a.sample.live {
         tachyon::live::waiting_for_python();
     }
-    let launched = if command {
-        if a.module {
-            super::usage_error(
-                "run",
-                "-m runs a module with python; with `-- COMMAND` give the whole command instead",
-            );
-        }
-        if follow {
-            let (launched, t) = follow::launch(&a.target, Duration::from_secs(30), &io)?;
-            tracer = t;
-            launched
-        } else {
-            launch::launch_command(&a.target, Duration::from_secs(30), &io)?
-        }
-    } else {
-        let Some((first, rest)) = a.target.split_first() else {
-            super::usage_error(
-                "run",
-                "nothing to run: give a script, -m MODULE, or -- COMMAND",
-            );
-        };
-        // Options after the script are the script's; one before it is ours.
-        if first.to_string_lossy().starts_with('-') && first != "-" {
-            let tip = python_option_tip(&a.python, &a.target);
-            super::unknown_option("run", first, tip.as_deref());
-        }
-        let mut argv = vec![a.python.clone()];
-        if a.module {
-            argv.push("-m".into());
-        } else if !std::path::Path::new(first).exists() {
-            bail!("script not found: {}", first.to_string_lossy());
-        }
-        argv.push(first.clone());
-        argv.extend(rest.iter().cloned());
-        if follow {
-            let (launched, t) = follow::launch(&argv, Duration::from_secs(30), &io)?;
-            tracer = t;
-            launched
-        } else {
-            launch::launch_python(&argv, &io)?
-        }
-    };
+    let argv = program_argv(&a, command)?;
+    let (launched, tracer) = launch::start(&argv, command, follow, &io)?;
     signals::install();
     let mut child = launched.child;
     let proc = LinuxProcess::open(launched.python_pid)?;
@@ -780,14 +772,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         launched.runtime,
         a.sample.unwind_options(),
     );
-    if let Err(e) = a.sample.enable_async(&mut unwinder) {
+    if let Err(e) = a.sample.opening().ready(&mut unwinder) {
         // Refused (a Python before 3.14): the program must not outlive us.
-        let reaped = tracer.as_ref().and_then(Follower::finish);
-        launch::end_program(&mut child, Duration::from_secs(2));
-        if reaped.is_none() {
-            let _ = child.wait();
-        }
-        return Err(e);
+        launch::abandon(&mut child, tracer.as_ref());
+        return Err(open_error(e));
     }
     // A command (a wrapper, a script running several programs) may start
     // more interpreters after the first: the profile follows them in turn.
@@ -804,21 +792,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         tracer.as_ref(),
         false,
     );
-    // No process stays traced past the profile; the tracer has the
-    // program's exit status if it exited meanwhile (and reaped it).
-    let reaped = tracer.as_ref().and_then(Follower::finish);
-    // The program outlived sampling (duration over, Ctrl-C): end it and
-    // everything it started, as the reference does, politely first.
-    let ended_by_us = reaped.is_none()
-        && child.try_wait().ok().flatten().is_none()
-        && !matches!(reason, Ok(StopReason::TargetExited));
-    if ended_by_us {
-        launch::end_program(&mut child, Duration::from_secs(2));
-    }
-    let status = match reaped {
-        Some(status) => status,
-        None => child.wait().context("waiting for the profiled program")?,
-    };
+    let target_exited = matches!(reason, Ok(StopReason::TargetExited));
+    let (status, ended_by_us) = launch::end(&mut child, tracer.as_ref(), target_exited)
+        .context("waiting for the profiled program")?;
     if let Some(file) = program_errors {
         show_program_errors(file);
     }

@@ -2,19 +2,14 @@
 //!
 //! Everything above this module talks to a [`ProcessMemory`]; it never knows
 //! whether it reads a live process (the Linux reader here) or a snapshot
-//! file ([`snapshot`]). Only Linux x86-64 is built and tested, so only the Linux
+//! file (`session::snapshot`, which needs a runtime and an unwinder). Only Linux x86-64 is built and tested, so only the Linux
 //! implementation exists; macOS and Windows readers would implement the same
 //! trait.
 
 pub mod gather;
 pub mod maps;
 pub mod pages;
-pub mod snapshot;
 
-#[cfg(target_os = "linux")]
-pub mod follow;
-#[cfg(target_os = "linux")]
-pub mod launch;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
@@ -23,6 +18,18 @@ pub mod ptrace;
 pub mod tree;
 
 use std::cell::Cell;
+
+/// Lowest address a structure of the target can lie at (page 0 is never
+/// mapped).
+const USER_START: u64 = 4096;
+/// End of user space on x86-64 with 5-level page tables.
+const USER_END: u64 = 1 << 56;
+
+/// Could a structure of the interpreter lie at `addr` of a target? All
+/// are 8-aligned in user space. A pointer that fails this is not followed.
+pub fn plausible(addr: u64) -> bool {
+    addr.is_multiple_of(8) && (USER_START..USER_END).contains(&addr)
+}
 
 use crate::error::{Error, Result};
 

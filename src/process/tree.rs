@@ -78,6 +78,16 @@ impl ProcessTree {
     }
 }
 
+/// `root` and every process below it now, parents before children: one
+/// scan of `/proc`.
+pub fn descendants_and_self(root: i32) -> Vec<i32> {
+    let mut tree = ProcessTree::new();
+    tree.scan();
+    let mut out = vec![root];
+    out.extend(tree.descendants(root));
+    out
+}
+
 /// The pid most recently given to a new process or thread, system-wide
 /// (the last field of `/proc/loadavg`): while it stays the same, no
 /// process has started, and a scan can be skipped.

@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
 
 pub mod asyncio;
-mod verify;
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
 use crate::process::maps::MapEntry;
@@ -178,15 +177,24 @@ pub enum Found {
     /// A runtime ready to be read.
     Ready(Runtime),
     /// A 3.11/3.12 runtime not initialised yet (the error says so), and
-    /// where it is when that is known: [`check_carried`] on it tells when
+    /// where it is when that is known: the [`Check`] on it tells when
     /// it is ready, without looking at the process's files again. `None`:
     /// its binary says not where; its data is searched once it is ready.
     Starting(Option<Runtime>, Error),
 }
 
-/// Locate and validate the runtime of `proc`.
-pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
-    match locate_or_starting(proc)? {
+/// How a runtime with a carried (3.11/3.12) layout is checked against the
+/// live process before it is trusted: `Ok`, [`Error::LayoutMismatch`] for
+/// a process that does not fit, [`Error::NotPython`] for a runtime not
+/// initialised yet. The check walks the process's stacks, which is the
+/// unwinder's, a layer above: the caller gives it (the session's
+/// `verify::carried`), so that finding a runtime needs no unwinder.
+pub type Check = dyn Fn(&LinuxProcess, &Runtime) -> Result<()>;
+
+/// Locate and validate the runtime of `proc`, a carried layout checked
+/// with `check`.
+pub fn locate(proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
+    match locate_or_starting(proc, check)? {
         Found::Ready(rt) => Ok(rt),
         Found::Starting(_, e) => Err(e),
     }
@@ -194,7 +202,7 @@ pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
 
 /// Locate and validate the runtime of `proc`; for a 3.11/3.12 process
 /// that has not initialised it yet, where it will be.
-pub fn locate_or_starting(proc: &LinuxProcess) -> Result<Found> {
+pub fn locate_or_starting(proc: &LinuxProcess, check: &Check) -> Result<Found> {
     let pid = proc.pid();
     let maps = proc.maps()?;
     let cands = candidates(&maps);
@@ -294,7 +302,7 @@ pub fn locate_or_starting(proc: &LinuxProcess) -> Result<Found> {
                 continue;
             }
         };
-        match verify::carried(proc, &rt) {
+        match check(proc, &rt) {
             Ok(()) => return Ok(Found::Ready(rt)),
             Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
             // Not initialised yet (or a second, idle copy of libpython).
@@ -394,12 +402,12 @@ impl Startup {
     }
 
     /// Its runtime, once ready; else why not (as [`locate`]).
-    pub fn look(&mut self, proc: &LinuxProcess) -> Result<Runtime> {
+    pub fn look(&mut self, proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
         if let Some(rt) = &self.starting {
-            verify::carried(proc, rt)?;
+            check(proc, rt)?;
             return Ok(rt.clone());
         }
-        match locate_or_starting(proc)? {
+        match locate_or_starting(proc, check)? {
             Found::Ready(rt) => Ok(rt),
             Found::Starting(rt, e) => {
                 self.scanning = rt.is_none();
@@ -411,7 +419,7 @@ impl Startup {
 
     /// Where the 4-byte flag is that a 3.11/3.12 runtime, whose address is
     /// known, sets to 1 when its initialisation is over (`initialized`,
-    /// 16 bytes into `_PyRuntime`, which [`check_carried`] waits for): a
+    /// 16 bytes into `_PyRuntime`, which the [`Check`] waits for): a
     /// write there is the moment to look again.
     pub fn ready_flag(&self) -> Option<u64> {
         self.starting.as_ref().map(|rt| rt.address.wrapping_add(16))
@@ -480,13 +488,6 @@ pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Check a runtime with a carried (3.11/3.12) layout against the live
-/// process, as [`locate`] does before trusting it: `Ok`, or
-/// [`Error::LayoutMismatch`] for a process that does not fit.
-pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
-    verify::carried(proc, rt)
-}
-
 /// Most bytes of writable data scanned for `_PyRuntime`: the data and bss
 /// of a static interpreter are a few MiB.
 const MAX_SCAN: u64 = 64 << 20;
@@ -537,7 +538,7 @@ pub fn scan_for_runtime(
             let (Some(head), Some(main)) = (word(here + head_off), word(here + main_off)) else {
                 continue;
             };
-            if !crate::unwind::frames::plausible(head) || !crate::unwind::frames::plausible(main) {
+            if !crate::process::plausible(head) || !crate::process::plausible(main) {
                 continue;
             }
             followed += 1;
@@ -598,7 +599,7 @@ fn version_from_name(base: &str) -> Option<PyVersion> {
 }
 
 /// The runtime of a 3.11/3.12 process at `addr`, with the carried layout
-/// `c`, not yet verified on the live process (see [`verify::carried`]).
+/// `c`, not yet verified on the live process (see the [`Check`]).
 fn carried_runtime(
     pid: i32,
     addr: u64,

@@ -6,6 +6,11 @@
 //! (a slow sample, a busy machine), it samples at once and catches up.
 //! Sampling ends when the duration is over, when the target exits, or on
 //! Ctrl-C/SIGTERM, and in every case the collector still gets `finish`.
+//!
+//! One import reaches a layer above: [`Collector`], the trait of what the
+//! loop feeds (`collect/`). The trait is the loop's output port; its
+//! implementations (formats, the live view, recordings) sit above and
+//! are chosen by the session, so the loop knows none of them.
 
 pub mod signals;
 

@@ -16,6 +16,14 @@
 //!   threads run on a loaded machine, a short child is not over before its
 //!   profile starts. Other new processes (vfork, `posix_spawn`) go on at
 //!   once: they are looked at when they exec;
+//! - holds a process that execs an interpreter until its runtime is
+//!   ready (stepped from system call to system call, or on 3.11/3.12 run
+//!   until it sets its ready flag, as [`super::launch`] waits for the
+//!   program's first interpreter), then reports the exec with the runtime
+//!   found and holds it at that stop until the session has begun its
+//!   profile: a short `subprocess.run([sys.executable, ...])` is profiled
+//!   from its start, as a fork is. An exec into anything else is reported
+//!   and goes on at once;
 //! - delivers every signal unchanged and keeps stop signals' group stops
 //!   (`PTRACE_LISTEN`), so SIGSTOP and SIGCONT behave as without tachyon;
 //! - reaps the processes that exit, keeping the program's exit status;
@@ -30,7 +38,7 @@
 //! `strace -f`; Yama's `ptrace_scope`), the program is started untraced and
 //! [`launch()`] says so; the session then scans `/proc` instead.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
@@ -47,10 +55,12 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
-use crate::process::launch::{self, ChildIo, Launched};
+use crate::process::linux::LinuxProcess;
+use crate::runtime::{Runtime, Startup};
+use crate::session::launch::{self, ChildIo, Launched, SyscallWatch, Traced, watchpoint};
 
 /// What the tracer saw happen in the traced tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Event {
     /// A new process `pid` (not a thread), made by process `parent`.
     /// `shares_memory`: it runs in its parent's memory until it execs
@@ -62,8 +72,14 @@ pub enum Event {
         shares_memory: bool,
         held: bool,
     },
-    /// Process `pid` exec'd a new program.
-    Exec { pid: i32 },
+    /// Process `pid` exec'd a new program. `runtime`: it is a Python whose
+    /// runtime is ready, found while the tracer held it; it waits at that
+    /// stop for [`Follower::release`]. `None`: any other program (or a
+    /// Python that did not get ready in time), which goes on.
+    Exec {
+        pid: i32,
+        runtime: Option<Box<Runtime>>,
+    },
 }
 
 /// The tracer thread of one `run --subprocesses`, and what it reports.
@@ -116,6 +132,20 @@ fn install_wake_handler() {
         nix::libc::sigemptyset(&mut act.sa_mask);
         nix::libc::sigaction(wake_signal(), &act, std::ptr::null_mut());
     }
+}
+
+/// How long an exec'd process that looks like an interpreter is held for
+/// its runtime to be ready, before it is let go unprofiled.
+const AWAIT_AT_MOST: Duration = Duration::from_secs(10);
+
+/// A process that exec'd something python-like, held (stepped, or run
+/// to a watchpoint) until its runtime is ready.
+struct Awaiting {
+    startup: Startup,
+    /// The ready flag a hardware watchpoint is on: then it runs to its
+    /// next stop rather than from system call to system call.
+    watching: Option<u64>,
+    since: Instant,
 }
 
 /// What the tracer thread tells `launch` once the program runs.
@@ -271,6 +301,9 @@ struct Tracer {
     held: HashSet<Pid>,
     /// Hold new forks (until the session looks for no more children).
     holding: bool,
+    /// Exec'd processes held until their runtime is ready.
+    awaiting: HashMap<Pid, Awaiting>,
+    syscalls: SyscallWatch,
 }
 
 impl Tracer {
@@ -283,6 +316,124 @@ impl Tracer {
             to_hold: HashSet::new(),
             held: HashSet::new(),
             holding: true,
+            awaiting: HashMap::new(),
+            syscalls: SyscallWatch::default(),
+        }
+    }
+
+    /// Let `pid` run on from its stop: stepped to its next system call
+    /// while it is awaited without a watchpoint.
+    fn resume(&self, pid: Pid, sig: Option<Signal>) {
+        let _ = match self.awaiting.get(&pid) {
+            Some(a) if a.watching.is_none() => ptrace::syscall(pid, sig),
+            _ => ptrace::cont(pid, sig),
+        };
+    }
+
+    /// Process `pid` exec'd (it is at its exec stop): await its runtime if
+    /// it looks like an interpreter, else report it and let it go on.
+    fn exec(&mut self, pid: Pid, events: &Sender<Event>) {
+        // A new program has no watchpoint: the kernel drops them at exec.
+        self.awaiting.remove(&pid);
+        self.syscalls.forget(pid);
+        if !self.holding {
+            let _ = events.send(Event::Exec {
+                pid: pid.as_raw(),
+                runtime: None,
+            });
+            let _ = ptrace::cont(pid, None);
+            return;
+        }
+        let mut startup = Startup::default();
+        startup.exec();
+        let awaiting = Awaiting {
+            startup,
+            watching: None,
+            since: Instant::now(),
+        };
+        self.look(pid, awaiting, events);
+    }
+
+    /// Look at awaited process `pid`, at a stop: report it once it is
+    /// Python (held, while forks are) or cannot be; else run it to its
+    /// next look.
+    fn look(&mut self, pid: Pid, mut a: Awaiting, events: &Sender<Event>) {
+        let runtime = match launch::look_traced(pid, &mut a.startup) {
+            Traced::Python(rt) => Some(rt),
+            Traced::Maybe if a.since.elapsed() < AWAIT_AT_MOST => {
+                if let Ok(proc) = LinuxProcess::open(pid.as_raw()) {
+                    a.watching = launch::watch_ready_flag(&proc, &a.startup, a.watching);
+                }
+                self.awaiting.insert(pid, a);
+                self.resume(pid, None);
+                return;
+            }
+            _ => None,
+        };
+        if a.watching.is_some() {
+            watchpoint::clear(pid);
+        }
+        let hold = runtime.is_some() && self.holding;
+        if hold {
+            self.held.insert(pid);
+        } else {
+            let _ = ptrace::cont(pid, None);
+        }
+        let _ = events.send(Event::Exec {
+            pid: pid.as_raw(),
+            runtime,
+        });
+    }
+
+    /// An awaited process's system-call stop, or a trap of its
+    /// watchpoint: look again if it may be ready now.
+    fn awaited_stop(&mut self, pid: Pid, events: &Sender<Event>) {
+        let Some(a) = self.awaiting.remove(&pid) else {
+            return;
+        };
+        let trap = a.watching.is_some();
+        if trap || self.syscalls.worth_a_look(pid, &a.startup) {
+            self.look(pid, a, events);
+        } else {
+            self.awaiting.insert(pid, a);
+            self.resume(pid, None);
+        }
+    }
+
+    /// Let go of every awaited process: each is interrupted, its
+    /// watchpoint cleared at its stop, and detached there.
+    fn release_awaited(&mut self) {
+        for (pid, a) in std::mem::take(&mut self.awaiting) {
+            self.tracees.remove(&pid);
+            if ptrace::interrupt(pid).is_err() {
+                continue;
+            }
+            let deadline = Instant::now() + RELEASE_WITHIN;
+            while Instant::now() < deadline {
+                let status = match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+                    Ok(s) => s,
+                    Err(Errno::EINTR) => continue,
+                    Err(_) => break,
+                };
+                let sig = match status {
+                    WaitStatus::Stopped(_, sig) => Some(sig),
+                    WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => None,
+                    WaitStatus::Exited(_, code) => {
+                        self.gone(pid, exited(code));
+                        break;
+                    }
+                    WaitStatus::Signaled(_, s, core) => {
+                        self.gone(pid, killed(s, core));
+                        break;
+                    }
+                    _ => continue,
+                };
+                if a.watching.is_some() {
+                    watchpoint::clear(pid);
+                }
+                let _ = ptrace::detach(pid, sig);
+                break;
+            }
         }
     }
 
@@ -372,7 +523,7 @@ impl Tracer {
                         });
                     }
                 }
-                let _ = ptrace::cont(pid, None);
+                self.resume(pid, None);
             }
             WaitStatus::PtraceEvent(pid, _, ev) if ev == PtEvent::PTRACE_EVENT_EXEC as i32 => {
                 self.tracees.insert(pid);
@@ -382,8 +533,7 @@ impl Tracer {
                 {
                     self.tracees.remove(&Pid::from_raw(former as i32));
                 }
-                let _ = events.send(Event::Exec { pid: pid.as_raw() });
-                let _ = ptrace::cont(pid, None);
+                self.exec(pid, events);
             }
             WaitStatus::PtraceEvent(pid, sig, ev) if ev == PTRACE_EVENT_STOP => {
                 if is_stop_signal(sig) {
@@ -400,17 +550,31 @@ impl Tracer {
                     self.held.insert(pid);
                 } else {
                     // A new task's first stop, or an interrupt.
-                    let _ = ptrace::cont(pid, None);
+                    self.resume(pid, None);
                 }
+            }
+            WaitStatus::PtraceSyscall(pid) if self.awaiting.contains_key(&pid) => {
+                self.awaited_stop(pid, events);
+            }
+            // The trap of an awaited process's watchpoint is no signal
+            // for it.
+            WaitStatus::Stopped(pid, Signal::SIGTRAP)
+                if self
+                    .awaiting
+                    .get(&pid)
+                    .is_some_and(|a| a.watching.is_some())
+                    && watchpoint::hit(pid) =>
+            {
+                self.awaited_stop(pid, events);
             }
             WaitStatus::PtraceEvent(pid, _, _) | WaitStatus::PtraceSyscall(pid) => {
                 self.tracees.insert(pid);
-                let _ = ptrace::cont(pid, None);
+                self.resume(pid, None);
             }
             // A signal for the process: delivered unchanged.
             WaitStatus::Stopped(pid, sig) => {
                 self.tracees.insert(pid);
-                let _ = ptrace::cont(pid, Some(sig));
+                self.resume(pid, Some(sig));
             }
             WaitStatus::Exited(pid, code) => {
                 self.gone(pid, exited(code));
@@ -427,6 +591,8 @@ impl Tracer {
         self.held.remove(&pid);
         self.early.remove(&pid);
         self.to_hold.remove(&pid);
+        self.awaiting.remove(&pid);
+        self.syscalls.forget(pid);
         if pid == self.root {
             self.root_status = Some(status);
         }
@@ -435,6 +601,7 @@ impl Tracer {
     /// Detach from every traced task: each is interrupted and detached at
     /// its stop, a signal it stopped for delivered, a group stop kept.
     fn release(&mut self) {
+        self.release_awaited();
         let mut left: HashSet<Pid> = HashSet::new();
         // Those at a stop already seen are let go at once.
         let stopped: HashSet<Pid> = self.held.drain().chain(self.early.drain()).collect();

@@ -36,7 +36,9 @@ use nix::unistd::Pid;
 use crate::error::{Error, Result};
 use crate::process::ProcessMemory;
 use crate::process::linux::LinuxProcess;
+use crate::process::tree::descendants_and_self;
 use crate::runtime::{self, Runtime};
+use crate::session::probe::{self, Probe};
 
 /// A started program and the Python process inside it.
 pub struct Launched {
@@ -160,24 +162,22 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
     };
     for _ in 0..50_000 {
         if look {
-            let found = startup.look(&proc);
-            step = startup.python_seen() || pythonish(&proc);
+            let maps = std::cell::OnceCell::new();
+            let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&proc));
+            let found = probe::probe_starting(&proc, &mut startup, &pythonish);
+            step = startup.python_seen() || pythonish();
             match found {
-                Ok(rt) => {
+                Probe::Python(rt) => {
                     let_go(pending, watching);
-                    return Ok(rt);
+                    return Ok(*rt);
                 }
-                Err(
-                    e @ (Error::UnsupportedVersion { .. }
-                    | Error::FreeThreaded { .. }
-                    | Error::InvalidOffsets { .. }
-                    | Error::LayoutMismatch { .. }
-                    | Error::PermissionDenied { .. }),
-                ) => {
+                // The interpreter itself: whatever stops it being read
+                // ends the start.
+                Probe::Refused(e) | Probe::Unready(e) => {
                     let_go(pending, watching);
                     return Err(e);
                 }
-                Err(e) => last = Some(e),
+                Probe::NotYet(e) | Probe::NotPython(e) => last = Some(e),
             }
             watching = watch_ready_flag(&proc, &startup, watching);
             if watching.is_some() {
@@ -231,7 +231,7 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
 /// call. `None`: step instead (no address yet; no watchpoint here; or the
 /// flag says ready while the runtime was not, so a write there is no
 /// sign any more).
-fn watch_ready_flag(
+pub(crate) fn watch_ready_flag(
     proc: &LinuxProcess,
     startup: &runtime::Startup,
     watching: Option<u64>,
@@ -261,7 +261,7 @@ fn watch_ready_flag(
 /// (`SIGTRAP`) right after the tracee writes there. Set in the tracee's
 /// debug registers through ptrace, nothing is written to its memory.
 #[cfg(target_arch = "x86_64")]
-mod watchpoint {
+pub(crate) mod watchpoint {
     use nix::libc;
     use nix::unistd::Pid;
 
@@ -326,7 +326,7 @@ mod watchpoint {
 
 /// No watchpoints on other machines: the process is stepped.
 #[cfg(not(target_arch = "x86_64"))]
-mod watchpoint {
+pub(crate) mod watchpoint {
     use nix::unistd::Pid;
     pub fn set(_: Pid, _: u64) -> bool {
         false
@@ -346,13 +346,13 @@ mod watchpoint {
 /// which call a stop is (`PTRACE_GET_SYSCALL_INFO`, Linux 5.3), every
 /// stop.
 #[derive(Default)]
-struct SyscallWatch {
+pub(crate) struct SyscallWatch {
     /// The call the process entered last, not exited yet.
     entered: HashMap<Pid, u64>,
 }
 
 impl SyscallWatch {
-    fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
+    pub(crate) fn worth_a_look(&mut self, pid: Pid, startup: &runtime::Startup) -> bool {
         let entered = self.entered.remove(&pid);
         if startup.python_seen() {
             return true;
@@ -367,7 +367,7 @@ impl SyscallWatch {
         }
     }
 
-    fn forget(&mut self, pid: Pid) {
+    pub(crate) fn forget(&mut self, pid: Pid) {
         self.entered.remove(&pid);
     }
 }
@@ -519,17 +519,17 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                 let startup = startups.entry(pid).or_default();
                 startup.exec();
                 syscalls.forget(pid);
-                match probe(pid, startup) {
-                    Probe::Python(rt) => break (pid, *rt),
-                    Probe::Maybe => {
+                match look_traced(pid, startup) {
+                    Traced::Python(rt) => break (pid, *rt),
+                    Traced::Maybe => {
                         stepping.push(pid);
                         resume(pid, None, &stepping);
                     }
-                    Probe::Refused(e) => {
+                    Traced::Refused(e) => {
                         release(&tracees, None);
                         return Err(e);
                     }
-                    Probe::No => resume(pid, None, &stepping),
+                    Traced::No => resume(pid, None, &stepping),
                 }
             }
             WaitStatus::PtraceEvent(pid, _, ev)
@@ -555,9 +555,9 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                     resume(pid, None, &stepping);
                     continue;
                 }
-                match probe(pid, startup) {
-                    Probe::Python(rt) => break (pid, *rt),
-                    Probe::Refused(e) => {
+                match look_traced(pid, startup) {
+                    Traced::Python(rt) => break (pid, *rt),
+                    Traced::Refused(e) => {
                         release(&tracees, None);
                         return Err(e);
                     }
@@ -608,39 +608,32 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
     Ok((found.0, found.1, tracees))
 }
 
-enum Probe {
+/// What a traced process of a command is to its tracer.
+pub(crate) enum Traced {
     Python(Box<Runtime>),
-    /// Looks like an interpreter whose runtime is not mapped yet.
+    /// Looks like an interpreter whose runtime is not ready yet: stepped.
     Maybe,
     No,
-    /// A Python tachyon cannot read (too old, free-threaded...).
+    /// A Python tachyon cannot read (too old, free-threaded, a layout
+    /// that does not fit): the command's start fails on it.
     Refused(Error),
 }
 
-fn probe(pid: Pid, startup: &mut runtime::Startup) -> Probe {
+/// [`probe::probe_starting`] for a traced process of a command: a process
+/// not ours to read (a setuid program the command runs) is not Python to
+/// it, and only one that maps an interpreter's file is stepped.
+pub(crate) fn look_traced(pid: Pid, startup: &mut runtime::Startup) -> Traced {
     let Ok(proc) = LinuxProcess::open(pid.as_raw()) else {
-        return Probe::No;
+        return Traced::No;
     };
-    match startup.look(&proc) {
-        Ok(rt) => Probe::Python(Box::new(rt)),
-        Err(
-            e @ (Error::UnsupportedVersion { .. }
-            | Error::FreeThreaded { .. }
-            | Error::LayoutMismatch { .. }),
-        ) => Probe::Refused(e),
-        Err(_) if pythonish(&proc) => Probe::Maybe,
-        Err(_) => Probe::No,
+    let maps = std::cell::OnceCell::new();
+    let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&proc));
+    match probe::probe_starting(&proc, startup, &pythonish) {
+        Probe::Python(rt) => Traced::Python(rt),
+        Probe::Refused(e) if !matches!(e, Error::PermissionDenied { .. }) => Traced::Refused(e),
+        _ if pythonish() => Traced::Maybe,
+        _ => Traced::No,
     }
-}
-
-/// Whether `proc` maps a file named like an interpreter (its executable,
-/// or a libpython the loader has mapped): it may become a Python without
-/// another exec.
-fn pythonish(proc: &LinuxProcess) -> bool {
-    proc.maps().is_ok_and(|m| {
-        m.iter()
-            .any(|e| e.basename().is_some_and(|b| b.contains("python")))
-    })
 }
 
 /// Detach from every traced process. `stopped` is already in a ptrace
@@ -711,23 +704,20 @@ pub(crate) fn poll_for_python(mut child: Child, timeout: Duration) -> Result<Lau
     let mut refused: Option<Error> = None;
     loop {
         for pid in descendants_and_self(root) {
-            let Ok(proc) = LinuxProcess::open(pid) else {
-                continue;
-            };
-            match runtime::locate(&proc) {
-                Ok(rt) => {
+            match probe::probe(pid) {
+                Probe::Python(rt) => {
                     return Ok(Launched {
                         child,
                         python_pid: pid,
-                        runtime: rt,
+                        runtime: *rt,
                     });
                 }
-                Err(
-                    e @ (Error::UnsupportedVersion { .. }
-                    | Error::FreeThreaded { .. }
-                    | Error::LayoutMismatch { .. }),
-                ) => refused = Some(e),
-                Err(_) => {}
+                // Kept to say why no Python started, if none does.
+                Probe::Refused(e) if !matches!(e, Error::PermissionDenied { .. }) => {
+                    refused = Some(e)
+                }
+                Probe::Unready(e @ Error::LayoutMismatch { .. }) => refused = Some(e),
+                _ => {}
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -769,15 +759,13 @@ pub fn next_python(
             if not_python.get(&pid) == Some(&what) {
                 continue;
             }
-            let Ok(proc) = LinuxProcess::open(pid) else {
-                continue;
-            };
-            match runtime::locate(&proc) {
-                Ok(rt) => return Some((pid, rt)),
-                Err(crate::Error::NotPython { .. }) => {
+            match probe::probe(pid) {
+                Probe::Python(rt) => return Some((pid, *rt)),
+                Probe::NotPython(Error::NotPython { .. })
+                | Probe::NotYet(Error::NotPython { .. }) => {
                     not_python.insert(pid, what);
                 }
-                Err(_) => {}
+                _ => {}
             }
         }
         if !keep_waiting() {
@@ -796,6 +784,60 @@ fn what_it_runs(pid: i32) -> String {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let pythons = maps.lines().filter(|l| l.contains("python")).count();
     format!("{exe}|{pythons}")
+}
+
+/// How long the first Python of a command is waited for.
+const FIRST_PYTHON_WITHIN: Duration = Duration::from_secs(30);
+
+/// Start the program to profile, `argv`: a `command` (any program, whose
+/// first Python process is waited for) or an interpreter and its script;
+/// with `follow` (`run --subprocesses`) under a tracer that goes on
+/// following every process it starts, when ptrace allows.
+pub fn start(
+    argv: &[OsString],
+    command: bool,
+    follow: bool,
+    io: &ChildIo,
+) -> Result<(Launched, Option<super::follow::Follower>)> {
+    match (follow, command) {
+        (true, _) => super::follow::launch(argv, FIRST_PYTHON_WITHIN, io),
+        (false, true) => Ok((launch_command(argv, FIRST_PYTHON_WITHIN, io)?, None)),
+        (false, false) => Ok((launch_python(argv, io)?, None)),
+    }
+}
+
+/// The profile could not begin: end the program (it must not outlive
+/// tachyon) and reap it.
+pub fn abandon(child: &mut Child, tracer: Option<&super::follow::Follower>) {
+    let reaped = tracer.and_then(super::follow::Follower::finish);
+    end_program(child, Duration::from_secs(2));
+    if reaped.is_none() {
+        let _ = child.wait();
+    }
+}
+
+/// The profile is over: let go of every traced process, end the program
+/// if it outlived sampling (duration over, Ctrl-C; not when the
+/// `target_exited`), as the reference does, politely first, and reap it.
+/// Its exit status, and whether tachyon ended it.
+pub fn end(
+    child: &mut Child,
+    tracer: Option<&super::follow::Follower>,
+    target_exited: bool,
+) -> std::io::Result<(std::process::ExitStatus, bool)> {
+    // No process stays traced past the profile; the tracer has the
+    // program's exit status if it exited meanwhile (and reaped it).
+    let reaped = tracer.and_then(super::follow::Follower::finish);
+    let ended_by_us =
+        reaped.is_none() && child.try_wait().ok().flatten().is_none() && !target_exited;
+    if ended_by_us {
+        end_program(child, Duration::from_secs(2));
+    }
+    let status = match reaped {
+        Some(status) => status,
+        None => child.wait()?,
+    };
+    Ok((status, ended_by_us))
 }
 
 /// Make the processes the program leaves behind (the children of a script
@@ -855,37 +897,4 @@ pub fn end_program(child: &mut Child, grace: Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
     reap_adopted();
-}
-
-/// `root` and every process below it, parents before children.
-pub fn descendants_and_self(root: i32) -> Vec<i32> {
-    let mut parent_of: Vec<(i32, i32)> = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let after = &s[s.rfind(')')? + 2..];
-                    after.split_whitespace().nth(1)?.parse().ok()
-                })
-            {
-                parent_of.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        for &(pid, ppid) in &parent_of {
-            if ppid == p && !out.contains(&pid) {
-                out.push(pid);
-            }
-        }
-        i += 1;
-    }
-    out
 }

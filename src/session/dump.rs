@@ -1,0 +1,113 @@
+//! `dump`: one consistent read of a process's stacks, as its steps. The
+//! command line drives them and formats the result.
+//!
+//! Without `--blocking` the target runs while it is read, so a torn read
+//! is retried a few times before it is reported. With it, the threads are
+//! stopped for the read, and since a stopped thread reads as stopped, each
+//! thread's CPU state is taken from `/proc` the instant before and put in
+//! the sample's status bits after.
+
+use crate::error::{Error, Result};
+use crate::model::{Sample, status};
+use crate::process::linux::LinuxProcess;
+use crate::process::ptrace::StoppedThreads;
+use crate::session::open::{OpenError, enable_async};
+use crate::session::snapshot::Recorder;
+use crate::unwind::asyncio::AsyncMode;
+use crate::unwind::{UnwindOptions, Unwinder};
+
+/// Reads tried before a torn stack is reported.
+const TRIES: usize = 5;
+
+/// The unwinder of a dump: every range it reads is kept when `record`
+/// (`--snapshot`); with `asyncio`, the target must have imported asyncio.
+pub fn open(
+    pid: i32,
+    opts: UnwindOptions,
+    asyncio: Option<AsyncMode>,
+    record: bool,
+) -> std::result::Result<Unwinder<Recorder<LinuxProcess>>, OpenError> {
+    let proc = LinuxProcess::open(pid)?;
+    let rt = super::locate(&proc)?;
+    let rec = match record {
+        true => Recorder::new(proc),
+        false => Recorder::passthrough(proc),
+    };
+    let mut unwinder = Unwinder::new(rec, pid, rt, opts);
+    if let Some(mode) = asyncio {
+        enable_async(&mut unwinder, mode, true)?;
+    }
+    Ok(unwinder)
+}
+
+/// The threads of `proc`, stopped (`--blocking`), with the CPU state of
+/// each the instant before.
+pub type Stopped = (StoppedThreads, Vec<(u64, Option<char>)>);
+
+/// Stop every thread of `proc`, their states read first.
+pub fn stop(proc: &LinuxProcess) -> Result<Stopped> {
+    let before = proc
+        .thread_ids()?
+        .into_iter()
+        .map(|tid| (tid as u64, proc.thread_state(tid as u64)))
+        .collect();
+    Ok((StoppedThreads::stop(proc)?, before))
+}
+
+/// Why no consistent stack was read.
+#[derive(Debug)]
+pub enum Unread {
+    /// The process cannot be read at all.
+    Fatal(Error),
+    /// Every try was torn: the last one's reason.
+    Torn(Error),
+}
+
+/// Read one sample of `unwinder` into `sample`, retrying torn reads.
+pub fn read_consistent<M: crate::process::ProcessMemory>(
+    unwinder: &mut Unwinder<M>,
+    sample: &mut Sample,
+) -> std::result::Result<(), Unread> {
+    let mut last = None;
+    for _ in 0..TRIES {
+        match unwinder.sample(sample) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_fatal() => return Err(Unread::Fatal(e)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Unread::Torn(last.expect("at least one try")))
+}
+
+/// Put the CPU states read before the threads were stopped (`before`)
+/// into the sample's status bits, in place of "stopped".
+pub fn restore_cpu_states(sample: &mut Sample, before: &[(u64, Option<char>)]) {
+    for t in &mut sample.threads {
+        if let Some(&(_, Some(state))) = before.iter().find(|(tid, _)| *tid == t.tid) {
+            t.status &= !(status::UNKNOWN | status::ON_CPU);
+            t.status |= state_bits(state);
+        }
+    }
+}
+
+/// The status bits of a thread in `/proc` state `state`.
+fn state_bits(state: char) -> u32 {
+    match state {
+        'R' => status::ON_CPU,
+        'S' | 'D' | 'T' | 'Z' | 'I' | 'X' => 0,
+        _ => status::UNKNOWN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_running_thread_is_on_cpu_and_an_odd_state_is_unknown() {
+        assert_eq!(state_bits('R'), status::ON_CPU);
+        assert_eq!(state_bits('S'), 0);
+        assert_eq!(state_bits('D'), 0);
+        assert_eq!(state_bits('?'), status::UNKNOWN);
+    }
+}
