@@ -801,7 +801,7 @@ fn dump_offsets() {
     for interp in all {
         let (t, version, debug) = start(&interp);
         let proc = LinuxProcess::open(t.pid()).unwrap();
-        let rt = tachyon::runtime::locate(&proc).unwrap();
+        let rt = tachyon::session::locate(&proc).unwrap();
         println!(
             "LIVE {} {}: {:?}",
             interp.name,

@@ -1161,7 +1161,7 @@ fn assert_exec_children_profiled(
         ("SHELLEXEC ", "shell_exec_work"),
         ("FORKEXEC ", "fork_exec_work"),
     ] {
-        let pid = pids_after(stdout, tag)[0];
+        let pid = children::pids_after(stdout, tag)[0];
         let file = out(&format!("out_{pid}.txt"));
         assert!(
             file.exists(),
@@ -1185,7 +1185,7 @@ fn run_holds_a_child_that_execs_python_until_it_is_profiled() {
         .into_iter()
         .filter(|i| i.name == "pyenv-3.11")
     {
-        let dir = tempdir();
+        let dir = TempDir::new("execs");
         std::fs::write(dir.join("execs.py"), EXEC_INTO_PYTHON).unwrap();
         let mut cmd = Command::new(tachyon_bin());
         cmd.current_dir(&dir)
@@ -1199,11 +1199,8 @@ fn run_holds_a_child_that_execs_python_until_it_is_profiled() {
             ])
             .arg(&it.exe)
             .arg("execs.py");
-        let out = Running::start(cmd).finish(Duration::from_secs(180));
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
+        let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(180));
         assert_exec_children_profiled(&it.name, |f| dir.join(f), &stdout, &stderr);
-        let _ = std::fs::remove_dir_all(&dir);
     }
     for it in release(sid_interpreters()) {
         let dir = RootDir::new(&[("execs.py", EXEC_INTO_PYTHON)]);

@@ -21,9 +21,9 @@ use std::cell::Cell;
 
 /// Lowest address a structure of the target can lie at (page 0 is never
 /// mapped).
-const USER_START: u64 = 4096;
+pub const USER_START: u64 = 4096;
 /// End of user space on x86-64 with 5-level page tables.
-const USER_END: u64 = 1 << 56;
+pub const USER_END: u64 = 1 << 56;
 
 /// Could a structure of the interpreter lie at `addr` of a target? All
 /// are 8-aligned in user space. A pointer that fails this is not followed.

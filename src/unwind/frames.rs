@@ -591,18 +591,10 @@ impl Markers {
     }
 }
 
-/// Above this, an address is not a user-space address on x86-64 (even
-/// with five-level page tables); below 4 KiB lies the unmapped NULL page.
-const USER_END: u64 = 1 << 56;
-const USER_START: u64 = 4096;
-
-/// Could a structure of the interpreter (frame, chunk, thread or
-/// interpreter state) lie at `addr`? All are 8-aligned in user space. A
+/// Could a frame, chunk, thread or interpreter state lie at `addr`? A
 /// pointer that fails this is not followed: it would cost a read for
 /// nothing.
-pub fn plausible(addr: u64) -> bool {
-    addr.is_multiple_of(8) && (USER_START..USER_END).contains(&addr)
-}
+pub use crate::process::{USER_END, USER_START, plausible};
 
 /// Reads granted to a walk for each code object it loads: the code object,
 /// its type's name (once), two strings and a byte string, each at most a
