@@ -291,67 +291,105 @@ impl CodeCache {
             .filter(|d| d % 2 == 0 && *d < (1 << 28))
             .map(|d| (d / 2) as u32);
         if self.is_ready(code) {
-            let info = &self.codes[&code];
-            if let Some(&id) = addrq.and_then(|a| info.locs.get(&a)) {
-                self.hits += 1;
-                let framesize = info.framesize;
-                if info.trusted {
-                    self.remember_fast(code, instr_ptr, id, framesize);
-                }
-                return Ok((id, framesize));
+            if let Some(hit) = self.known_location(code, instr_ptr, addrq) {
+                return Ok(hit);
             }
         } else {
-            if self.budget == 0 {
-                return Err(Error::corrupt("too many code objects in one sample"));
-            }
-            self.budget -= 1;
-            self.misses += 1;
-            let fresh = match self.load(mem, offs, table, code) {
-                Ok(fresh) => fresh,
-                Err(e) => {
-                    // An entry on probation that cannot be read again is
-                    // not to be believed either.
-                    self.evict(code);
-                    return Err(e);
-                }
-            };
-            let sample = self.sample;
-            match self.codes.get_mut(&code) {
-                Some(old) if old.same_as(&fresh) => {
-                    old.trusted = true;
-                    old.loaded_in = sample;
-                }
-                Some(old) => {
-                    // The two loads disagree: one was torn. Believe the
-                    // newer for this sample, trust neither yet.
-                    *old = CodeInfo {
-                        loaded_in: sample,
-                        ..fresh
-                    };
-                    self.invalidate_fast();
-                }
-                None => {
-                    if self.codes.len() >= MAX_CACHED_CODES {
-                        // Dead code objects are never told to us on 3.13:
-                        // start afresh now and then rather than grow
-                        // without bound.
-                        self.clear();
-                    }
-                    self.codes.insert(
-                        code,
-                        CodeInfo {
-                            loaded_in: sample,
-                            ..fresh
-                        },
-                    );
-                }
-            }
-            self.loaded.push(code);
+            self.load_checked(mem, offs, table, code)?;
         }
-        let info = self.codes.get_mut(&code).expect("inserted above");
         // 3.11, 3.12: a frame that has not started yet points one code
         // unit before its bytecode; it is at its first line.
         let not_started = offs.instr_ptr_is_prev && instr_ptr == base.wrapping_sub(2);
+        Ok(self.locate_new(table, code, instr_ptr, addrq, not_started))
+    }
+
+    /// A cached code object's frame at code unit `addrq`, if that
+    /// location was looked up before.
+    fn known_location(
+        &mut self,
+        code: u64,
+        instr_ptr: u64,
+        addrq: Option<u32>,
+    ) -> Option<(FrameId, u32)> {
+        let info = &self.codes[&code];
+        let &id = addrq.and_then(|a| info.locs.get(&a))?;
+        self.hits += 1;
+        let framesize = info.framesize;
+        if info.trusted {
+            self.remember_fast(code, instr_ptr, id, framesize);
+        }
+        Some((id, framesize))
+    }
+
+    /// Load the code object at `code` into the cache, within the
+    /// sample's budget of loads. A second load that agrees with the first
+    /// makes the entry trusted; one that disagrees replaces it, untrusted.
+    fn load_checked(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        table: &mut FrameTable,
+        code: u64,
+    ) -> Result<()> {
+        if self.budget == 0 {
+            return Err(Error::corrupt("too many code objects in one sample"));
+        }
+        self.budget -= 1;
+        self.misses += 1;
+        let fresh = match self.load(mem, offs, table, code) {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                // An entry on probation that cannot be read again is not
+                // to be believed either.
+                self.evict(code);
+                return Err(e);
+            }
+        };
+        let sample = self.sample;
+        match self.codes.get_mut(&code) {
+            Some(old) if old.same_as(&fresh) => {
+                old.trusted = true;
+                old.loaded_in = sample;
+            }
+            Some(old) => {
+                // The two loads disagree: one was torn. Believe the newer
+                // for this sample, trust neither yet.
+                *old = CodeInfo {
+                    loaded_in: sample,
+                    ..fresh
+                };
+                self.invalidate_fast();
+            }
+            None => {
+                if self.codes.len() >= MAX_CACHED_CODES {
+                    // Dead code objects are never told to us on 3.13: start
+                    // afresh now and then rather than grow without bound.
+                    self.clear();
+                }
+                self.codes.insert(
+                    code,
+                    CodeInfo {
+                        loaded_in: sample,
+                        ..fresh
+                    },
+                );
+            }
+        }
+        self.loaded.push(code);
+        Ok(())
+    }
+
+    /// The frame of a cached code object at code unit `addrq`, looked up
+    /// in its location table and remembered.
+    fn locate_new(
+        &mut self,
+        table: &mut FrameTable,
+        code: u64,
+        instr_ptr: u64,
+        addrq: Option<u32>,
+        not_started: bool,
+    ) -> (FrameId, u32) {
+        let info = self.codes.get_mut(&code).expect("loaded by the caller");
         let location = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
             _ if not_started => Some(Location {
@@ -376,7 +414,7 @@ impl CodeCache {
                 self.remember_fast(code, instr_ptr, id, framesize);
             }
         }
-        Ok((id, framesize))
+        (id, framesize)
     }
 
     fn load(
