@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{
-    Interp, RootDir, Running, TempDir, collapsed, sid_interpreters, sid_root, spawn, tachyon_bin,
-};
+use common::{Interp, RootDir, Running, TempDir, collapsed, sid_interpreters, spawn, tachyon_bin};
 use tachyon::binfmt::reader::{BinaryReader, ReadOptions};
 
 /// Two threads whose stacks keep changing, so blocks carry new frames.
@@ -273,23 +271,7 @@ fn finished_recording(dir: &RootDir, extra: &[&str]) -> (Vec<u8>, u64) {
 
 /// The root's `rec.bin` replays in the reference: all `total` stacks.
 fn replays_in_the_reference(dir: &RootDir, total: u64) {
-    let ref_out = Command::new("chroot")
-        .arg(sid_root())
-        .args(["/usr/bin/python3.15", "-m", "profiling.sampling", "replay"])
-        .args([
-            "--collapsed",
-            "-o",
-            &dir.inside("ref.txt"),
-            &dir.inside("rec.bin"),
-        ])
-        .output()
-        .unwrap();
-    let ref_text = String::from_utf8_lossy(&ref_out.stdout);
-    assert!(
-        ref_out.status.success(),
-        "{ref_text}{}",
-        String::from_utf8_lossy(&ref_out.stderr)
-    );
+    let ref_text = common::reference_replays(dir);
     assert!(
         ref_text.contains(&format!("Replayed {total} samples")),
         "{ref_text}"

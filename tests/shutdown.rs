@@ -10,8 +10,7 @@
 mod common;
 
 use common::{
-    Interp, RootDir, collapsed, machine_old_interpreters, release, sid_interpreters, sid_root,
-    tachyon_ok,
+    Interp, RootDir, collapsed, machine_old_interpreters, release, sid_interpreters, tachyon_ok,
 };
 
 /// A million objects in 600,000 cycles, reachable from a module global
@@ -135,22 +134,7 @@ fn a_recording_keeps_its_shutdown_count_for_replay() {
     assert_eq!(shutdown_samples(&replayed), n, "{replayed}");
     page_counts(&dir, "f.html", n);
     // The count is a string no frame names: the reference reads past it.
-    let out = std::process::Command::new("chroot")
-        .arg(sid_root())
-        .args(["/usr/bin/python3.15", "-m", "profiling.sampling", "replay"])
-        .args([
-            "--collapsed",
-            "-o",
-            &dir.inside("ref.txt"),
-            &dir.inside("rec.bin"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the reference's replay: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::reference_replays(&dir);
 }
 
 /// The flame graph page `page` counts `n` shutdown samples and has no

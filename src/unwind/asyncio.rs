@@ -387,12 +387,15 @@ struct TaskFacts {
 }
 
 /// A [`Reader`] of unwinder `$u`'s caches and async state `$st`'s,
-/// reading through the page cache `$pages`.
+/// reading through the sample's page cache.
 macro_rules! task_reader {
-    ($u:ident, $st:ident, $pages:ident, $o:ident, $a:ident) => {
+    ($u:ident, $st:ident, $o:ident, $a:ident) => {
         Reader {
             meter: &$u.mem,
-            mem: &$pages,
+            mem: &PageCache {
+                inner: &$u.mem,
+                pages: &$st.pages,
+            },
             o: $o,
             a: $a,
             code: &mut $u.code,
@@ -1056,18 +1059,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             AsyncMode::All => {
                 let head = tstate.wrapping_add(a.thread_tasks_head);
                 let first = word(a.thread_tasks_head + a.llist_next)?;
-                let pages = PageCache {
-                    inner: &self.mem,
-                    pages: &st.pages,
-                };
-                task_reader!(self, st, pages, o, a).list(
-                    graph,
-                    head,
-                    first,
-                    key,
-                    thread_status,
-                    interp.id,
-                )
+                task_reader!(self, st, o, a).list(graph, head, first, key, thread_status, interp.id)
             }
         }
     }
@@ -1084,11 +1076,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         graph: &mut Graph,
         (task, key, thread_status): (u64, ThreadKey, u32),
     ) -> Result<()> {
-        let pages = PageCache {
-            inner: &self.mem,
-            pages: &st.pages,
-        };
-        let mut r = task_reader!(self, st, pages, o, a);
+        let mut r = task_reader!(self, st, o, a);
         let mut node = r.node(graph, task, key, thread_status, interp.id)?;
         let f0 = graph.frames.len();
         graph.frames.extend_from_slice(&st.run_frames);
@@ -1119,18 +1107,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             ident: 0,
             interp: interp.addr,
         };
-        let pages = PageCache {
-            inner: &self.mem,
-            pages: &st.pages,
-        };
-        task_reader!(self, st, pages, o, a).list(
-            graph,
-            head,
-            first,
-            key,
-            status::UNKNOWN,
-            interp.id,
-        )
+        task_reader!(self, st, o, a).list(graph, head, first, key, status::UNKNOWN, interp.id)
     }
 
     /// The running task's frames, into `st.run_frames`: the thread's stack

@@ -39,6 +39,29 @@ pub struct Interp {
     pub exe: PathBuf,
 }
 
+/// The reference's `replay --collapsed` of the root dir's `rec.bin` (into
+/// its `ref.txt`), which must succeed: its standard output.
+pub fn reference_replays(dir: &RootDir) -> String {
+    let out = Command::new("chroot")
+        .arg(sid_root())
+        .args(["/usr/bin/python3.15", "-m", "profiling.sampling", "replay"])
+        .args([
+            "--collapsed",
+            "-o",
+            &dir.inside("ref.txt"),
+            &dir.inside("rec.bin"),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the reference's replay: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Where the sid root is (same default as the provisioning script).
 pub fn sid_root() -> PathBuf {
     std::env::var_os("TACHYON_SID_ROOT")
