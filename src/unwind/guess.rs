@@ -49,6 +49,34 @@ impl ChunkGuess {
     }
 }
 
+/// Everything the last sample found that the next reads speculatively:
+/// one value the unwinder keeps, so what it guesses is in one place.
+#[derive(Default)]
+pub struct Speculation {
+    /// Main-thread mode's interpreter, thread, chunk and `cframe`, read in
+    /// the same system call as the interpreter-list head.
+    pub main: MainGuess,
+    /// All-threads mode: each interpreter's thread states as the last
+    /// sample found them, read all in one system call by the next; per
+    /// thread, its first chunk (and 3.11/3.12 `cframe`), read with it.
+    pub threads: ThreadGuesses,
+    /// Per thread state: frames outside its data stack seen last sample.
+    pub prefetch: Prefetch,
+    /// 3.13 code-cache guard.
+    pub fingerprints: Fingerprints,
+}
+
+impl Speculation {
+    /// After this sample's thread lists are known: forget the threads that
+    /// ended (their chunks, `cframe`s and prefetched frames) once they
+    /// outnumber the live, and keep every map within its bound.
+    pub fn forget_ended(&mut self) {
+        self.threads.forget_ended(&mut self.prefetch);
+        self.prefetch.bound();
+        self.threads.bound();
+    }
+}
+
 /// Main-thread mode: the one thread sampled.
 #[derive(Debug, Default)]
 pub struct MainGuess {
@@ -342,6 +370,32 @@ mod tests {
         assert!(t.cframes.len() <= 2 * 2 + 64 && p.frames.len() <= 2 * 2 + 64);
         // The live ones are kept.
         assert!(t.chunk(0x1000).is_some() && !p.get(0x2000).is_empty());
+    }
+
+    #[test]
+    fn speculation_forgets_an_ended_threads_guesses_everywhere_and_stays_bounded() {
+        let mut s = Speculation::default();
+        s.threads.set_list(0x50, vec![0x1000]);
+        s.threads.set_chunk(0x1000, 0x9000, 10);
+        s.prefetch.entry(0x1000).push(0x4000);
+        // Threads come and go; the list names only the live one.
+        for i in 0..(MAX_REMEMBERED as u64 + 10) {
+            let ts = 0x10_0000 + i * 0x1000;
+            s.threads.set_chunk(ts, 0x9000, 10);
+            s.threads.set_cframe(ts, (0x2000, 0x3000));
+            s.prefetch.entry(ts).push(0x3000);
+            s.forget_ended();
+            assert!(s.threads.chunks.len() <= 2 + 64 + 1);
+            assert!(s.threads.cframes.len() <= 2 + 64 + 1);
+            assert!(s.prefetch.frames.len() <= 2 + 64 + 1);
+        }
+        // What the live thread had is kept, in every map.
+        assert_eq!(s.threads.chunk(0x1000).map(|g| g.chunk), Some(0x9000));
+        assert_eq!(s.prefetch.get(0x1000), &[0x4000]);
+        // The main-thread guess is another mode's: untouched.
+        s.main.tstate = 0x1000;
+        s.forget_ended();
+        assert_eq!(s.main.tstate, 0x1000);
     }
 
     #[test]

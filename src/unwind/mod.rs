@@ -31,7 +31,7 @@ use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq, ReqPool};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
-use guess::{Fingerprints, MainGuess, Prefetch, ThreadGuesses};
+use guess::{Prefetch, Speculation, ThreadGuesses};
 use names::{ThreadKey, ThreadNames};
 use threads::{InterpFacts, MAX_INTERPRETERS, MAX_THREADS, ThreadFacts};
 
@@ -150,20 +150,11 @@ pub struct Unwinder<M: ProcessMemory> {
     /// (offset, length) ranges: a few dozen bytes instead of the 8 KiB prefix.
     interp_ranges: Vec<(u64, usize)>,
     /// What the last sample found, read speculatively by the next one
-    /// (see [`guess`]): main-thread mode's interpreter, thread, chunk and
-    /// `cframe`, read in the same system call as the interpreter-list head.
-    main: MainGuess,
-    /// 3.13 code-cache guard (see [`guess::Fingerprints`]).
-    fingerprints: Fingerprints,
-    /// Per thread state: frames outside its data stack seen last sample.
-    prefetch: Prefetch,
+    /// (see [`guess`]).
+    spec: Speculation,
     outside: Vec<u64>,
     /// All-threads mode: per-thread copies, reused across samples.
     slots: Vec<ThreadSlot>,
-    /// All-threads mode: each interpreter's thread states as the last
-    /// sample found them, read all in one system call by the next; per
-    /// thread, its first chunk (and 3.11/3.12 `cframe`), read with it.
-    guesses: ThreadGuesses,
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
@@ -432,12 +423,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: Vec::new(),
             generations: HashMap::new(),
             interp_ranges,
-            main: MainGuess::default(),
-            fingerprints: Fingerprints::default(),
-            prefetch: Prefetch::default(),
+            spec: Speculation::default(),
             outside: Vec::new(),
             slots,
-            guesses: ThreadGuesses::default(),
             order: Vec::new(),
             seen: HashSet::new(),
             reqs: ReqPool::default(),
@@ -604,16 +592,16 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.code.new_sample();
         let o = self.runtime.offsets.clone();
 
-        let guess_interp = self.main.interp;
+        let guess_interp = self.spec.main.interp;
         let guess_tstate = if self.opts.all_threads {
             0
         } else {
-            self.main.tstate
+            self.spec.main.tstate
         };
         // All threads: the first interpreter's thread states of the last
         // sample, read with the head.
         let mut pre = if self.opts.all_threads && guess_interp != 0 {
-            self.guesses.take_list(guess_interp)
+            self.spec.threads.take_list(guess_interp)
         } else {
             Vec::new()
         };
@@ -657,15 +645,15 @@ impl<M: ProcessMemory> Unwinder<M> {
                 }
                 // Guess the thread state next time only when its interpreter
                 // is the list head, read in the same call.
-                self.main.tstate = if first { main } else { 0 };
+                self.spec.main.tstate = if first { main } else { 0 };
                 if first {
-                    self.main.interp = interp_addr;
+                    self.spec.main.interp = interp_addr;
                 }
                 break;
             }
             if first {
-                self.main.interp = interp_addr;
-                self.main.tstate = 0;
+                self.spec.main.interp = interp_addr;
+                self.spec.main.tstate = 0;
             }
             first = false;
             interp_addr = interp.next;
@@ -714,35 +702,37 @@ impl<M: ProcessMemory> Unwinder<M> {
                 slot.cframe.requests(
                     o,
                     guess_tstate,
-                    (self.main.cframe, self.main.outer_cframe),
+                    (self.spec.main.cframe, self.spec.main.outer_cframe),
                     &mut reqs,
                 );
                 slot.chunks.prepare_guess(
-                    self.main.chunk.chunk,
-                    self.main.chunk.read_len(),
+                    self.spec.main.chunk.chunk,
+                    self.spec.main.chunk.read_len(),
                     o.frame_size,
-                    self.prefetch.get(guess_tstate),
+                    self.spec.prefetch.get(guess_tstate),
                 );
                 slot.chunks.requests(&mut reqs);
             } else if !guess_threads.is_empty() {
                 push_guessed_states(
                     &mut self.slots,
-                    &self.guesses,
-                    &self.prefetch,
+                    &self.spec.threads,
+                    &self.spec.prefetch,
                     o,
                     guess_threads,
                     true,
                     &mut reqs,
                 );
             }
-            let check_fp =
-                self.fingerprints
-                    .requests(o, o.interp_code_object_generation.is_none(), &mut reqs);
+            let check_fp = self.spec.fingerprints.requests(
+                o,
+                o.interp_code_object_generation.is_none(),
+                &mut reqs,
+            );
             let n = reqs.len();
             let r = self.mem.read_many(&mut reqs);
             self.reqs.give(reqs);
             if r.is_ok() && check_fp {
-                self.fingerprints.settle(o, &mut self.code);
+                self.spec.fingerprints.settle(o, &mut self.code);
             }
             match r {
                 Ok(()) => n > head.len(o),
@@ -873,7 +863,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         interp_addr: u64,
         states: Option<(Vec<u64>, bool)>,
     ) -> Result<(usize, bool)> {
-        let (guess, read) = states.unwrap_or_else(|| (self.guesses.take_list(interp_addr), false));
+        let (guess, read) =
+            states.unwrap_or_else(|| (self.spec.threads.take_list(interp_addr), false));
         while self.slots.len() < guess.len() {
             self.slots.push(ThreadSlot::default());
         }
@@ -888,10 +879,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut next_guess = guess;
         next_guess.clear();
         next_guess.extend(self.order.iter().map(|&i| self.slots[i].tstate));
-        self.guesses.set_list(interp_addr, next_guess);
-        self.guesses.forget_ended(&mut self.prefetch);
-        self.prefetch.bound();
-        self.guesses.bound();
+        self.spec.threads.set_list(interp_addr, next_guess);
+        self.spec.forget_ended();
         Ok((n_guessed, chunks_ok))
     }
 
@@ -914,7 +903,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         if o.cframe_current_frame.is_some() {
             self.read_cframes(o, decoded, chunks_ok)?;
             for (&i, f) in self.order.iter().zip(decoded.iter()) {
-                self.guesses
+                self.spec
+                    .threads
                     .set_cframe(self.slots[i].tstate, (f.cframe, f.outer_cframe));
             }
         }
@@ -955,7 +945,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     .chunks
                     .accept_guess(first, f.current_frame, o.frame_size);
             if !ready[i] {
-                let pre = self.prefetch.entry(slot.tstate);
+                let pre = self.spec.prefetch.entry(slot.tstate);
                 slot.chunks
                     .prepare(first, f.current_frame, o.frame_size, pre);
             }
@@ -1018,7 +1008,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             let tstate = slot.tstate;
             // Next time, guess the same first chunk, as far as the stack
             // reached lately (decaying, as in main-thread mode).
-            self.guesses
+            self.spec
+                .threads
                 .set_chunk(tstate, first, slot.chunks.live_len());
             self.sample_prepared_thread(o, interp, idx, tstate, &f, out, n)?;
         }
@@ -1046,8 +1037,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             let mut reqs = self.reqs.take();
             push_guessed_states(
                 &mut self.slots,
-                &self.guesses,
-                &self.prefetch,
+                &self.spec.threads,
+                &self.spec.prefetch,
                 o,
                 guess,
                 with_chunks,
@@ -1245,7 +1236,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             // thread state's own slots.
             slot.status |= crate::model::status::HAS_EXCEPTION;
         }
-        self.prefetch
+        self.spec
+            .prefetch
             .replace(tstate, &mut self.outside, &self.seen, walked.is_ok());
         walked?;
         if self.opts.gc
@@ -1289,9 +1281,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
             cframe::resolve(&self.mem, o, &mut [(&mut t, tstate, &slot.buf[..])])?;
         }
-        self.main.cframe = t.cframe;
-        self.main.outer_cframe = t.outer_cframe;
-        let prefetch = self.prefetch.entry(tstate);
+        self.spec.main.cframe = t.cframe;
+        self.spec.main.outer_cframe = t.outer_cframe;
+        let prefetch = self.spec.prefetch.entry(tstate);
         let first = if t.current_frame != 0 {
             t.datastack_chunk
         } else {
@@ -1318,7 +1310,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         // Remember where the stack was, and how high it reached lately
         // (decaying, so one deep moment does not inflate reads for ever).
-        self.main.chunk = self.main.chunk.next(first, slot.chunks.live_len());
+        self.spec.main.chunk = self.spec.main.chunk.next(first, slot.chunks.live_len());
         self.sample_prepared_thread(o, interp, 0, tstate, &t, out, n)
     }
 
@@ -1333,6 +1325,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         // walk: only the rest needs a read now (usually none).
         self.code.loaded.sort_unstable();
         let to_check = self
+            .spec
             .fingerprints
             .unchecked(&self.used_codes, &self.code.loaded);
         if to_check.is_empty() {
