@@ -399,6 +399,37 @@ impl Walk<'_> {
     /// and replace its frame in `out` by the same frame with the opcode. A
     /// failed read costs the opcode, never the frame.
     fn read_opcodes(&mut self, t: &OpTable, out: &mut [FrameId], at: &[OpcodeAt]) {
+        let spans = self.opcode_spans(t, at);
+        let total: u64 = spans.iter().flatten().map(|s| s.1).sum();
+        let mut buf = vec![0u8; total as usize];
+        let batch_ok = self.read_spans(&spans, &mut buf);
+        let mut pos = 0usize;
+        let mut retries = 0usize;
+        for (a, span) in at.iter().zip(&spans) {
+            let Some((addr, len)) = *span else { continue };
+            let bytes = &mut buf[pos..pos + len as usize];
+            pos += len as usize;
+            if !batch_ok {
+                if retries >= OPCODE_RETRIES {
+                    continue;
+                }
+                retries += 1;
+                (self.grant)(1, len);
+                if self.mem.read(addr, bytes).is_err() {
+                    continue;
+                }
+            }
+            if let Some(op) = decode_opcode(t, a, addr, bytes) {
+                self.set_opcode(out, a.index, op);
+            }
+        }
+    }
+
+    /// The (start address, length) to read for each frame's opcode; `None`:
+    /// nothing to read. A 3.11/3.12 frame's read starts at its code's first
+    /// instruction (instruction boundaries are then exact) while the walk's
+    /// allowance lasts, else it is the window before `prev_instr`.
+    fn opcode_spans(&self, t: &OpTable, at: &[OpcodeAt]) -> Vec<Option<(u64, u64)>> {
         // 3.11/3.12 callers: the units up to `prev_instr`, to step back
         // over the calling instruction's caches.
         let window = if self.offs.instr_ptr_is_prev {
@@ -406,13 +437,8 @@ impl Walk<'_> {
         } else {
             1
         };
-        // (start address, length) of each read; None: nothing to read. A
-        // 3.11/3.12 frame's read starts at its code's first instruction
-        // (instruction boundaries are then exact) while the walk's
-        // allowance lasts, else it is the window before `prev_instr`.
         let mut walked = 0u64;
-        let spans: Vec<Option<(u64, u64)>> = at
-            .iter()
+        at.iter()
             .map(|a| {
                 // Garbage (a torn frame) reads nothing: the bytecode lies
                 // in user space, the pointer at an even offset within it.
@@ -432,13 +458,16 @@ impl Walk<'_> {
                 };
                 Some((end - 2 * units, 2 * units))
             })
-            .collect();
-        let total: u64 = spans.iter().flatten().map(|s| s.1).sum();
-        let mut buf = vec![0u8; total as usize];
+            .collect()
+    }
+
+    /// Read every span into `buf`, one after another, in one batch
+    /// (granted); false if the batch failed.
+    fn read_spans(&self, spans: &[Option<(u64, u64)>], buf: &mut [u8]) -> bool {
         let calls = spans.iter().flatten().count().div_ceil(RANGES_PER_CALL);
-        (self.grant)(calls as u32, total);
+        (self.grant)(calls as u32, buf.len() as u64);
         let mut reqs = Vec::with_capacity(spans.len());
-        let mut rest = &mut buf[..];
+        let mut rest = buf;
         for s in spans.iter().flatten() {
             let (piece, tail) = rest.split_at_mut(s.1 as usize);
             reqs.push(ReadReq {
@@ -447,49 +476,7 @@ impl Walk<'_> {
             });
             rest = tail;
         }
-        let batch_ok = self.mem.read_many(&mut reqs).is_ok();
-        drop(reqs);
-        let mut pos = 0usize;
-        let mut retries = 0usize;
-        for (a, span) in at.iter().zip(&spans) {
-            let Some((addr, len)) = *span else { continue };
-            let bytes = &mut buf[pos..pos + len as usize];
-            pos += len as usize;
-            if !batch_ok {
-                if retries >= OPCODE_RETRIES {
-                    continue;
-                }
-                retries += 1;
-                (self.grant)(1, len);
-                if self.mem.read(addr, bytes).is_err() {
-                    continue;
-                }
-            }
-            if a.walk && addr == a.base {
-                // Read from the code's start: walk its instructions.
-                if let Some(op) = t.instruction_ending(bytes) {
-                    self.set_opcode(out, a.index, op);
-                }
-                continue;
-            }
-            // The low byte of each code unit is its opcode.
-            let mut ops = [0u8; MAX_WINDOW as usize];
-            let n = bytes.len() / 2;
-            for (o, unit) in ops.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = unit[0];
-            }
-            let Some(&last) = ops[..n].last() else {
-                continue;
-            };
-            let op = if a.in_caches {
-                t.behind_caches(&ops[..n])
-            } else {
-                Some(last)
-            };
-            if let Some(op) = op {
-                self.set_opcode(out, a.index, op);
-            }
-        }
+        self.mem.read_many(&mut reqs).is_ok()
     }
 
     /// Replace frame `out[index]` by the same frame at `op`.
@@ -1206,6 +1193,27 @@ impl Walk<'_> {
             }
             _ => Ok(false),
         }
+    }
+}
+
+/// The opcode of frame `a` from the `bytes` read for it at `addr`: by
+/// walking its code from the start when the read began there, else the
+/// last code unit's low byte (3.11/3.12 callers: the instruction behind
+/// the caches).
+fn decode_opcode(t: &OpTable, a: &OpcodeAt, addr: u64, bytes: &[u8]) -> Option<u8> {
+    if a.walk && addr == a.base {
+        return t.instruction_ending(bytes);
+    }
+    let mut ops = [0u8; MAX_WINDOW as usize];
+    let n = (bytes.len() / 2).min(ops.len());
+    for (o, unit) in ops.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = unit[0];
+    }
+    let &last = ops[..n].last()?;
+    if a.in_caches {
+        t.behind_caches(&ops[..n])
+    } else {
+        Some(last)
     }
 }
 
