@@ -282,64 +282,20 @@ impl Chunks {
             if self.bufs.len() <= self.used {
                 self.bufs.push((0, Vec::new()));
             }
-            let live = self.used == 0 && self.pending_live;
             if self.used > 0 {
-                // An older chunk: take the speculative copy if there is one.
-                let used = self.used;
-                fresh = match self.spec[..self.spec_n]
-                    .iter()
-                    .position(|(a, _)| *a == addr)
-                {
-                    Some(k) => {
-                        std::mem::swap(&mut self.bufs[used].1, &mut self.spec[k].1);
-                        self.spec[k].0 = 0;
-                        true
-                    }
-                    None => false,
-                };
+                fresh = self.take_speculative(addr);
             }
             if !plausible(addr) || self.bufs[..self.used].iter().any(|(a, _)| *a == addr) {
                 // Not a chunk (or a cycle): frames beyond are not copied,
                 // and the walk finds the chain torn there.
                 break;
             }
-            if !fresh && self.used > 0 {
-                grant(2, CHUNK_GUESS as u64);
-            }
-            let (slot_addr, buf) = &mut self.bufs[self.used];
-            if !fresh {
-                if !live {
-                    buf.resize(CHUNK_GUESS, 0);
-                }
-                if let Err(e) = mem.read(addr, buf) {
-                    if e.is_fatal() {
-                        return Err(e);
-                    }
-                    // Maybe the chunk is smaller than our guess and ends at
-                    // a mapping boundary: read the header for the real size.
-                    buf.truncate(CHUNK_HEADER as usize);
-                    if mem.read(addr, buf).is_err() {
-                        break;
-                    }
-                }
-            }
-            fresh = false;
-            let size = buf.u64_at(8).unwrap_or(0);
-            if !(CHUNK_HEADER..=MAX_CHUNK).contains(&size) {
+            let Some((len, next)) = self.copy_chunk(mem, addr, fresh, grant)? else {
                 break;
-            }
-            if (size as usize) < buf.len() {
-                buf.truncate(size as usize);
-            } else if !live && size as usize > buf.len() {
-                buf.resize(size as usize, 0);
-                if mem.read(addr, buf).is_err() {
-                    break;
-                }
-            }
-            *slot_addr = addr;
-            copied += buf.len();
-            addr = buf.u64_at(0).unwrap_or(0);
-            self.used += 1;
+            };
+            fresh = false;
+            copied += len;
+            addr = next;
         }
         self.spec_n = 0;
         self.last_chain.clear();
@@ -349,6 +305,74 @@ impl Chunks {
                 .map(|(a, b)| (*a, b.len())),
         );
         Ok(())
+    }
+
+    /// An older chunk at `addr`: take its speculative copy into the next
+    /// buffer if the first call read one. True if it did.
+    fn take_speculative(&mut self, addr: u64) -> bool {
+        let used = self.used;
+        match self.spec[..self.spec_n]
+            .iter()
+            .position(|(a, _)| *a == addr)
+        {
+            Some(k) => {
+                std::mem::swap(&mut self.bufs[used].1, &mut self.spec[k].1);
+                self.spec[k].0 = 0;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Copy the chunk at `addr` into the next buffer (already there when
+    /// `fresh`, else read now, an older one granted), sized by its header.
+    /// Its length and the next (older) chunk's address; `None` if it is
+    /// unreadable or not a chunk.
+    fn copy_chunk(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        fresh: bool,
+        grant: &dyn Fn(u32, u64),
+    ) -> Result<Option<(usize, u64)>> {
+        let live = self.used == 0 && self.pending_live;
+        if !fresh && self.used > 0 {
+            grant(2, CHUNK_GUESS as u64);
+        }
+        let (slot_addr, buf) = &mut self.bufs[self.used];
+        if !fresh {
+            if !live {
+                buf.resize(CHUNK_GUESS, 0);
+            }
+            if let Err(e) = mem.read(addr, buf) {
+                if e.is_fatal() {
+                    return Err(e);
+                }
+                // Maybe the chunk is smaller than our guess and ends at a
+                // mapping boundary: read the header for the real size.
+                buf.truncate(CHUNK_HEADER as usize);
+                if mem.read(addr, buf).is_err() {
+                    return Ok(None);
+                }
+            }
+        }
+        let size = buf.u64_at(8).unwrap_or(0);
+        if !(CHUNK_HEADER..=MAX_CHUNK).contains(&size) {
+            return Ok(None);
+        }
+        if (size as usize) < buf.len() {
+            buf.truncate(size as usize);
+        } else if !live && size as usize > buf.len() {
+            buf.resize(size as usize, 0);
+            if mem.read(addr, buf).is_err() {
+                return Ok(None);
+            }
+        }
+        *slot_addr = addr;
+        let next = buf.u64_at(0).unwrap_or(0);
+        let len = buf.len();
+        self.used += 1;
+        Ok(Some((len, next)))
     }
 
     /// A prefetched frame of `len` bytes at `addr`.
