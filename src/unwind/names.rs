@@ -119,38 +119,8 @@ pub fn attribute(
     objs: &[u64],
     attr: &str,
 ) -> Result<Vec<u64>> {
-    // 32 bytes before each object (the managed-dict words) and its header.
-    const PRE: u64 = 32;
-    let hl = (PRE + o.ob_type + 8) as usize;
-    let mut heads = vec![0u8; hl * objs.len()];
-    {
-        let mut reqs: Vec<ReadReq<'_>> = objs
-            .iter()
-            .zip(heads.chunks_exact_mut(hl))
-            .filter(|(a, _)| plausible(**a))
-            .map(|(&a, buf)| ReadReq {
-                addr: a.wrapping_sub(PRE),
-                buf,
-            })
-            .collect();
-        mem.read_many(&mut reqs)?;
-    }
-    let head = |i: usize| &heads[i * hl..(i + 1) * hl];
-    let mut types: HashMap<u64, Option<TypeFacts>> = HashMap::new();
-    for i in 0..objs.len() {
-        if let Some(t) = head(i).u64_at(PRE + o.ob_type) {
-            types.entry(t).or_insert(None);
-        }
-    }
-    if types.len() > 8 {
-        return Err(Error::corrupt("too many thread types"));
-    }
-    let mut type_list: Vec<u64> = types.keys().copied().collect();
-    type_list.sort_unstable();
-    for &t in &type_list {
-        types.insert(t, type_facts(mem, o, oo, t, attr).ok());
-    }
-
+    let heads = Heads::read(mem, o, objs)?;
+    let types = heads.types(mem, o, oo, attr)?;
     let mut out = vec![0u8; 8 * objs.len()];
     let mut valid = vec![[0u8; 4]; objs.len()];
     let mut dicts: Vec<(usize, u64)> = Vec::new();
@@ -162,27 +132,8 @@ pub fn attribute(
             .zip(valid.iter_mut())
             .enumerate()
         {
-            let h = head(i);
-            if !plausible(obj) {
+            let Some((tf, values, dict)) = heads.attributes_of(o, oo, &types, i, obj) else {
                 continue;
-            }
-            let Some(Some(tf)) = h.u64_at(PRE + o.ob_type).and_then(|t| types.get(&t)) else {
-                continue;
-            };
-            if tf.flags & TPFLAGS_MANAGED_DICT == 0 {
-                continue;
-            }
-            let w32 = h.u64_at(0).unwrap_or(0);
-            let w24 = h.u64_at(8).unwrap_or(0);
-            let (values, dict) = match oo.managed {
-                ManagedDict::Split311 => (w32, w24),
-                ManagedDict::Tagged312 if w24 & 1 == 1 => (w24.wrapping_add(1), 0),
-                ManagedDict::Tagged312 => (0, w24),
-                ManagedDict::Inline313 if w24 != 0 => (0, w24),
-                ManagedDict::Inline313 if tf.flags & TPFLAGS_INLINE_VALUES != 0 => {
-                    (obj.wrapping_add(tf.basicsize), 0)
-                }
-                ManagedDict::Inline313 => (0, 0),
             };
             if dict != 0 {
                 dicts.push((i, dict));
@@ -224,6 +175,102 @@ pub fn attribute(
         }
     }
     Ok(ptrs)
+}
+
+/// Each object's header and the 32 bytes before it (the managed-dict
+/// words), read in one call.
+struct Heads {
+    bytes: Vec<u8>,
+    each: usize,
+}
+
+impl Heads {
+    /// Bytes before each object that its managed-dict words take.
+    const PRE: u64 = 32;
+
+    fn read(mem: &dyn ProcessMemory, o: &Offsets, objs: &[u64]) -> Result<Heads> {
+        let each = (Self::PRE + o.ob_type + 8) as usize;
+        let mut bytes = vec![0u8; each * objs.len()];
+        let mut reqs: Vec<ReadReq<'_>> = objs
+            .iter()
+            .zip(bytes.chunks_exact_mut(each))
+            .filter(|(a, _)| plausible(**a))
+            .map(|(&a, buf)| ReadReq {
+                addr: a.wrapping_sub(Self::PRE),
+                buf,
+            })
+            .collect();
+        mem.read_many(&mut reqs)?;
+        drop(reqs);
+        Ok(Heads { bytes, each })
+    }
+
+    fn head(&self, i: usize) -> &[u8] {
+        &self.bytes[i * self.each..(i + 1) * self.each]
+    }
+
+    /// The objects' types (at most 8 distinct), each with what `attr`
+    /// needs of it, or `None` where it could not be read.
+    fn types(
+        &self,
+        mem: &dyn ProcessMemory,
+        o: &Offsets,
+        oo: &ObjectOffsets,
+        attr: &str,
+    ) -> Result<HashMap<u64, Option<TypeFacts>>> {
+        let mut types: HashMap<u64, Option<TypeFacts>> = HashMap::new();
+        for i in 0..self.bytes.len() / self.each.max(1) {
+            if let Some(t) = self.head(i).u64_at(Self::PRE + o.ob_type) {
+                types.entry(t).or_insert(None);
+            }
+        }
+        if types.len() > 8 {
+            return Err(Error::corrupt("too many thread types"));
+        }
+        let mut type_list: Vec<u64> = types.keys().copied().collect();
+        type_list.sort_unstable();
+        for &t in &type_list {
+            types.insert(t, type_facts(mem, o, oo, t, attr).ok());
+        }
+        Ok(types)
+    }
+
+    /// Where object `i` (at `obj`) keeps its attributes, if its type has a
+    /// managed dict: its type's facts, its inline values (0: none) and its
+    /// dict (0: none).
+    fn attributes_of<'t>(
+        &self,
+        o: &Offsets,
+        oo: &ObjectOffsets,
+        types: &'t HashMap<u64, Option<TypeFacts>>,
+        i: usize,
+        obj: u64,
+    ) -> Option<(&'t TypeFacts, u64, u64)> {
+        let h = self.head(i);
+        if !plausible(obj) {
+            return None;
+        }
+        let tf = h
+            .u64_at(Self::PRE + o.ob_type)
+            .and_then(|t| types.get(&t))?
+            .as_ref()?;
+        if tf.flags & TPFLAGS_MANAGED_DICT == 0 {
+            return None;
+        }
+        let w32 = h.u64_at(0).unwrap_or(0);
+        let w24 = h.u64_at(8).unwrap_or(0);
+        let (values, dict) = match oo.managed {
+            ManagedDict::Split311 => (w32, w24),
+            ManagedDict::Tagged312 if w24 & 1 == 1 => (w24.wrapping_add(1), 0),
+            ManagedDict::Tagged312 => (0, w24),
+            ManagedDict::Inline313 if w24 != 0 => (0, w24),
+            ManagedDict::Inline313 if tf.flags & TPFLAGS_INLINE_VALUES != 0 => {
+                (obj.wrapping_add(tf.basicsize), 0)
+            }
+            ManagedDict::Inline313 => (0, 0),
+        };
+        Some((tf, values, dict))
+    }
 }
 
 /// A type's flags, basic size and where `attr` is among the keys its
