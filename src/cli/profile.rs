@@ -12,8 +12,8 @@ use tachyon::binfmt::{CaptureConfig, Compression};
 use tachyon::collect::binary::{BinaryCollector, BinaryOptions};
 use tachyon::collect::diff_flamegraph::DiffFlamegraphCollector;
 use tachyon::collect::{Collector, Output};
-use tachyon::live::{Ended, LiveSession};
-use tachyon::model::Mode;
+use tachyon::live::{Ended, LiveCollector, LiveSession};
+use tachyon::model::{FrameTable, Mode, RunStats};
 
 use super::async_aware::{AsyncModeArg, open_error};
 use super::output::OutputArgs;
@@ -438,28 +438,14 @@ fn profile(
     attached: bool,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
+    let version = first.offsets().version;
     // The output (a file, or the table on stdout), unless --live alone.
     let mut output = if !args.live || args.live_with_output() {
-        Some(args.collector(first_pid, first.offsets().version)?.0)
+        Some(args.collector(first_pid, version)?.0)
     } else {
         None
     };
-    let mut live = match args.live {
-        true => Some(LiveSession::start(
-            first_pid,
-            args.rate,
-            args.opcodes
-                .then(|| super::opcode_table(first.offsets().version))
-                .flatten(),
-            args.async_aware,
-        )?),
-        false => None,
-    };
-    // What the view reads of the first target's Python: its instructions'
-    // names, whether it reports threads waiting for the GIL.
-    if let Some((_, view)) = &mut live {
-        view.target_version(first.offsets().version);
-    }
+    let mut live = start_live(args, first_pid, version)?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
@@ -482,24 +468,7 @@ fn profile(
             tracer,
         });
     }
-    // Merged (never with --live), every process's samples reach the
-    // output on a thread of its own, their frames in one table.
-    let (outcome, merged) = match (&mut output, args.merge) {
-        (Some(c), true) => {
-            let (o, table) = profiler.profile_merged(first, c.as_mut())?;
-            (o, Some(table))
-        }
-        _ => {
-            let mut sinks: Vec<&mut dyn Collector> = Vec::new();
-            if let Some((_, view)) = &mut live {
-                sinks.push(view);
-            }
-            if let Some(c) = &mut output {
-                sinks.push(c.as_mut());
-            }
-            (profiler.profile(first, sinks)?, None)
-        }
-    };
+    let (outcome, merged) = sample_into(&profiler, first, &mut output, &mut live, args.merge)?;
     let Outcome {
         stats: total,
         reason,
@@ -507,31 +476,10 @@ fn profile(
         children,
     } = outcome;
     let frames = merged.as_ref().unwrap_or_else(|| unwinder.frames());
-    if let Some((mut session, mut view)) = live.take() {
-        // The view's final numbers, then (after the target's exit or the
-        // duration) the final view until the user quits; the summary and
-        // the file come after, on the terminal given back.
-        view.finish(unwinder.frames(), &total)?;
-        session.end(match reason {
-            StopReason::TargetExited => Ended::TargetExited,
-            StopReason::Duration => Ended::Duration,
-            _ => Ended::Stopped,
-        });
-        if let Err(e) = session.close() {
-            tachyon::errln!("tachyon: {e}");
-        }
+    if let Some(live) = live.take() {
+        end_live(live, unwinder.frames(), &total, reason)?;
     }
-    if attached && reason == StopReason::TargetExited {
-        say_target_exited(first_pid, total.duration_s);
-    }
-    if reason == StopReason::Interrupted && !user_quit() {
-        if signals::received() == Some(nix::sys::signal::Signal::SIGHUP) {
-            tachyon::errln!(
-                "tachyon: hangup (SIGHUP, the terminal or ssh session closed): writing the profile and stopping"
-            );
-        }
-        tachyon::outln!("Interrupted by user.");
-    }
+    say_how_it_ended(first_pid, attached, reason, total.duration_s);
     sample::print_summary(&total);
     // A profile reads names every second: a few failures, none read,
     // is a program whose threading cannot be read, not a passing moment.
@@ -546,6 +494,88 @@ fn profile(
     }
     args.out.open_browser(first_pid as u32);
     Ok(reason)
+}
+
+/// The live view and its collector (`--live`), told what it reads of the
+/// first target's Python: its instructions' names, whether it reports
+/// threads waiting for the GIL.
+fn start_live(
+    args: &SampleArgs,
+    pid: i32,
+    version: tachyon::offsets::PyVersion,
+) -> Result<Option<(LiveSession, LiveCollector)>> {
+    if !args.live {
+        return Ok(None);
+    }
+    let (session, mut view) = LiveSession::start(
+        pid,
+        args.rate,
+        args.opcodes.then(|| super::opcode_table(version)).flatten(),
+        args.async_aware,
+    )?;
+    view.target_version(version);
+    Ok(Some((session, view)))
+}
+
+/// Run the profile into the outputs. Merged (never with --live), every
+/// process's samples reach the output on a thread of its own, their
+/// frames in one table, returned.
+fn sample_into(
+    profiler: &Profiler<'_>,
+    first: Unwinder<LinuxProcess>,
+    output: &mut Option<Box<dyn Collector>>,
+    live: &mut Option<(LiveSession, LiveCollector)>,
+    merge: bool,
+) -> Result<(Outcome, Option<FrameTable>)> {
+    if let (Some(c), true) = (&mut *output, merge) {
+        let (o, table) = profiler.profile_merged(first, c.as_mut())?;
+        return Ok((o, Some(table)));
+    }
+    let mut sinks: Vec<&mut dyn Collector> = Vec::new();
+    if let Some((_, view)) = live {
+        sinks.push(view);
+    }
+    if let Some(c) = output {
+        sinks.push(c.as_mut());
+    }
+    Ok((profiler.profile(first, sinks)?, None))
+}
+
+/// The view's final numbers, then (after the target's exit or the
+/// duration) the final view until the user quits; the summary and the
+/// file come after, on the terminal given back.
+fn end_live(
+    (mut session, mut view): (LiveSession, LiveCollector),
+    frames: &FrameTable,
+    total: &RunStats,
+    reason: StopReason,
+) -> Result<()> {
+    view.finish(frames, total)?;
+    session.end(match reason {
+        StopReason::TargetExited => Ended::TargetExited,
+        StopReason::Duration => Ended::Duration,
+        _ => Ended::Stopped,
+    });
+    if let Err(e) = session.close() {
+        tachyon::errln!("tachyon: {e}");
+    }
+    Ok(())
+}
+
+/// Say why the profile ended, when it was not the duration: the attached
+/// target's exit, or an interrupt (a hangup named as one).
+fn say_how_it_ended(pid: i32, attached: bool, reason: StopReason, seconds: f64) {
+    if attached && reason == StopReason::TargetExited {
+        say_target_exited(pid, seconds);
+    }
+    if reason == StopReason::Interrupted && !user_quit() {
+        if signals::received() == Some(nix::sys::signal::Signal::SIGHUP) {
+            tachyon::errln!(
+                "tachyon: hangup (SIGHUP, the terminal or ssh session closed): writing the profile and stopping"
+            );
+        }
+        tachyon::outln!("Interrupted by user.");
+    }
 }
 
 /// `attach`: the target ended the profile by exiting; say so, with how it

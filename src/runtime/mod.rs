@@ -203,175 +203,269 @@ pub fn locate(proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
 /// Locate and validate the runtime of `proc`; for a 3.11/3.12 process
 /// that has not initialised it yet, where it will be.
 pub fn locate_or_starting(proc: &LinuxProcess, check: &Check) -> Result<Found> {
-    let pid = proc.pid();
     let maps = proc.maps()?;
     let cands = candidates(&maps);
     if cands.is_empty() {
-        // Say it exited, not "not Python".
-        if has_exited(proc, &maps) {
-            return Err(Error::ProcessExited { pid });
-        }
-        return Err(Error::NotPython {
-            pid,
-            why: "no python executable or libpython is mapped".into(),
-        });
+        return Err(nothing_mapped(proc, &maps));
     }
-    let mut found_version: Option<PyVersion> = None;
-    let mut last_err: Option<Error> = None;
-    // The cookie is part of `_PyRuntime`'s static initialiser, so every
-    // mapped copy of libpython shows it, initialised or not. The first
-    // table whose `interpreters_head` is set wins; a copy that never ran
-    // (ctypes loading libpython a second time) is only kept as a fallback
-    // for a process that has not initialised any runtime yet.
-    let mut uninitialised: Option<Runtime> = None;
-    let mut not_yet: Option<Error> = None;
-    let mut starting: Option<Runtime> = None;
+    let mut search = Search::default();
     for m in &cands {
+        if let Some(found) = search.look_at(proc, m, check)? {
+            return Ok(found);
+        }
+    }
+    search.conclude(proc, &cands)
+}
+
+/// No candidate file is mapped: say it exited, not "not Python", when it did.
+fn nothing_mapped(proc: &LinuxProcess, maps: &[MapEntry]) -> Error {
+    let pid = proc.pid();
+    if has_exited(proc, maps) {
+        return Error::ProcessExited { pid };
+    }
+    Error::NotPython {
+        pid,
+        why: "no python executable or libpython is mapped".into(),
+    }
+}
+
+/// One mapped copy of a candidate file: its ELF facts, and how far it is
+/// mapped from its link-time addresses.
+struct Image<'a> {
+    m: &'a MapEntry,
+    facts: Arc<ElfFacts>,
+    bias: u64,
+}
+
+impl Image<'_> {
+    /// Where the link-time address `link` is in the process.
+    fn at(&self, link: u64) -> u64 {
+        link.wrapping_add(self.bias)
+    }
+
+    /// Where `_Py_NoneStruct` is in the process, if the file says.
+    fn none(&self) -> Option<u64> {
+        self.facts.none.map(|n| self.at(n))
+    }
+}
+
+/// What the candidates looked at so far left, for when none is ready.
+#[derive(Default)]
+struct Search {
+    /// The version a candidate's `Py_Version` gave.
+    found_version: Option<PyVersion>,
+    /// Why the last candidate's file could not be read.
+    last_err: Option<Error>,
+    /// The cookie is part of `_PyRuntime`'s static initialiser, so every
+    /// mapped copy of libpython shows it, initialised or not. The first
+    /// table whose `interpreters_head` is set wins; a copy that never ran
+    /// (ctypes loading libpython a second time) is only kept as a fallback
+    /// for a process that has not initialised any runtime yet.
+    uninitialised: Option<Runtime>,
+    /// Why the last carried-layout runtime is not ready.
+    not_yet: Option<Error>,
+    /// A carried-layout runtime found but not initialised yet.
+    starting: Option<Runtime>,
+}
+
+impl Search {
+    /// Look at one candidate: `Some` when its runtime is ready.
+    fn look_at(
+        &mut self,
+        proc: &LinuxProcess,
+        m: &MapEntry,
+        check: &Check,
+    ) -> Result<Option<Found>> {
         let facts = match facts_of(proc, m) {
             Ok(Some(f)) => f,
-            Ok(None) => continue,
+            Ok(None) => return Ok(None),
             Err(e @ Error::PermissionDenied { .. }) => return Err(e),
             Err(e) => {
-                last_err = Some(e);
-                continue;
+                self.last_err = Some(e);
+                return Ok(None);
             }
         };
         let bias = m.start.wrapping_sub(facts.first_load_vaddr);
-        for link_addr in [facts.section, facts.symbol].into_iter().flatten() {
-            let addr = link_addr.wrapping_add(bias);
-            let mut cookie = [0u8; 8];
-            match proc.read(addr, &mut cookie) {
-                Ok(()) if &cookie == COOKIE => {
-                    let none = facts.none.map(|n| n.wrapping_add(bias));
-                    let rt = load_table(proc, addr, m, none)?;
-                    let head =
-                        proc.read_u64(addr.wrapping_add(rt.offsets.runtime_interpreters_head))?;
-                    if head != 0 {
-                        return Ok(Found::Ready(rt));
-                    }
-                    uninitialised.get_or_insert(rt);
-                    break;
-                }
-                Ok(()) => {}
-                Err(e) if e.is_fatal() => return Err(e),
-                Err(_) => {}
+        let image = Image { m, facts, bias };
+        match debug_table(proc, &image)? {
+            Some((rt, true)) => return Ok(Some(Found::Ready(rt))),
+            Some((rt, false)) => {
+                self.uninitialised.get_or_insert(rt);
             }
+            None => {}
         }
-        let Some(v) = facts.py_version else { continue };
+        self.carried(proc, &image, check)
+    }
+
+    /// 3.11, 3.12: no table; the layout tachyon carries for the version,
+    /// verified on the live process. `Some` when it is ready.
+    fn carried(
+        &mut self,
+        proc: &LinuxProcess,
+        image: &Image,
+        check: &Check,
+    ) -> Result<Option<Found>> {
+        let Some(v) = image.facts.py_version else {
+            return Ok(None);
+        };
         let mut b = [0u8; 4];
-        if proc.read(v.wrapping_add(bias), &mut b).is_err() {
-            continue;
+        if proc.read(image.at(v), &mut b).is_err() {
+            return Ok(None);
         }
         let version = PyVersion::from_hex(u32::from_le_bytes(b) as u64);
-        found_version = Some(version);
-        // 3.11, 3.12: no table; the layout tachyon carries for the
-        // version, verified on the live process.
+        self.found_version = Some(version);
         let Some(c) = carried::for_version(version) else {
-            continue;
+            return Ok(None);
         };
-        let addr = match facts.symbol.or(facts.section) {
-            Some(link) => link.wrapping_add(bias),
-            // Neither says where: look for it in the writable data.
-            None => {
-                let segments: Vec<(u64, u64)> = facts
-                    .writable
-                    .iter()
-                    .map(|&(a, len)| (a.wrapping_add(bias), len))
-                    .collect();
-                match scan_for_runtime(proc, &segments, c, version)? {
-                    Some(a) => a,
-                    None => {
-                        not_yet.get_or_insert(Error::NotPython {
-                            pid,
-                            why: format!(
-                                "it runs Python {version}, but no initialised _PyRuntime was found in the data of {}",
-                                m.path.as_deref().unwrap_or("its binary")
-                            ),
-                        });
-                        continue;
-                    }
-                }
-            }
+        let Some(addr) = self.carried_address(proc, image, c, version)? else {
+            return Ok(None);
         };
-        let none = facts.none.map(|n| n.wrapping_add(bias));
-        let rt = match carried_runtime(proc.pid(), addr, m, none, c, version) {
+        let rt = match carried_runtime(proc.pid(), addr, image.m, image.none(), c, version) {
             Ok(rt) => rt,
             Err(e) if e.is_fatal() => return Err(e),
             Err(e) => {
-                not_yet = Some(e);
-                continue;
+                self.not_yet = Some(e);
+                return Ok(None);
             }
         };
         match check(proc, &rt) {
-            Ok(()) => return Ok(Found::Ready(rt)),
+            Ok(()) => return Ok(Some(Found::Ready(rt))),
             Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),
             // Not initialised yet (or a second, idle copy of libpython).
             Err(e) => {
                 if matches!(e, Error::NotPython { .. }) {
-                    starting.get_or_insert(rt);
+                    self.starting.get_or_insert(rt);
                 }
-                not_yet = Some(e);
+                self.not_yet = Some(e);
             }
         }
+        Ok(None)
     }
-    if let Some(rt) = uninitialised {
-        return Ok(Found::Ready(rt));
-    }
-    match (starting, not_yet) {
-        (rt, Some(e @ Error::NotPython { .. })) => return Ok(Found::Starting(rt, e)),
-        (_, Some(e)) => return Err(e),
-        _ => {}
-    }
-    if found_version.is_none() {
-        // Before 3.11 there is no `Py_Version`: name the version after the
-        // interpreter's file (`python3.10`, `libpython3.10.so.1.0`).
-        found_version = cands
-            .iter()
-            .filter_map(|m| version_from_name(m.basename()?))
-            // 3.11+ export `Py_Version`: without it, their libpython is
-            // not mapped yet.
-            .find(|v| v.minor < 11);
-    }
-    match found_version {
-        // Older than any layout tachyon has: name the version.
-        Some(v)
-            if v.major == 3
-                && (v.minor < 11 || carried::for_version(v).is_none() && v.minor < 13) =>
-        {
-            return Err(Error::UnsupportedVersion {
-                pid,
-                found: if v.level == 0 {
-                    // Known from a file name only.
-                    format!("{}.{}", v.major, v.minor)
-                } else {
-                    v.to_string()
-                },
-            });
+
+    /// Where a carried-layout `_PyRuntime` is: at its symbol or section,
+    /// or, when neither says, found in the writable data. `None` (the
+    /// reason kept) when the data holds no initialised one.
+    fn carried_address(
+        &mut self,
+        proc: &LinuxProcess,
+        image: &Image,
+        c: &carried::Carried,
+        version: PyVersion,
+    ) -> Result<Option<u64>> {
+        if let Some(link) = image.facts.symbol.or(image.facts.section) {
+            return Ok(Some(image.at(link)));
         }
-        // New enough to have the table, yet we found none: say so rather
-        // than call a supported version unsupported.
-        Some(v) => {
-            return Err(Error::NotPython {
-                pid,
+        let segments: Vec<(u64, u64)> = image
+            .facts
+            .writable
+            .iter()
+            .map(|&(a, len)| (image.at(a), len))
+            .collect();
+        let found = scan_for_runtime(proc, &segments, c, version)?;
+        if found.is_none() {
+            self.not_yet.get_or_insert(Error::NotPython {
+                pid: proc.pid(),
                 why: format!(
-                    "it runs Python {v}, but its runtime (_PyRuntime) could not be located in {}",
-                    cands
-                        .iter()
-                        .filter_map(|m| m.path.as_deref())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "it runs Python {version}, but no initialised _PyRuntime was found in the data of {}",
+                    image.m.path.as_deref().unwrap_or("its binary")
                 ),
             });
         }
-        None => {}
+        Ok(found)
     }
+
+    /// No candidate's runtime was ready: the best fallback, or the error
+    /// that says most.
+    fn conclude(self, proc: &LinuxProcess, cands: &[&MapEntry]) -> Result<Found> {
+        if let Some(rt) = self.uninitialised {
+            return Ok(Found::Ready(rt));
+        }
+        match (self.starting, self.not_yet) {
+            (rt, Some(e @ Error::NotPython { .. })) => return Ok(Found::Starting(rt, e)),
+            (_, Some(e)) => return Err(e),
+            _ => {}
+        }
+        // Before 3.11 there is no `Py_Version`: name the version after the
+        // interpreter's file (`python3.10`, `libpython3.10.so.1.0`).
+        let version = self.found_version.or_else(|| {
+            cands
+                .iter()
+                .filter_map(|m| version_from_name(m.basename()?))
+                // 3.11+ export `Py_Version`: without it, their libpython is
+                // not mapped yet.
+                .find(|v| v.minor < 11)
+        });
+        if let Some(v) = version {
+            return Err(version_error(proc.pid(), v, cands));
+        }
+        Err(no_runtime(proc, cands, self.last_err))
+    }
+}
+
+/// The `_Py_DebugOffsets` table of one image, if it has one, and whether
+/// its runtime is initialised (`interpreters_head` set).
+fn debug_table(proc: &LinuxProcess, image: &Image) -> Result<Option<(Runtime, bool)>> {
+    for link_addr in [image.facts.section, image.facts.symbol]
+        .into_iter()
+        .flatten()
+    {
+        let addr = image.at(link_addr);
+        let mut cookie = [0u8; 8];
+        match proc.read(addr, &mut cookie) {
+            Ok(()) if &cookie == COOKIE => {
+                let rt = load_table(proc, addr, image.m, image.none())?;
+                let head =
+                    proc.read_u64(addr.wrapping_add(rt.offsets.runtime_interpreters_head))?;
+                return Ok(Some((rt, head != 0)));
+            }
+            Ok(()) => {}
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(None)
+}
+
+/// A version was found but no runtime: too old for any layout tachyon
+/// has, or new enough to have the table yet none was found.
+fn version_error(pid: i32, v: PyVersion, cands: &[&MapEntry]) -> Error {
+    // Older than any layout tachyon has: name the version.
+    if v.major == 3 && (v.minor < 11 || carried::for_version(v).is_none() && v.minor < 13) {
+        return Error::UnsupportedVersion {
+            pid,
+            found: if v.level == 0 {
+                // Known from a file name only.
+                format!("{}.{}", v.major, v.minor)
+            } else {
+                v.to_string()
+            },
+        };
+    }
+    // New enough to have the table, yet we found none: say so rather
+    // than call a supported version unsupported.
+    Error::NotPython {
+        pid,
+        why: format!(
+            "it runs Python {v}, but its runtime (_PyRuntime) could not be located in {}",
+            cands
+                .iter()
+                .filter_map(|m| m.path.as_deref())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Neither a runtime nor a version was found.
+fn no_runtime(proc: &LinuxProcess, cands: &[&MapEntry], last_err: Option<Error>) -> Error {
+    let pid = proc.pid();
     // Failing to open or read the binary may just mean the process exited
     // meanwhile.
     if has_exited(proc, &proc.maps().unwrap_or_default()) {
-        return Err(Error::ProcessExited { pid });
+        return Error::ProcessExited { pid };
     }
     let names: Vec<&str> = cands.iter().filter_map(|m| m.path.as_deref()).collect();
-    Err(Error::NotPython {
+    Error::NotPython {
         pid,
         why: match last_err {
             Some(e) => format!("cannot read the interpreter binary ({e})"),
@@ -380,7 +474,7 @@ pub fn locate_or_starting(proc: &LinuxProcess, check: &Check) -> Result<Found> {
                 names.join(", ")
             ),
         },
-    })
+    }
 }
 
 /// One process looked at again and again while it starts (after each of

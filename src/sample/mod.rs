@@ -114,13 +114,13 @@ pub fn parse_rate(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_micros(us as u64))
 }
 
-/// Run the loop until one of the stop conditions; returns the statistics
-/// and why it stopped. `alive` tells whether the target still exists (asked
-/// only after a failed sample).
 /// Something that stops the target for the duration of one sample
 /// (`--blocking`): it returns a guard that resumes the target when dropped.
 pub type Pause<'a> = &'a dyn Fn() -> crate::Result<Box<dyn std::any::Any>>;
 
+/// Run the loop until one of the stop conditions; returns the statistics
+/// and why it stopped. `alive` tells whether the target still exists (asked
+/// only after a failed sample).
 pub fn run<M: ProcessMemory>(
     unwinder: &mut Unwinder<M>,
     collector: &mut dyn Collector,
@@ -136,8 +136,8 @@ pub fn run<M: ProcessMemory>(
     let start = Instant::now();
     let epoch_start = crate::model::epoch_us();
     let mut next = start;
-    let mut sample = Sample::default();
-    let mut stats = RunStats {
+    let sample = Sample::default();
+    let stats = RunStats {
         interval_us: interval.as_micros() as u64,
         mode: cfg.mode,
         ..RunStats::default()
@@ -146,16 +146,21 @@ pub fn run<M: ProcessMemory>(
     // Why samples fail, one line each, for whoever wonders about the
     // error rate.
     let log_errors = std::env::var_os("TACHYON_LOG_FAILED_SAMPLES").is_some();
+    let mut run = Run {
+        unwinder,
+        collector,
+        cfg,
+        alive,
+        pause,
+        start,
+        epoch_start,
+        sample,
+        stats,
+        log_errors,
+    };
     let reason = loop {
-        if signals::interrupted() {
-            break StopReason::Interrupted;
-        }
-        if cfg
-            .cancel
-            .as_ref()
-            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-        {
-            break StopReason::Cancelled;
+        if let Some(reason) = run.stop_asked() {
+            break reason;
         }
         let now = Instant::now();
         let elapsed = now.duration_since(start);
@@ -165,72 +170,128 @@ pub fn run<M: ProcessMemory>(
             break StopReason::Duration;
         }
         if now < next {
-            // Sleep to just short of the due time (or the end of the run,
-            // whichever comes first), spin the rest: with the timer slack
-            // at its minimum a sleep overshoots by only a few microseconds.
-            // A long gap (a low rate) is slept in slices, so a signal, the
-            // deadline or the target's exit is noticed within one slice.
-            let mut gap = next - now;
-            if let Some(d) = cfg.duration {
-                gap = gap.min(d - elapsed);
-            }
-            if gap > SLICE {
-                std::thread::sleep(SLICE);
-                if !alive() {
-                    break StopReason::TargetExited;
-                }
-            } else if gap > SPIN {
-                std::thread::sleep(gap - SPIN);
-            } else {
-                std::hint::spin_loop();
+            if !run.wait(next - now, elapsed) {
+                break StopReason::TargetExited;
             }
             continue;
         }
+        if let Some(reason) = run.take(now) {
+            break reason;
+        }
+        rt.tick(now, run.stats.attempts);
+        next += interval;
+    };
+    rt.done();
+    let mut stats = run.stats;
+    stats.duration_s = start.elapsed().as_secs_f64();
+    stats.interrupted = reason == StopReason::Interrupted;
+    (stats, reason)
+}
+
+/// The sampling loop's state: what it samples with, into, on what
+/// schedule, and what it counted so far.
+struct Run<'a, M: ProcessMemory> {
+    unwinder: &'a mut Unwinder<M>,
+    collector: &'a mut dyn Collector,
+    cfg: &'a SampleConfig,
+    alive: &'a dyn Fn() -> bool,
+    pause: Option<Pause<'a>>,
+    start: Instant,
+    /// `start` on the wall clock, in microseconds since the epoch.
+    epoch_start: u64,
+    /// Filled again by each sample (no allocation per sample).
+    sample: Sample,
+    stats: RunStats,
+    log_errors: bool,
+}
+
+impl<M: ProcessMemory> Run<'_, M> {
+    /// A signal, or the session, asks the loop to stop.
+    #[inline]
+    fn stop_asked(&self) -> Option<StopReason> {
+        if signals::interrupted() {
+            return Some(StopReason::Interrupted);
+        }
+        if self
+            .cfg
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            return Some(StopReason::Cancelled);
+        }
+        None
+    }
+
+    /// Wait toward the next sample, due in `gap` (`elapsed` into the run).
+    /// Sleep to just short of the due time (or the end of the run,
+    /// whichever comes first), spin the rest: with the timer slack at its
+    /// minimum a sleep overshoots by only a few microseconds. A long gap
+    /// (a low rate) is slept in slices, so a signal, the deadline or the
+    /// target's exit is noticed within one slice. `false`: the target is
+    /// gone.
+    #[inline]
+    fn wait(&self, mut gap: Duration, elapsed: Duration) -> bool {
+        if let Some(d) = self.cfg.duration {
+            gap = gap.min(d - elapsed);
+        }
+        if gap > SLICE {
+            std::thread::sleep(SLICE);
+            return (self.alive)();
+        } else if gap > SPIN {
+            std::thread::sleep(gap - SPIN);
+        } else {
+            std::hint::spin_loop();
+        }
+        true
+    }
+
+    /// Take one sample, due `now`, and give it to the collector (or count
+    /// its failure). `Some`: why the loop stops.
+    #[inline]
+    fn take(&mut self, now: Instant) -> Option<StopReason> {
+        let stats = &mut self.stats;
         stats.attempts += 1;
-        let taken = match pause {
-            Some(p) => p().and_then(|_guard| unwinder.sample(&mut sample)),
-            None => unwinder.sample(&mut sample),
+        let taken = match self.pause {
+            Some(p) => p().and_then(|_guard| self.unwinder.sample(&mut self.sample)),
+            None => self.unwinder.sample(&mut self.sample),
         };
         match taken {
             // Interpreter shutdown: counted, not the program's profile.
-            Ok(()) if unwinder.in_shutdown() => stats.shutdown_samples += 1,
+            Ok(()) if self.unwinder.in_shutdown() => stats.shutdown_samples += 1,
             Ok(()) => {
-                sample.timestamp_us = epoch_start + now.duration_since(start).as_micros() as u64;
-                filter_by_mode(&mut sample, cfg.mode);
-                collector.collect(&sample, unwinder.frames());
+                self.sample.timestamp_us =
+                    self.epoch_start + now.duration_since(self.start).as_micros() as u64;
+                filter_by_mode(&mut self.sample, self.cfg.mode);
+                self.collector.collect(&self.sample, self.unwinder.frames());
                 // The collector reports the error itself when it finishes.
-                if collector.output_error().is_some() {
-                    break StopReason::OutputFailed;
+                if self.collector.output_error().is_some() {
+                    return Some(StopReason::OutputFailed);
                 }
             }
             Err(Error::ProcessExited { .. }) => {
                 stats.attempts -= 1;
-                break StopReason::TargetExited;
+                return Some(StopReason::TargetExited);
             }
             Err(e) if e.is_fatal() => {
                 stats.attempts -= 1;
                 crate::errln!("tachyon: sampling stopped: {e}");
-                break StopReason::Fatal;
+                return Some(StopReason::Fatal);
             }
             Err(e) => {
-                if log_errors {
+                if self.log_errors {
                     crate::errln!("tachyon: failed sample: {e}");
                 }
-                if !alive() {
+                if !(self.alive)() {
                     stats.attempts -= 1;
-                    break StopReason::TargetExited;
+                    return Some(StopReason::TargetExited);
                 }
                 stats.failures += 1;
-                collector.collect_failed();
+                self.collector.collect_failed();
             }
         }
-        rt.tick(now, stats.attempts);
-        next += interval;
-    };
-    rt.done();
-    stats.duration_s = start.elapsed().as_secs_f64();
-    stats.interrupted = reason == StopReason::Interrupted;
-    (stats, reason)
+        None
+    }
 }
 
 /// Keep only the threads the mode is about. The unwinder already sets the

@@ -45,105 +45,72 @@ pub(super) fn watch<'scope>(
         config,
         blocking,
     };
-    let mut procs = ProcessTree::new();
-    let mut last = None;
-    let mut round: u32 = 0;
-    let every = match children.tracer {
-        Some(_) => SAFETY_SCAN_EVERY,
-        None => SCAN_EVERY,
+    let mut scans = Scans {
+        procs: ProcessTree::new(),
+        last: None,
+        round: 0,
+        every: match children.tracer {
+            Some(_) => SAFETY_SCAN_EVERY,
+            None => SCAN_EVERY,
+        },
+        next: Instant::now(),
     };
-    let mut next_scan = Instant::now();
-    // Processes reported by the tracer and put off (too many looked at
-    // at once, or not readable yet), with their parent, and what the
-    // tracer found at an exec (then it holds the process).
-    let mut put_off: Vec<(i32, Option<i32>, Option<HeldExec>)> = Vec::new();
+    let mut put_off: Vec<PutOff> = Vec::new();
     while !shared.done.load(Ordering::SeqCst) && !sample::signals::interrupted() {
         if let Some(tracer) = children.tracer {
-            let until_scan = next_scan.saturating_duration_since(Instant::now());
-            let mut wait = match put_off.is_empty() {
-                true => until_scan,
-                false => until_scan.min(SCAN_EVERY),
-            };
-            while let Some(event) = tracer.next_event(wait) {
-                wait = Duration::ZERO;
-                match event {
-                    // Looked at once it execs (its exec is reported).
-                    Event::Forked {
-                        shares_memory: true,
-                        ..
-                    } => {}
-                    Event::Forked {
-                        pid, parent, held, ..
-                    } => {
-                        let look = w.consider(pid, Some(parent), false, None);
-                        // A held fork waits for its profile to begin; any
-                        // other outcome lets it go now.
-                        if held && !matches!(look, Look::Profiling | Look::Busy) {
-                            tracer.release(pid);
-                        }
-                        if look == Look::PutOff {
-                            put_off.push((pid, Some(parent), None));
-                        }
-                    }
-                    Event::Exec { pid, runtime } => {
-                        let held = runtime.map(|rt| HeldExec {
-                            runtime: *rt,
-                            since: Instant::now(),
-                            offered: false,
-                        });
-                        put_off.push((pid, None, held));
-                    }
-                }
-            }
-            put_off.retain_mut(|(pid, parent, held)| match held {
-                Some(held) => w.held_exec(tracer, *pid, held),
-                None => w.consider(*pid, *parent, false, None) == Look::PutOff,
-            });
-            if Instant::now() < next_scan {
+            w.take_reports(tracer, &mut put_off, scans.next);
+            if Instant::now() < scans.next {
                 continue;
             }
         } else {
-            std::thread::sleep(SCAN_EVERY.min(next_scan.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                SCAN_EVERY.min(scans.next.saturating_duration_since(Instant::now())),
+            );
         }
-        next_scan = Instant::now() + every;
-        // No new process since the last scan: nothing to look at but the
-        // execs of processes found not to be Python, looked for less often.
-        let newest = tree::last_pid();
-        round = round.wrapping_add(1);
-        if children.tracer.is_none()
-            && newest.is_some()
-            && newest == last
-            && !round.is_multiple_of(RESCAN_EVERY)
-        {
-            continue;
-        }
-        last = newest;
-        procs.scan();
-        let below = children
-            .root
-            .unwrap_or_else(|| shared.main.load(Ordering::SeqCst));
-        // A process put off makes the next scan happen at once.
-        let mut deferred = false;
-        for pid in procs.descendants(below) {
-            if shared.done.load(Ordering::SeqCst) {
-                break;
-            }
-            let parent = procs.parent(pid);
-            // A vfork child shares its parent's memory until it execs: it
-            // is looked at once it has.
-            let in_vfork = parent.is_some_and(tree::in_vfork);
-            if w.consider(pid, parent, in_vfork, None) == Look::PutOff {
-                deferred = true;
-            }
-        }
-        if deferred {
-            last = None;
+        scans.next = Instant::now() + scans.every;
+        if scans.due(children.tracer.is_some()) {
+            w.scan(&mut scans);
         }
     }
     // Forks reported from now on are no children of this session: the
     // tracer holds none for it.
     if let Some(tracer) = children.tracer {
         tracer.stop_holding();
+    }
+}
+
+/// A process reported by the tracer and put off (too many looked at at
+/// once, or not readable yet), with its parent, and what the tracer found
+/// at an exec (then it holds the process).
+type PutOff = (i32, Option<i32>, Option<HeldExec>);
+
+/// The watcher's scans of the descendants.
+struct Scans {
+    procs: ProcessTree,
+    /// The newest process when the descendants were last scanned.
+    last: Option<i32>,
+    round: u32,
+    every: Duration,
+    /// When the next scan is due.
+    next: Instant,
+}
+
+impl Scans {
+    /// Whether to scan now. Without a tracer, and no new process since
+    /// the last scan, there is nothing to look at but the execs of
+    /// processes found not to be Python, looked for less often.
+    fn due(&mut self, traced: bool) -> bool {
+        let newest = tree::last_pid();
+        self.round = self.round.wrapping_add(1);
+        if !traced
+            && newest.is_some()
+            && newest == self.last
+            && !self.round.is_multiple_of(RESCAN_EVERY)
+        {
+            return false;
+        }
+        self.last = newest;
+        true
     }
 }
 
@@ -185,6 +152,83 @@ struct Watcher<'scope, 'env> {
 }
 
 impl<'scope, 'env> Watcher<'scope, 'env> {
+    /// Wait for the tracer's reports until the next scan is due (or a
+    /// little, with processes put off), handle them, and consider the
+    /// processes put off again.
+    fn take_reports(&self, tracer: &Follower, put_off: &mut Vec<PutOff>, next_scan: Instant) {
+        let until_scan = next_scan.saturating_duration_since(Instant::now());
+        let mut wait = match put_off.is_empty() {
+            true => until_scan,
+            false => until_scan.min(SCAN_EVERY),
+        };
+        while let Some(event) = tracer.next_event(wait) {
+            wait = Duration::ZERO;
+            self.reported(tracer, event, put_off);
+        }
+        put_off.retain_mut(|(pid, parent, held)| match held {
+            Some(held) => self.held_exec(tracer, *pid, held),
+            None => self.consider(*pid, *parent, false, None) == Look::PutOff,
+        });
+    }
+
+    /// One report of the tracer: a new process is considered now, an
+    /// exec'd one once the reports are handled.
+    fn reported(&self, tracer: &Follower, event: Event, put_off: &mut Vec<PutOff>) {
+        match event {
+            // Looked at once it execs (its exec is reported).
+            Event::Forked {
+                shares_memory: true,
+                ..
+            } => {}
+            Event::Forked {
+                pid, parent, held, ..
+            } => {
+                let look = self.consider(pid, Some(parent), false, None);
+                // A held fork waits for its profile to begin; any
+                // other outcome lets it go now.
+                if held && !matches!(look, Look::Profiling | Look::Busy) {
+                    tracer.release(pid);
+                }
+                if look == Look::PutOff {
+                    put_off.push((pid, Some(parent), None));
+                }
+            }
+            Event::Exec { pid, runtime } => {
+                let held = runtime.map(|rt| HeldExec {
+                    runtime: *rt,
+                    since: Instant::now(),
+                    offered: false,
+                });
+                put_off.push((pid, None, held));
+            }
+        }
+    }
+
+    /// Consider every descendant of the main process (or of the root); a
+    /// process put off makes the next scan happen at once.
+    fn scan(&self, scans: &mut Scans) {
+        scans.procs.scan();
+        let below = self
+            .children
+            .root
+            .unwrap_or_else(|| self.shared.main.load(Ordering::SeqCst));
+        let mut deferred = false;
+        for pid in scans.procs.descendants(below) {
+            if self.shared.done.load(Ordering::SeqCst) {
+                break;
+            }
+            let parent = scans.procs.parent(pid);
+            // A vfork child shares its parent's memory until it execs: it
+            // is looked at once it has.
+            let in_vfork = parent.is_some_and(tree::in_vfork);
+            if self.consider(pid, parent, in_vfork, None) == Look::PutOff {
+                deferred = true;
+            }
+        }
+        if deferred {
+            scans.last = None;
+        }
+    }
     /// The tracer holds `pid`, which exec'd into a Python whose runtime
     /// is ready: profile it from there. A child whose profile runs
     /// already is offered the runtime, and lets it go once it took it;
@@ -313,7 +357,6 @@ const MAX_PROBING: usize = 32;
 
 /// Is the new process `pid` Python (waiting a little for an interpreter
 /// still loading its runtime)? Then profile it, if the bound allows.
-#[allow(clippy::too_many_arguments)]
 fn look_at_child(
     pid: i32,
     inherited: Option<Runtime>,
@@ -394,7 +437,6 @@ pub(super) fn mark(shared: &Shared, pid: i32, state: Option<String>) {
 /// One child's whole profile, on its own thread: sampled on the session's
 /// schedule until it exits (followed through an exec into another Python),
 /// the duration is over, or the session ends it; then written.
-#[allow(clippy::too_many_arguments)]
 fn profile_child(
     pid: i32,
     rt: Runtime,
@@ -404,6 +446,13 @@ fn profile_child(
     config: &SampleConfig,
     blocking: bool,
 ) -> ChildReport {
+    let child = ChildRun {
+        pid,
+        children,
+        shared,
+        config,
+        blocking,
+    };
     let mut report = ChildReport {
         pid,
         stats: RunStats::default(),
@@ -412,108 +461,169 @@ fn profile_child(
         error: None,
         not_python: false,
     };
-    // Merged, the child's samples are held until they span the time a
-    // fork that execs another program at once would: such a child's
-    // samples are its parent's stack, and stay out of the profile.
-    let made = match &shared.merge {
-        Some(feed) => feed
-            .front(pid as u32, Duration::from_secs_f64(SHORT_FORK_S))
-            .map(|f| Box::new(f) as Box<dyn Collector>)
-            .ok_or_else(|| "the profile is over".to_string()),
-        None => (children.sink)(pid, &rt),
-    };
-    let mut collector = match made {
-        Ok(c) => c,
+    let (mut collector, unwinder) = match child.open(rt) {
+        Ok(opened) => opened,
         Err(e) => {
             report.error = Some(e);
             return report;
         }
     };
-    let proc = match LinuxProcess::open(pid) {
-        Ok(p) => p,
-        Err(e) => {
-            report.error = Some(e.to_string());
-            return report;
+    let (unwinder, became) = child.follow(&mut report, unwinder, collector.as_mut(), image);
+    finish_child(report, became, collector.as_mut(), &unwinder)
+}
+
+/// One child's profile: who it is and what the session gives it.
+struct ChildRun<'a, 'c> {
+    pid: i32,
+    children: &'a Children<'c>,
+    shared: &'a Shared,
+    config: &'a SampleConfig,
+    blocking: bool,
+}
+
+impl ChildRun<'_, '_> {
+    /// Its collector and its unwinder on `rt`, ready: then its profile
+    /// begins. `Err`: why it cannot be profiled.
+    fn open(&self, rt: Runtime) -> std::result::Result<(Box<dyn Collector>, Child), String> {
+        let (pid, shared) = (self.pid, self.shared);
+        // Merged, the child's samples are held until they span the time a
+        // fork that execs another program at once would: such a child's
+        // samples are its parent's stack, and stay out of the profile.
+        let collector = match &shared.merge {
+            Some(feed) => feed
+                .front(pid as u32, Duration::from_secs_f64(SHORT_FORK_S))
+                .map(|f| Box::new(f) as Box<dyn Collector>)
+                .ok_or_else(|| "the profile is over".to_string()),
+            None => (self.children.sink)(pid, &rt),
+        }?;
+        let proc = LinuxProcess::open(pid).map_err(|e| e.to_string())?;
+        let mut unwinder = Unwinder::new(proc, pid, rt, shared.opening.unwind);
+        self.ready(&mut unwinder)?;
+        Ok((collector, unwinder))
+    }
+
+    /// Make `unwinder` ready (asyncio, when asked for); then a fork or
+    /// exec the tracer holds for this profile goes on.
+    fn ready(&self, unwinder: &mut Child) -> std::result::Result<(), String> {
+        self.shared
+            .opening
+            .ready(unwinder)
+            .map_err(|e| error_chain(&e))?;
+        if let Some(tracer) = self.children.tracer {
+            tracer.release(self.pid);
         }
-    };
-    let opening = &shared.opening;
-    let mut unwinder = Unwinder::new(proc, pid, rt, opening.unwind);
-    if let Err(e) = opening.ready(&mut unwinder) {
-        report.error = Some(error_chain(&e));
-        return report;
+        Ok(())
     }
-    // Its profile begins now: a fork held for it goes on.
-    if let Some(tracer) = children.tracer {
-        tracer.release(pid);
+
+    /// The schedule left for this child. One line a second from every
+    /// child would garble the terminal: no realtime stats.
+    fn schedule(&self) -> SampleConfig {
+        let shared = self.shared;
+        let mut cfg = remaining(self.config, shared.started, Some(shared.cancel.clone()));
+        cfg.realtime_stats = false;
+        cfg
     }
-    // What the process became when it left Python, if it did.
-    let mut became: Option<String> = None;
-    let exec_seen = std::cell::Cell::new(false);
-    let mut cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
-    // One line a second from every child would garble the terminal.
-    cfg.realtime_stats = false;
-    // The image `rt` belongs to: the process may have exec'd since, and
-    // then every sample would read another program's memory.
-    let mut image = Some(image);
-    loop {
+
+    /// Sample the child, through its execs into another Python, until it
+    /// ends or the profile does. Returns the unwinder last used, and what
+    /// the process became when it left Python, if it did.
+    fn follow(
+        &self,
+        report: &mut ChildReport,
+        mut unwinder: Child,
+        collector: &mut dyn Collector,
+        image: String,
+    ) -> (Child, Option<String>) {
+        let (pid, shared) = (self.pid, self.shared);
+        let exec_seen = std::cell::Cell::new(false);
+        let mut cfg = self.schedule();
+        // The image the runtime belongs to: the process may have exec'd
+        // since, and then every sample would read another program's memory.
+        let mut image = Some(image);
+        while let Some((stats, reason)) =
+            self.sample_image(&mut unwinder, collector, &cfg, &image, &exec_seen)
+        {
+            add_stats(&mut report.stats, &stats);
+            report.reason = reason;
+            if reason != StopReason::TargetExited {
+                break;
+            }
+            // Gone, or exec'd: then it may be Python again (a fork of Python
+            // that execs an interpreter, as `subprocess` and `multiprocessing`'s
+            // spawn do). The profile goes on into it, one profile a process.
+            let Some((rt, new_image)) = runtime_after_exec(pid, shared) else {
+                return (unwinder, left_python(pid, exec_seen.get()));
+            };
+            let Ok(proc) = LinuxProcess::open(pid) else {
+                break;
+            };
+            shared.remember_runtime_of(pid, &new_image, &rt);
+            image = Some(new_image);
+            let opts = unwinder.opts;
+            let table = unwinder.into_frames();
+            unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
+            // Its profile goes on now: the tracer's hold at its exec ends.
+            if let Err(e) = self.ready(&mut unwinder) {
+                report.error = Some(e);
+                break;
+            }
+            cfg = self.schedule();
+        }
+        (unwinder, None)
+    }
+
+    /// Sample the child while it runs `image`. `None`: it cannot be
+    /// opened any more.
+    fn sample_image(
+        &self,
+        unwinder: &mut Child,
+        collector: &mut dyn Collector,
+        cfg: &SampleConfig,
+        image: &Option<String>,
+        exec_seen: &std::cell::Cell<bool>,
+    ) -> Option<(RunStats, StopReason)> {
+        let pid = self.pid;
         let alive = || {
             let now = tree::image(pid);
-            if now.is_some() && now != image {
+            if now.is_some() && now != *image {
                 exec_seen.set(true);
             }
-            image.is_some() && now == image
+            image.is_some() && now == *image
         };
-        let stopper = match LinuxProcess::open(pid) {
-            Ok(p) => p,
-            Err(_) => break,
-        };
+        let stopper = LinuxProcess::open(pid).ok()?;
         let pause =
             || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
-        let (stats, reason) = sample::run(
-            &mut unwinder,
-            collector.as_mut(),
-            &cfg,
+        Some(sample::run(
+            unwinder,
+            collector,
+            cfg,
             &alive,
-            blocking.then_some(&pause as sample::Pause<'_>),
-        );
-        add_stats(&mut report.stats, &stats);
-        report.reason = reason;
-        if reason != StopReason::TargetExited {
-            break;
-        }
-        // Gone, or exec'd: then it may be Python again (a fork of Python
-        // that execs an interpreter, as `subprocess` and `multiprocessing`'s
-        // spawn do). The profile goes on into it, one profile a process.
-        let after = runtime_after_exec(pid, shared);
-        let Some((rt, new_image)) = after else {
-            // Exec'd (seen, or still there with another image), and not
-            // into Python. One already gone may have exec'd unseen.
-            match tree::image(pid) {
-                Some(other) => became = Some(other),
-                None if exec_seen.get() => became = Some("another program".into()),
-                None => {}
-            }
-            break;
-        };
-        let Ok(proc) = LinuxProcess::open(pid) else {
-            break;
-        };
-        shared.remember_runtime_of(pid, &new_image, &rt);
-        image = Some(new_image);
-        let opts = unwinder.opts;
-        let table = unwinder.into_frames();
-        unwinder = Unwinder::with_frames(proc, pid, rt, opts, table);
-        if let Err(e) = opening.ready(&mut unwinder) {
-            report.error = Some(error_chain(&e));
-            break;
-        }
-        // Its profile goes on now: the tracer's hold at its exec ends.
-        if let Some(tracer) = children.tracer {
-            tracer.release(pid);
-        }
-        cfg = remaining(config, shared.started, Some(shared.cancel.clone()));
-        cfg.realtime_stats = false;
+            self.blocking.then_some(&pause as sample::Pause<'_>),
+        ))
     }
+}
+
+/// A child's unwinder.
+type Child = Unwinder<LinuxProcess>;
+
+/// What a child that exec'd (seen, or still there with another image),
+/// and not into Python, became. One already gone may have exec'd unseen.
+fn left_python(pid: i32, exec_seen: bool) -> Option<String> {
+    match tree::image(pid) {
+        Some(other) => Some(other),
+        None if exec_seen => Some("another program".into()),
+        None => None,
+    }
+}
+
+/// The end of a child's profile: written, unless it took no samples or
+/// never ran Python of its own.
+fn finish_child(
+    mut report: ChildReport,
+    became: Option<String>,
+    collector: &mut dyn Collector,
+    unwinder: &Child,
+) -> ChildReport {
     report.samples = report.stats.attempts - report.stats.failures.min(report.stats.attempts);
     if report.samples == 0 {
         report.error = Some("no samples taken".into());

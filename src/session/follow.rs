@@ -496,6 +496,7 @@ impl Tracer {
         }
     }
 
+    /// One stop of one of the traced tasks: followed, held, or let go on.
     fn handle(&mut self, status: WaitStatus, events: &Sender<Event>) {
         match status {
             WaitStatus::PtraceEvent(pid, _, ev)
@@ -503,55 +504,13 @@ impl Tracer {
                     || ev == PtEvent::PTRACE_EVENT_VFORK as i32
                     || ev == PtEvent::PTRACE_EVENT_CLONE as i32 =>
             {
-                self.tracees.insert(pid);
-                if let Ok(new) = ptrace::getevent(pid) {
-                    let new = new as i32;
-                    // A clone event is a thread unless the new task leads
-                    // a thread group of its own.
-                    let is_process = ev != PtEvent::PTRACE_EVENT_CLONE as i32
-                        || tgid(new).is_none_or(|g| g == new);
-                    let hold = self.holding && ev == PtEvent::PTRACE_EVENT_FORK as i32;
-                    self.created(Pid::from_raw(new), hold);
-                    if is_process {
-                        let _ = events.send(Event::Forked {
-                            pid: new,
-                            parent: tgid(pid.as_raw()).unwrap_or(pid.as_raw()),
-                            // vfork, and posix_spawn's clone(CLONE_VM |
-                            // CLONE_VFORK), report as a vfork.
-                            shares_memory: ev == PtEvent::PTRACE_EVENT_VFORK as i32,
-                            held: hold,
-                        });
-                    }
-                }
-                self.resume(pid, None);
+                self.forked(pid, ev, events);
             }
             WaitStatus::PtraceEvent(pid, _, ev) if ev == PtEvent::PTRACE_EVENT_EXEC as i32 => {
-                self.tracees.insert(pid);
-                // A thread that exec'd took its process's id: its own is gone.
-                if let Ok(former) = ptrace::getevent(pid)
-                    && former as i32 != pid.as_raw()
-                {
-                    self.tracees.remove(&Pid::from_raw(former as i32));
-                }
-                self.exec(pid, events);
+                self.exec_event(pid, events);
             }
             WaitStatus::PtraceEvent(pid, sig, ev) if ev == PTRACE_EVENT_STOP => {
-                if is_stop_signal(sig) {
-                    // A group stop: stay stopped until SIGCONT, as without
-                    // a tracer.
-                    self.tracees.insert(pid);
-                    listen(pid);
-                } else if !self.tracees.contains(&pid) {
-                    // A new task's first stop, before its creator's event
-                    // said whether to hold it.
-                    self.tracees.insert(pid);
-                    self.early.insert(pid);
-                } else if self.to_hold.remove(&pid) {
-                    self.held.insert(pid);
-                } else {
-                    // A new task's first stop, or an interrupt.
-                    self.resume(pid, None);
-                }
+                self.ptrace_stop(pid, sig);
             }
             WaitStatus::PtraceSyscall(pid) if self.awaiting.contains_key(&pid) => {
                 self.awaited_stop(pid, events);
@@ -583,6 +542,65 @@ impl Tracer {
                 self.gone(pid, killed(sig, core));
             }
             _ => {}
+        }
+    }
+
+    /// `pid` forked, vforked or cloned (`ev`): the new task is traced,
+    /// held if it is a fork while holding, and reported if a process.
+    fn forked(&mut self, pid: Pid, ev: i32, events: &Sender<Event>) {
+        self.tracees.insert(pid);
+        if let Ok(new) = ptrace::getevent(pid) {
+            let new = new as i32;
+            // A clone event is a thread unless the new task leads
+            // a thread group of its own.
+            let is_process =
+                ev != PtEvent::PTRACE_EVENT_CLONE as i32 || tgid(new).is_none_or(|g| g == new);
+            let hold = self.holding && ev == PtEvent::PTRACE_EVENT_FORK as i32;
+            self.created(Pid::from_raw(new), hold);
+            if is_process {
+                let _ = events.send(Event::Forked {
+                    pid: new,
+                    parent: tgid(pid.as_raw()).unwrap_or(pid.as_raw()),
+                    // vfork, and posix_spawn's clone(CLONE_VM |
+                    // CLONE_VFORK), report as a vfork.
+                    shares_memory: ev == PtEvent::PTRACE_EVENT_VFORK as i32,
+                    held: hold,
+                });
+            }
+        }
+        self.resume(pid, None);
+    }
+
+    /// `pid` exec'd.
+    fn exec_event(&mut self, pid: Pid, events: &Sender<Event>) {
+        self.tracees.insert(pid);
+        // A thread that exec'd took its process's id: its own is gone.
+        if let Ok(former) = ptrace::getevent(pid)
+            && former as i32 != pid.as_raw()
+        {
+            self.tracees.remove(&Pid::from_raw(former as i32));
+        }
+        self.exec(pid, events);
+    }
+
+    /// A `PTRACE_EVENT_STOP` of `pid` with `sig`: a group stop, a new
+    /// task's first stop, or an interrupt.
+    fn ptrace_stop(&mut self, pid: Pid, sig: Signal) {
+        if is_stop_signal(sig) {
+            // A group stop: stay stopped until SIGCONT, as without
+            // a tracer.
+            self.tracees.insert(pid);
+            listen(pid);
+        } else if !self.tracees.contains(&pid) {
+            // A new task's first stop, before its creator's event
+            // said whether to hold it.
+            self.tracees.insert(pid);
+            self.early.insert(pid);
+        } else if self.to_hold.remove(&pid) {
+            self.held.insert(pid);
+        } else {
+            // A new task's first stop, or an interrupt.
+            self.resume(pid, None);
         }
     }
 

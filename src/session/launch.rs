@@ -142,87 +142,122 @@ fn locate_while_stepping(pid: Pid) -> Result<Runtime> {
         pid,
         Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD,
     );
-    let mut pending: Option<Signal> = None;
-    let mut last = None;
-    let mut startup = runtime::Startup::default();
-    let mut syscalls = SyscallWatch::default();
+    let mut s = Stepper {
+        pid,
+        proc,
+        pending: None,
+        last: None,
+        startup: runtime::Startup::default(),
+        syscalls: SyscallWatch::default(),
+        step: true,
+        watching: None,
+    };
     // At the exec stop: look.
     let mut look = true;
-    // Stepped from system call to system call, or (a program that is no
-    // Python, such as the shell script of a pyenv shim; or a Python whose
-    // runtime's readiness a watchpoint tells) run to its next stop.
-    let mut step = true;
-    // The address of the flag a hardware watchpoint is on.
-    let mut watching: Option<u64> = None;
-    let let_go = |pending: Option<Signal>, watching: Option<u64>| {
-        if watching.is_some() {
-            watchpoint::clear(pid);
-        }
-        let _ = ptrace::detach(pid, pending);
-    };
     for _ in 0..50_000 {
-        if look {
-            let maps = std::cell::OnceCell::new();
-            let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&proc));
-            let found = probe::probe_starting(&proc, &mut startup, &pythonish);
-            step = startup.python_seen() || pythonish();
-            match found {
-                Probe::Python(rt) => {
-                    let_go(pending, watching);
-                    return Ok(*rt);
-                }
-                // The interpreter itself: whatever stops it being read
-                // ends the start.
-                Probe::Refused(e) | Probe::Unready(e) => {
-                    let_go(pending, watching);
-                    return Err(e);
-                }
-                Probe::NotYet(e) | Probe::NotPython(e) => last = Some(e),
-            }
-            watching = watch_ready_flag(&proc, &startup, watching);
-            if watching.is_some() {
-                step = false;
-            }
+        if look && let Some(done) = s.look() {
+            s.let_go();
+            return done;
         }
-        // Step to the next system-call entry or exit (or signal, or exec).
-        let resumed = if step {
-            ptrace::syscall(pid, pending.take())
+        match s.next_stop()? {
+            Some(worth_a_look) => look = worth_a_look,
+            None => break,
+        }
+    }
+    s.let_go();
+    Err(s.last.take().unwrap_or(Error::NotPython {
+        pid: pid.as_raw(),
+        why: "no Python runtime appeared".into(),
+    }))
+}
+
+/// A traced process run from stop to stop while its runtime is looked for.
+struct Stepper {
+    pid: Pid,
+    proc: LinuxProcess,
+    /// A signal for the process, delivered when it is resumed.
+    pending: Option<Signal>,
+    /// Why the last look found no runtime.
+    last: Option<Error>,
+    startup: runtime::Startup,
+    syscalls: SyscallWatch,
+    /// Stepped from system call to system call, or (a program that is no
+    /// Python, such as the shell script of a pyenv shim; or a Python whose
+    /// runtime's readiness a watchpoint tells) run to its next stop.
+    step: bool,
+    /// The address of the flag a hardware watchpoint is on.
+    watching: Option<u64>,
+}
+
+impl Stepper {
+    /// Look for the runtime: `Some` when the start is over, with it or
+    /// with why it cannot be read.
+    fn look(&mut self) -> Option<Result<Runtime>> {
+        let maps = std::cell::OnceCell::new();
+        let pythonish = || *maps.get_or_init(|| probe::maps_python_of(&self.proc));
+        let found = probe::probe_starting(&self.proc, &mut self.startup, &pythonish);
+        self.step = self.startup.python_seen() || pythonish();
+        match found {
+            Probe::Python(rt) => return Some(Ok(*rt)),
+            // The interpreter itself: whatever stops it being read
+            // ends the start.
+            Probe::Refused(e) | Probe::Unready(e) => return Some(Err(e)),
+            Probe::NotYet(e) | Probe::NotPython(e) => self.last = Some(e),
+        }
+        self.watching = watch_ready_flag(&self.proc, &self.startup, self.watching);
+        if self.watching.is_some() {
+            self.step = false;
+        }
+        None
+    }
+
+    /// Resume the process to its next system-call entry or exit (or
+    /// signal, or exec) and wait for it. `Some`: whether it is worth a
+    /// look there; `None`: it could not be resumed; `Err`: it exited.
+    fn next_stop(&mut self) -> Result<Option<bool>> {
+        let pid = self.pid;
+        let resumed = if self.step {
+            ptrace::syscall(pid, self.pending.take())
         } else {
-            ptrace::cont(pid, pending.take())
+            ptrace::cont(pid, self.pending.take())
         };
         if resumed.is_err() {
-            break;
+            return Ok(None);
         }
-        look = false;
-        match waitpid(pid, None) {
+        let look = match waitpid(pid, None) {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => {
                 return Err(Error::ProcessExited { pid: pid.as_raw() });
             }
             // The trap of our watchpoint is no signal for the process.
             Ok(WaitStatus::Stopped(_, Signal::SIGTRAP))
-                if watching.is_some() && watchpoint::hit(pid) =>
+                if self.watching.is_some() && watchpoint::hit(pid) =>
             {
-                look = true;
+                true
             }
-            Ok(WaitStatus::Stopped(_, sig)) => pending = Some(sig),
+            Ok(WaitStatus::Stopped(_, sig)) => {
+                self.pending = Some(sig);
+                false
+            }
             // The only event asked for: an exec, a new program (which
             // has no watchpoints: the kernel drops them at exec).
             Ok(WaitStatus::PtraceEvent(..)) => {
-                startup.exec();
-                watching = None;
-                look = true;
+                self.startup.exec();
+                self.watching = None;
+                true
             }
-            Ok(WaitStatus::PtraceSyscall(_)) => {
-                look = syscalls.worth_a_look(pid, &startup);
-            }
-            Ok(_) => {}
-        }
+            Ok(WaitStatus::PtraceSyscall(_)) => self.syscalls.worth_a_look(pid, &self.startup),
+            Ok(_) => false,
+        };
+        Ok(Some(look))
     }
-    let_go(pending, watching);
-    Err(last.unwrap_or(Error::NotPython {
-        pid: pid.as_raw(),
-        why: "no Python runtime appeared".into(),
-    }))
+
+    /// Let the process go, its pending signal delivered.
+    fn let_go(&self) {
+        if self.watching.is_some() {
+            watchpoint::clear(self.pid);
+        }
+        let _ = ptrace::detach(self.pid, self.pending);
+    }
 }
 
 /// After a look found a 3.11/3.12 runtime not initialised yet: the flag
@@ -492,45 +527,53 @@ pub fn exec_stopped_helper() -> Option<std::process::ExitCode> {
 /// [`super::follow`] to go on tracing. Runs in the thread that seized the
 /// command (ptrace requests must come from the tracer).
 pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime, Vec<Pid>)> {
-    use nix::sys::ptrace::Event;
-    let mut tracees: Vec<Pid> = vec![root];
-    // Processes that exec'd something python-like whose runtime is not
-    // mapped yet (a shared build): stepped from system call to system call.
-    let mut stepping: Vec<Pid> = Vec::new();
-    // What each stepped process was found to be so far.
-    let mut startups: HashMap<Pid, runtime::Startup> = HashMap::new();
-    let mut syscalls = SyscallWatch::default();
-    let resume = |pid: Pid, sig: Option<Signal>, stepping: &[Pid]| {
-        let _ = if stepping.contains(&pid) {
-            ptrace::syscall(pid, sig)
-        } else {
-            ptrace::cont(pid, sig)
-        };
+    let mut seized = Seized {
+        root,
+        tracees: vec![root],
+        stepping: Vec::new(),
+        startups: HashMap::new(),
+        syscalls: SyscallWatch::default(),
     };
-    let found = loop {
+    let (pid, rt) = loop {
         let status = match waitpid(None, Some(WaitPidFlag::__WALL)) {
             Ok(s) => s,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(Error::io("following the command", e.into())),
         };
+        if let Some(found) = seized.on(status)? {
+            break found;
+        }
+    };
+    if keep {
+        // Processes still stepped stop at their next system call; the
+        // tracer then lets them run on.
+        let _ = ptrace::cont(pid, None);
+    } else {
+        release(&seized.tracees, Some(pid));
+    }
+    Ok((pid, rt, seized.tracees))
+}
+
+/// The processes of a seized command, followed until one is Python.
+struct Seized {
+    root: Pid,
+    tracees: Vec<Pid>,
+    /// Processes that exec'd something python-like whose runtime is not
+    /// mapped yet (a shared build): stepped from system call to system call.
+    stepping: Vec<Pid>,
+    /// What each stepped process was found to be so far.
+    startups: HashMap<Pid, runtime::Startup>,
+    syscalls: SyscallWatch,
+}
+
+impl Seized {
+    /// One stop of one of the command's processes: `Some` when it is
+    /// Python, the others left stopped or running.
+    fn on(&mut self, status: WaitStatus) -> Result<Option<(Pid, Runtime)>> {
+        use nix::sys::ptrace::Event;
         match status {
             WaitStatus::PtraceEvent(pid, _, ev) if ev == Event::PTRACE_EVENT_EXEC as i32 => {
-                stepping.retain(|&p| p != pid);
-                let startup = startups.entry(pid).or_default();
-                startup.exec();
-                syscalls.forget(pid);
-                match look_traced(pid, startup) {
-                    Traced::Python(rt) => break (pid, *rt),
-                    Traced::Maybe => {
-                        stepping.push(pid);
-                        resume(pid, None, &stepping);
-                    }
-                    Traced::Refused(e) => {
-                        release(&tracees, None);
-                        return Err(e);
-                    }
-                    Traced::No => resume(pid, None, &stepping),
-                }
+                return self.exec(pid);
             }
             WaitStatus::PtraceEvent(pid, _, ev)
                 if ev == Event::PTRACE_EVENT_FORK as i32
@@ -538,74 +581,100 @@ pub(crate) fn follow_until_python(root: Pid, keep: bool) -> Result<(Pid, Runtime
                     || ev == Event::PTRACE_EVENT_CLONE as i32 =>
             {
                 if let Ok(new) = ptrace::getevent(pid) {
-                    tracees.push(Pid::from_raw(new as i32));
+                    self.tracees.push(Pid::from_raw(new as i32));
                 }
-                resume(pid, None, &stepping);
+                self.resume(pid, None);
             }
             // A group stop, or the first stop of a newly traced process.
             WaitStatus::PtraceEvent(pid, _, _) => {
-                if !tracees.contains(&pid) {
-                    tracees.push(pid);
-                }
-                resume(pid, None, &stepping);
+                self.adopt(pid);
+                self.resume(pid, None);
             }
-            WaitStatus::PtraceSyscall(pid) => {
-                let startup = startups.entry(pid).or_default();
-                if !syscalls.worth_a_look(pid, startup) {
-                    resume(pid, None, &stepping);
-                    continue;
-                }
-                match look_traced(pid, startup) {
-                    Traced::Python(rt) => break (pid, *rt),
-                    Traced::Refused(e) => {
-                        release(&tracees, None);
-                        return Err(e);
-                    }
-                    _ => resume(pid, None, &stepping),
-                }
-            }
+            WaitStatus::PtraceSyscall(pid) => return self.syscall(pid),
             // A signal for the process: deliver it.
             WaitStatus::Stopped(pid, sig) => {
-                if !tracees.contains(&pid) {
-                    tracees.push(pid);
-                }
-                resume(pid, Some(sig), &stepping);
+                self.adopt(pid);
+                self.resume(pid, Some(sig));
             }
             WaitStatus::Exited(pid, code) => {
-                tracees.retain(|&p| p != pid);
-                stepping.retain(|&p| p != pid);
-                startups.remove(&pid);
-                syscalls.forget(pid);
-                if pid == root {
-                    release(&tracees, None);
-                    return Err(Error::NoPythonStarted {
-                        how: format!("exited with code {code}"),
-                    });
-                }
+                self.gone(pid, || format!("exited with code {code}"))?
             }
             WaitStatus::Signaled(pid, sig, _) => {
-                tracees.retain(|&p| p != pid);
-                stepping.retain(|&p| p != pid);
-                startups.remove(&pid);
-                syscalls.forget(pid);
-                if pid == root {
-                    release(&tracees, None);
-                    return Err(Error::NoPythonStarted {
-                        how: format!("was killed by {sig}"),
-                    });
-                }
+                self.gone(pid, || format!("was killed by {sig}"))?
             }
             _ => {}
         }
-    };
-    if keep {
-        // Processes still stepped stop at their next system call; the
-        // tracer then lets them run on.
-        let _ = ptrace::cont(found.0, None);
-    } else {
-        release(&tracees, Some(found.0));
+        Ok(None)
     }
-    Ok((found.0, found.1, tracees))
+
+    /// Let `pid` run to its next stop: its next system call if stepped.
+    fn resume(&self, pid: Pid, sig: Option<Signal>) {
+        let _ = if self.stepping.contains(&pid) {
+            ptrace::syscall(pid, sig)
+        } else {
+            ptrace::cont(pid, sig)
+        };
+    }
+
+    /// A process not known yet stopped: it is traced.
+    fn adopt(&mut self, pid: Pid) {
+        if !self.tracees.contains(&pid) {
+            self.tracees.push(pid);
+        }
+    }
+
+    /// `pid` exec'd: look at the new program.
+    fn exec(&mut self, pid: Pid) -> Result<Option<(Pid, Runtime)>> {
+        self.stepping.retain(|&p| p != pid);
+        let startup = self.startups.entry(pid).or_default();
+        startup.exec();
+        self.syscalls.forget(pid);
+        match look_traced(pid, startup) {
+            Traced::Python(rt) => return Ok(Some((pid, *rt))),
+            Traced::Maybe => {
+                self.stepping.push(pid);
+                self.resume(pid, None);
+            }
+            Traced::Refused(e) => {
+                release(&self.tracees, None);
+                return Err(e);
+            }
+            Traced::No => self.resume(pid, None),
+        }
+        Ok(None)
+    }
+
+    /// A stepped process is at a system call: look again, if worth it.
+    fn syscall(&mut self, pid: Pid) -> Result<Option<(Pid, Runtime)>> {
+        let startup = self.startups.entry(pid).or_default();
+        if !self.syscalls.worth_a_look(pid, startup) {
+            self.resume(pid, None);
+            return Ok(None);
+        }
+        match look_traced(pid, startup) {
+            Traced::Python(rt) => return Ok(Some((pid, *rt))),
+            Traced::Refused(e) => {
+                release(&self.tracees, None);
+                return Err(e);
+            }
+            _ => self.resume(pid, None),
+        }
+        Ok(None)
+    }
+
+    /// `pid` exited or was killed (`how`): the command's root ends the
+    /// search, with no Python started.
+    fn gone(&mut self, pid: Pid, how: impl FnOnce() -> String) -> Result<()> {
+        self.tracees.retain(|&p| p != pid);
+        self.stepping.retain(|&p| p != pid);
+        self.startups.remove(&pid);
+        self.syscalls.forget(pid);
+        if pid == self.root {
+            release(&self.tracees, None);
+            return Err(Error::NoPythonStarted { how: how() });
+        }
+        Ok(())
+    }
 }
 
 /// What a traced process of a command is to its tracer.

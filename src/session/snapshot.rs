@@ -210,6 +210,78 @@ fn invalid(what: impl std::fmt::Display) -> Error {
     )
 }
 
+/// A payload's offsets table: the target's own debug table, or the
+/// version of the layout tachyon carries; decoded and validated.
+fn read_table(c: &mut Cursor<'_>, pid: i32) -> Result<(TableSource, RawTable, Offsets)> {
+    match c.u8("table kind")? {
+        0 => {
+            let n = c.count(MAX_TABLE, "table length")?;
+            let bytes = c.take(n, "offsets table")?.to_vec();
+            let raw = RawTable::decode(pid, &bytes)?;
+            let offsets = Offsets::from_raw(pid, &raw)?;
+            Ok((TableSource::Debug(bytes), raw, offsets))
+        }
+        1 => {
+            let hex = c.u32("carried version")?;
+            let v = PyVersion::from_hex(hex as u64);
+            let layout = carried::for_version(v)
+                .ok_or_else(|| invalid(format!("no carried layout for Python {v}")))?;
+            let raw = layout.table(v);
+            let offsets = Offsets::from_carried(pid, &raw)?;
+            Ok((TableSource::Carried(hex), raw, offsets))
+        }
+        k => Err(invalid(format!("unknown table kind {k}"))),
+    }
+}
+
+/// A payload's thread states, `(thread id, state letter)`, sorted.
+fn read_states(c: &mut Cursor<'_>) -> Result<Vec<(u64, char)>> {
+    let n = c.count(MAX_THREAD_STATES, "thread state count")?;
+    let mut states = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tid = c.u64("thread id")?;
+        let st = c.u8("thread state")?;
+        if !st.is_ascii_graphic() {
+            return Err(invalid(format!("thread state byte {st:#x}")));
+        }
+        states.push((tid, st as char));
+    }
+    states.sort_unstable();
+    Ok(states)
+}
+
+/// A payload's memory ranges, each non-empty and after the one before,
+/// and their bytes, one after the other.
+fn read_ranges(c: &mut Cursor<'_>) -> Result<(Vec<Range>, Vec<u8>)> {
+    let total = c.b.len();
+    let n = c.count(MAX_RANGES, "range count")?;
+    let mut ranges: Vec<Range> = Vec::with_capacity(n.min(total / 13 + 1));
+    let mut data = Vec::with_capacity(total.saturating_sub(c.at));
+    let mut end_prev: Option<u64> = None;
+    for i in 0..n {
+        let start = c.u64("range address")?;
+        let len = c.u32("range length")? as usize;
+        let end = start
+            .checked_add(len as u64)
+            .filter(|_| len > 0)
+            .ok_or_else(|| invalid(format!("range {i} is empty or wraps around")))?;
+        if end_prev.is_some_and(|e| start < e) {
+            return Err(invalid(format!(
+                "range {i} at {start:#x} is out of order or overlaps the one before"
+            )));
+        }
+        end_prev = Some(end);
+        let b = c.take(len, "range bytes")?;
+        ranges.push(Range {
+            start,
+            at: data.len(),
+            len,
+        });
+        data.extend_from_slice(b);
+    }
+    Ok((ranges, data))
+}
+
 /// Bounds-checked little-endian reads from a payload.
 struct Cursor<'a> {
     b: &'a [u8],
@@ -465,61 +537,9 @@ impl Snapshot {
         };
         let n = c.count(MAX_NAME, "binary name length")?;
         let binary = String::from_utf8_lossy(c.take(n, "binary name")?).into_owned();
-        let (table, raw, offsets) = match c.u8("table kind")? {
-            0 => {
-                let n = c.count(MAX_TABLE, "table length")?;
-                let bytes = c.take(n, "offsets table")?.to_vec();
-                let raw = RawTable::decode(pid, &bytes)?;
-                let offsets = Offsets::from_raw(pid, &raw)?;
-                (TableSource::Debug(bytes), raw, offsets)
-            }
-            1 => {
-                let hex = c.u32("carried version")?;
-                let v = PyVersion::from_hex(hex as u64);
-                let layout = carried::for_version(v)
-                    .ok_or_else(|| invalid(format!("no carried layout for Python {v}")))?;
-                let raw = layout.table(v);
-                let offsets = Offsets::from_carried(pid, &raw)?;
-                (TableSource::Carried(hex), raw, offsets)
-            }
-            k => return Err(invalid(format!("unknown table kind {k}"))),
-        };
-        let n = c.count(MAX_THREAD_STATES, "thread state count")?;
-        let mut states = Vec::with_capacity(n);
-        for _ in 0..n {
-            let tid = c.u64("thread id")?;
-            let st = c.u8("thread state")?;
-            if !st.is_ascii_graphic() {
-                return Err(invalid(format!("thread state byte {st:#x}")));
-            }
-            states.push((tid, st as char));
-        }
-        states.sort_unstable();
-        let n = c.count(MAX_RANGES, "range count")?;
-        let mut ranges: Vec<Range> = Vec::with_capacity(n.min(p.len() / 13 + 1));
-        let mut data = Vec::with_capacity(p.len().saturating_sub(c.at));
-        let mut end_prev: Option<u64> = None;
-        for i in 0..n {
-            let start = c.u64("range address")?;
-            let len = c.u32("range length")? as usize;
-            let end = start
-                .checked_add(len as u64)
-                .filter(|_| len > 0)
-                .ok_or_else(|| invalid(format!("range {i} is empty or wraps around")))?;
-            if end_prev.is_some_and(|e| start < e) {
-                return Err(invalid(format!(
-                    "range {i} at {start:#x} is out of order or overlaps the one before"
-                )));
-            }
-            end_prev = Some(end);
-            let b = c.take(len, "range bytes")?;
-            ranges.push(Range {
-                start,
-                at: data.len(),
-                len,
-            });
-            data.extend_from_slice(b);
-        }
+        let (table, raw, offsets) = read_table(&mut c, pid)?;
+        let states = read_states(&mut c)?;
+        let (ranges, data) = read_ranges(&mut c)?;
         if c.at != p.len() {
             return Err(invalid(format!(
                 "{} bytes after the last range",
