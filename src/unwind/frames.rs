@@ -79,6 +79,8 @@ pub struct Chunks {
     /// The last load stopped at our own caps (chunks or bytes), not at the
     /// end of the chain: frames beyond it are not in the copies.
     cut: bool,
+    /// The last load's batch, with prefetched frames in it, failed.
+    prefetch_failed: bool,
 }
 
 /// Most older chunks per sample whose reads are granted beyond the budget
@@ -142,6 +144,7 @@ impl Chunks {
     ) {
         self.used = 0;
         self.extra.clear();
+        self.prefetch_failed = false;
         self.pending = first;
         self.pending_live = false;
         if first == 0 {
@@ -267,6 +270,7 @@ impl Chunks {
             return Ok(());
         }
         if !read_ok {
+            self.prefetch_failed = !self.extra.is_empty();
             self.extra.clear();
             self.spec_n = 0;
         }
@@ -405,6 +409,12 @@ impl Chunks {
     /// The `i`-th copied chunk (0: the newest): its address and copy.
     pub fn copy(&self, i: usize) -> Option<(u64, &[u8])> {
         self.bufs[..self.used].get(i).map(|(a, b)| (*a, &b[..]))
+    }
+
+    /// Did the last load's batch, with prefetched frames in it, fail? One
+    /// of them may be unreadable: it is not to be read again.
+    pub fn prefetch_failed(&self) -> bool {
+        self.prefetch_failed
     }
 
     /// Did the last load stop at our caps rather than at the chain's end?

@@ -195,18 +195,25 @@ impl Prefetch {
     /// frames stay behind the new: [`KEEP_STALE`] of them after a complete
     /// walk, all after a failed one (a walk cut short by a frame that
     /// changed under it saw only the frames down to that one, and the
-    /// retry needs the rest too).
+    /// retry needs the rest too). None stay when the old list could not be
+    /// read (`!readable`): one of them is unreadable, and kept, it would
+    /// fail every later sample's first read.
     pub fn replace(
         &mut self,
         tstate: u64,
         walked: &mut Vec<u64>,
         seen: &HashSet<u64>,
         complete: bool,
+        readable: bool,
     ) {
         let Some(p) = self.frames.get_mut(&tstate) else {
             return;
         };
-        let keep = if complete { KEEP_STALE } else { MAX_PREFETCH };
+        let keep = match (readable, complete) {
+            (false, _) => 0,
+            (true, true) => KEEP_STALE,
+            (true, false) => MAX_PREFETCH,
+        };
         let room = MAX_PREFETCH.saturating_sub(walked.len()).min(keep);
         walked.extend(p.iter().filter(|a| !seen.contains(a)).take(room));
         std::mem::swap(p, walked);
@@ -404,10 +411,10 @@ mod tests {
         assert!(p.get(0x10).is_empty());
         let seen = |v: &[u64]| v.iter().copied().collect::<HashSet<u64>>();
         let mut walked = vec![0xa0, 0xb0];
-        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true); // no list yet: nothing kept
+        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true, true); // no list yet: nothing kept
         assert!(p.get(0x10).is_empty());
         p.entry(0x10);
-        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true);
+        p.replace(0x10, &mut walked, &seen(&[0xa0, 0xb0]), true, true);
         assert_eq!(p.get(0x10), &[0xa0, 0xb0]);
         assert!(walked.is_empty());
     }
@@ -420,22 +427,30 @@ mod tests {
         // A complete walk that saw one old frame and one new: the walked
         // ones first, then KEEP_STALE of the others, none twice.
         let mut walked = vec![0x200, 0x9999_0000];
-        p.replace(0x10, &mut walked, &seen(&[0x200, 0x9999_0000]), true);
+        p.replace(0x10, &mut walked, &seen(&[0x200, 0x9999_0000]), true, true);
         let got = p.get(0x10).to_vec();
         assert_eq!(&got[..2], &[0x200, 0x9999_0000]);
         assert_eq!(got.len(), 2 + KEEP_STALE);
         assert_eq!(got.iter().filter(|a| **a == 0x200).count(), 1);
         // A failed walk keeps all the old ones (up to MAX_PREFETCH).
         let mut walked = vec![0x7777_0000];
-        p.replace(0x10, &mut walked, &seen(&[0x7777_0000]), false);
+        p.replace(0x10, &mut walked, &seen(&[0x7777_0000]), false, true);
         assert_eq!(p.get(0x10).len(), 1 + got.len());
         // Never more than MAX_PREFETCH.
         let mut walked: Vec<u64> = (0..MAX_PREFETCH as u64)
             .map(|i| 0x1_0000_0000 + i * 8)
             .collect();
         let s = seen(&walked);
-        p.replace(0x10, &mut walked, &s, false);
+        p.replace(0x10, &mut walked, &s, false, true);
         assert_eq!(p.get(0x10).len(), MAX_PREFETCH);
+        // A list that could not be read keeps none of its old frames, walk
+        // complete or not: one of them is unreadable.
+        for complete in [true, false] {
+            let mut walked = vec![0x5555_0000];
+            p.replace(0x10, &mut walked, &seen(&[0x5555_0000]), complete, false);
+            assert_eq!(p.get(0x10), &[0x5555_0000]);
+            p.entry(0x10).extend([0x6666_0000, 0x7777_0000]);
+        }
     }
 
     #[test]

@@ -1204,6 +1204,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let ts = &mut self.slots[idx];
+        let readable = !ts.chunks.prefetch_failed();
         let opcodes = self.opts.opcode_table(o);
         let mem = &self.mem;
         let grant = |calls, bytes| mem.grant(calls, bytes);
@@ -1236,9 +1237,13 @@ impl<M: ProcessMemory> Unwinder<M> {
             // thread state's own slots.
             slot.status |= crate::model::status::HAS_EXCEPTION;
         }
-        self.spec
-            .prefetch
-            .replace(tstate, &mut self.outside, &self.seen, walked.is_ok());
+        self.spec.prefetch.replace(
+            tstate,
+            &mut self.outside,
+            &self.seen,
+            walked.is_ok(),
+            readable,
+        );
         walked?;
         if self.opts.gc
             && interp.gc_collecting
