@@ -84,6 +84,18 @@ child_work()
 print(os.getpid())
 "#;
 
+/// `tachyon run --subprocesses --collapsed -o out.txt --python EXE ARGS`,
+/// run in `dir` (for a machine interpreter, outside the sid root).
+fn run_with_python(dir: &Path, it: &Interp, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.current_dir(dir)
+        .args(["run", "--subprocesses", "--collapsed", "-o", "out.txt"])
+        .arg("--python")
+        .arg(&it.exe)
+        .args(args);
+    cmd
+}
+
 /// `tachyon run --subprocesses --collapsed -o <dir>/out.txt -- chroot ROOT
 /// python script args...`, to its end.
 fn run_profiled(it: &Interp, dir: &RootDir, script: &str, args: &[&str]) -> (String, String) {
@@ -345,18 +357,7 @@ fn run_profiles_spawned_workers_of_old_pythons() {
     for it in common::machine_old_interpreters() {
         let dir = TempDir::new("subprocesses");
         std::fs::write(dir.join("pool.py"), children::POOL).unwrap();
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.current_dir(&dir)
-            .args([
-                "run",
-                "--subprocesses",
-                "--collapsed",
-                "-o",
-                "out.txt",
-                "--python",
-            ])
-            .arg(&it.exe)
-            .args(["pool.py", "spawn"]);
+        let cmd = run_with_python(&dir, &it, &["pool.py", "spawn"]);
         let out = Running::start(cmd).finish(Duration::from_secs(180));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{}: {stdout}\n{stderr}", it.name);
@@ -1181,24 +1182,15 @@ fn assert_exec_children_profiled(
 #[test]
 fn run_holds_a_child_that_execs_python_until_it_is_profiled() {
     let _serial = one_at_a_time();
-    for it in common::machine_old_interpreters()
+    let old: Vec<Interp> = common::machine_old_interpreters()
         .into_iter()
         .filter(|i| i.name == "pyenv-3.11")
-    {
+        .collect();
+    assert_eq!(old.len(), 1, "MISSING INTERPRETER: pyenv-3.11");
+    for it in old {
         let dir = TempDir::new("execs");
         std::fs::write(dir.join("execs.py"), EXEC_INTO_PYTHON).unwrap();
-        let mut cmd = Command::new(tachyon_bin());
-        cmd.current_dir(&dir)
-            .args([
-                "run",
-                "--subprocesses",
-                "--collapsed",
-                "-o",
-                "out.txt",
-                "--python",
-            ])
-            .arg(&it.exe)
-            .arg("execs.py");
+        let cmd = run_with_python(&dir, &it, &["execs.py"]);
         let (stdout, stderr) = children::succeeds(&it.name, cmd, Duration::from_secs(180));
         assert_exec_children_profiled(&it.name, |f| dir.join(f), &stdout, &stderr);
     }

@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tachyon::model::Sample;
-use tachyon::process::snapshot::Snapshot;
+use tachyon::session::snapshot::Snapshot;
 use tachyon::unwind::UnwindOptions;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
             native: true,
             gc: true,
             cpu_status: true,
+            opcodes: false,
         };
         let mut u = snap.clone().unwinder(opts);
         let mut s = Sample::default();
