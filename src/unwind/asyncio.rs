@@ -94,11 +94,10 @@ pub struct AsyncState {
     /// flags (kept across samples).
     pages: Pages,
     tasks_seen: usize,
-    /// Per type address, its flags and whether two reads agreed on them.
-    type_flags: HashMap<u64, (u64, bool)>,
-    /// Per type address, what kind of awaitable it is and whether two
-    /// reads of its name agreed (see [`kind_of`]).
-    kinds: HashMap<u64, (AwaitKind, bool)>,
+    /// Per type address, its flags.
+    type_flags: Believed<u64>,
+    /// Per type address, what kind of awaitable it is.
+    kinds: Kinds,
     /// Stacks left out of the last sample because a task on them could
     /// not be read whole.
     broken: usize,
@@ -219,39 +218,119 @@ impl AwaitKind {
     }
 }
 
-/// Longest type name [`kind_of`] reads (the names it knows are shorter).
+/// Longest type name [`Kinds::of`] reads (the names it knows are shorter).
 const MAX_KIND_NAME: usize = 32;
 
-/// The kind of the type at `ty`, by its `tp_name`. Cached in `kinds` once
-/// two reads agree (a torn read must not stay); a name that cannot be read
-/// is `Other`, not an error: it only ends the chain.
-fn kind_of(
-    meter: &dyn Grant,
-    mem: &dyn ProcessMemory,
-    o: &Offsets,
-    kinds: &mut HashMap<u64, (AwaitKind, bool)>,
-    ty: u64,
-) -> Result<AwaitKind> {
-    let cached = kinds.get(&ty).copied();
-    if let Some((k, true)) = cached {
-        return Ok(k);
+/// Most entries of each type cache ([`Believed`]); a full cache starts over.
+const MAX_TYPES: usize = 64;
+
+/// Facts about type objects, by type address, kept across samples and
+/// believed only once reads in two different samples agree. A torn read
+/// seen twice within one sample (through its page cache) proves nothing,
+/// and one that differs each time never stays: one bad read cannot, say,
+/// hide a coroutine's frames for the rest of the run. (The code cache
+/// trusts code objects by the same rule.)
+struct Believed<V> {
+    seen: HashMap<u64, Seen<V>>,
+    /// The sample being read (counted by [`Believed::new_sample`]).
+    sample: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Seen<V> {
+    value: V,
+    /// The sample it was first read in.
+    sample: u64,
+    confirmed: bool,
+}
+
+impl<V> Default for Believed<V> {
+    fn default() -> Self {
+        Believed {
+            seen: HashMap::new(),
+            sample: 0,
+        }
     }
-    if !frames::plausible(ty) {
-        return Ok(AwaitKind::Other);
+}
+
+impl<V: Copy + PartialEq> Believed<V> {
+    fn new_sample(&mut self) {
+        self.sample += 1;
+        if self.seen.len() > MAX_TYPES {
+            self.seen.clear();
+        }
     }
-    meter.grant_reads(2, 2 * crate::process::pages::PAGE);
-    let name_ptr = mem.read_u64(ty.wrapping_add(o.type_tp_name))?;
-    let mut name = [0u8; MAX_KIND_NAME];
-    if name_ptr == 0 || mem.read(name_ptr, &mut name).is_err() {
-        return Ok(AwaitKind::Other);
+
+    /// What two samples agreed on for the type at `ty`, if they did.
+    fn get(&self, ty: u64) -> Option<V> {
+        self.seen.get(&ty).filter(|s| s.confirmed).map(|s| s.value)
     }
-    let Some(len) = name.iter().position(|&b| b == 0) else {
-        return Ok(AwaitKind::Other);
-    };
-    let k = AwaitKind::from_name(&name[..len]);
-    let confirmed = cached.is_some_and(|(old, _)| old == k);
-    kinds.insert(ty, (k, confirmed));
-    Ok(k)
+
+    /// `value` was read now for the type at `ty`.
+    fn saw(&mut self, ty: u64, value: V) {
+        let sample = self.sample;
+        match self.seen.get_mut(&ty) {
+            Some(old) if old.value == value => old.confirmed |= old.sample != sample,
+            _ => {
+                self.seen.insert(
+                    ty,
+                    Seen {
+                        value,
+                        sample,
+                        confirmed: false,
+                    },
+                );
+            }
+        }
+    }
+
+    fn forget(&mut self, ty: u64) {
+        self.seen.remove(&ty);
+    }
+}
+
+/// What kind of awaitable each type is, by its `tp_name`: the kind and a
+/// hash of the name bytes it was told by (two reads agree only on the
+/// same bytes).
+type Kinds = Believed<(AwaitKind, u64)>;
+
+impl Kinds {
+    /// The kind of the type at `ty`; a name that cannot be read is
+    /// `Other`, not an error: it only ends the chain.
+    fn of(
+        &mut self,
+        meter: &dyn Grant,
+        mem: &dyn ProcessMemory,
+        o: &Offsets,
+        ty: u64,
+    ) -> Result<AwaitKind> {
+        if let Some((kind, _)) = self.get(ty) {
+            return Ok(kind);
+        }
+        if !frames::plausible(ty) {
+            return Ok(AwaitKind::Other);
+        }
+        meter.grant_reads(2, 2 * crate::process::pages::PAGE);
+        let name_ptr = mem.read_u64(ty.wrapping_add(o.type_tp_name))?;
+        let mut name = [0u8; MAX_KIND_NAME];
+        if name_ptr == 0 || mem.read(name_ptr, &mut name).is_err() {
+            return Ok(AwaitKind::Other);
+        }
+        let name = match name.iter().position(|&b| b == 0) {
+            Some(len) if len > 0 => &name[..len],
+            _ => return Ok(AwaitKind::Other),
+        };
+        let kind = AwaitKind::from_name(name);
+        self.saw(ty, (kind, name_hash(name)));
+        Ok(kind)
+    }
+}
+
+/// A 64-bit FNV-1a hash of a type name.
+fn name_hash(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Granting reads to a sample's budget (a [`Metered`] memory's).
@@ -424,8 +503,8 @@ struct Reader<'a, M: ProcessMemory> {
     used_codes: &'a mut Vec<u64>,
     /// `tp_flags` of the name objects' types (builtin `int` and `str`,
     /// in practice).
-    type_flags: &'a mut HashMap<u64, (u64, bool)>,
-    kinds: &'a mut HashMap<u64, (AwaitKind, bool)>,
+    type_flags: &'a mut Believed<u64>,
+    kinds: &'a mut Kinds,
     tasks_seen: &'a mut usize,
     names: &'a mut Names,
     scratch: &'a mut Scratch,
@@ -491,20 +570,17 @@ impl<M: ProcessMemory> Reader<'_, M> {
         let ty = head
             .u64_at(self.o.ob_type)
             .ok_or_else(|| Error::corrupt("short task name"))?;
-        let cached = self.type_flags.get(&ty).copied();
-        let flags = match cached {
-            Some((f, true)) => f,
-            _ => {
+        let flags = match self.type_flags.get(ty) {
+            Some(f) => f,
+            None => {
                 if !frames::plausible(ty) {
                     return Err(Error::corrupt("task name of impossible type"));
                 }
                 let f = self.mem.read_u64(ty.wrapping_add(oo.type_flags))?;
                 let kinds = f & (TPFLAGS_LONG_SUBCLASS | TPFLAGS_UNICODE_SUBCLASS);
                 if kinds == TPFLAGS_LONG_SUBCLASS || kinds == TPFLAGS_UNICODE_SUBCLASS {
-                    // Kept only when it names one kind, and believed once
-                    // two reads agree: a torn read must not stay cached.
-                    let confirmed = cached.is_some_and(|(old, _)| old == f);
-                    self.type_flags.insert(ty, (f, confirmed));
+                    // Kept only when it names one kind.
+                    self.type_flags.saw(ty, f);
                 }
                 f
             }
@@ -521,7 +597,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
         };
         if decoded.is_err() {
             // Perhaps the type was not what was cached: look again next time.
-            self.type_flags.remove(&ty);
+            self.type_flags.forget(ty);
         }
         decoded
     }
@@ -663,9 +739,9 @@ impl<M: ProcessMemory> Reader<'_, M> {
         })
     }
 
-    /// The kind of awaitable type `ty` is (see [`kind_of`]).
+    /// The kind of awaitable type `ty` is (see [`Kinds`]).
     fn kind(&mut self, ty: u64) -> Result<AwaitKind> {
-        kind_of(self.meter, self.mem, self.o, self.kinds, ty)
+        self.kinds.of(self.meter, self.mem, self.o, ty)
     }
 
     /// Push the tasks awaiting a task: one object, or the members of a set.
@@ -861,8 +937,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             chunks: Chunks::default(),
             pages: Pages::default(),
             tasks_seen: 0,
-            type_flags: HashMap::new(),
-            kinds: HashMap::new(),
+            type_flags: Believed::default(),
+            kinds: Kinds::default(),
             broken: 0,
             names: Names::default(),
             scratch: Scratch::default(),
@@ -919,12 +995,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.code.new_sample();
         st.pages.clear();
         st.tasks_seen = 0;
-        if st.type_flags.len() > 64 {
-            st.type_flags.clear();
-        }
-        if st.kinds.len() > 64 {
-            st.kinds.clear();
-        }
+        st.type_flags.new_sample();
+        st.kinds.new_sample();
         st.broken = 0;
         let o = self.runtime.offsets.clone();
         let mut graph = std::mem::take(&mut st.graph);
@@ -1216,7 +1288,7 @@ impl<M: ProcessMemory> Unwinder<M> {
     /// `athrow()` awaitable drives.
     fn driven_generator(&mut self, st: &mut AsyncState, o: &Offsets, coro: u64) -> Result<u64> {
         let ty = self.mem.read_u64(coro.wrapping_add(o.ob_type))?;
-        if kind_of(&self.mem, &self.mem, o, &mut st.kinds, ty)? != AwaitKind::AsyncGenAwaitable {
+        if st.kinds.of(&self.mem, &self.mem, o, ty)? != AwaitKind::AsyncGenAwaitable {
             return Ok(coro);
         }
         let agen = self.mem.read_u64(coro.wrapping_add(o.ob_type + 8))? & o.tag_mask;
@@ -1521,6 +1593,28 @@ mod tests {
         let mut before = [0u8; 8];
         r.read(at, &mut before).unwrap();
         assert_eq!(before, [0xaa; 8]);
+    }
+
+    #[test]
+    fn a_type_fact_is_believed_only_when_two_samples_agree() {
+        let mut b = Believed::<u64>::default();
+        b.new_sample();
+        b.saw(0x10, 7);
+        // Read again in the same sample (its page cache): proves nothing.
+        b.saw(0x10, 7);
+        assert_eq!(b.get(0x10), None);
+        b.new_sample();
+        // A torn read, then the true one, then the true one again.
+        b.saw(0x10, 9);
+        assert_eq!(b.get(0x10), None);
+        b.new_sample();
+        b.saw(0x10, 7);
+        assert_eq!(b.get(0x10), None);
+        b.new_sample();
+        b.saw(0x10, 7);
+        assert_eq!(b.get(0x10), Some(7));
+        b.forget(0x10);
+        assert_eq!(b.get(0x10), None);
     }
 
     #[test]
