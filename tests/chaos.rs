@@ -189,10 +189,14 @@ fn corrupted_reads_never_panic_or_hang() {
         // give clean stacks.
         u.memory().spoil.stop();
         let (mut good, mut problems) = (0, Vec::new());
+        let mut errors = std::collections::BTreeMap::<String, usize>::new();
         for _ in 0..50 {
-            if u.sample(&mut s).is_ok() {
-                good += 1;
-                problems.extend(unclean(&u, &s, t.pid()));
+            match u.sample(&mut s) {
+                Ok(()) => {
+                    good += 1;
+                    problems.extend(unclean(&u, &s, t.pid()));
+                }
+                Err(e) => *errors.entry(e.to_string()).or_default() += 1,
             }
         }
         assert!(
@@ -200,7 +204,11 @@ fn corrupted_reads_never_panic_or_hang() {
             "{}: stacks after the corrupted rounds: {problems:?}",
             it.name
         );
-        assert!(good >= 10, "{}: {good}/50 clean samples", it.name);
+        assert!(
+            good >= 10,
+            "{}: {good}/50 clean samples; errors: {errors:?}",
+            it.name
+        );
         eprintln!(
             "{}: {good}/50 clean samples after the corrupted rounds",
             it.name
@@ -208,13 +216,14 @@ fn corrupted_reads_never_panic_or_hang() {
     }
 }
 
-/// A real reader that, while `on`, tears every code object it loads: its
-/// first line moves by 1000 (the rest of the object is intact, so the load
-/// itself succeeds).
+/// A real reader that, while `on`, tears every code object it loads: the
+/// int32 field at `field` (the first line, say) grows by `by` (the rest of
+/// the object is intact, so the load itself succeeds).
 struct TornCode {
     inner: LinuxProcess,
     code_size: usize,
-    firstlineno: usize,
+    field: usize,
+    by: i32,
     on: Cell<bool>,
 }
 
@@ -222,9 +231,9 @@ impl ProcessMemory for TornCode {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         self.inner.read(addr, buf)?;
         if self.on.get() && buf.len() == self.code_size {
-            let at = self.firstlineno..self.firstlineno + 4;
-            let line = i32::from_le_bytes(buf[at.clone()].try_into().unwrap());
-            buf[at].copy_from_slice(&(line + 1000).to_le_bytes());
+            let at = self.field..self.field + 4;
+            let v = i32::from_le_bytes(buf[at.clone()].try_into().unwrap());
+            buf[at].copy_from_slice(&(v + self.by).to_le_bytes());
         }
         Ok(())
     }
@@ -289,7 +298,8 @@ fn a_torn_code_object_load_does_not_stay_cached() {
         let mem = TornCode {
             inner: LinuxProcess::open(t.pid()).unwrap(),
             code_size: rt.offsets.code_size as usize,
-            firstlineno: rt.offsets.code_firstlineno as usize,
+            field: rt.offsets.code_firstlineno as usize,
+            by: 1000,
             on: Cell::new(true),
         };
         let mut u = Unwinder::new(mem, t.pid(), rt, UnwindOptions::default());
@@ -313,5 +323,49 @@ fn a_torn_code_object_load_does_not_stay_cached() {
             u.sample(&mut s).unwrap();
             assert_eq!(lines(&u, &s), want, "{}: sample {n}", it.name);
         }
+    }
+}
+
+/// A frame size read wrong in every load (so believed: two loads agree)
+/// fails the data stack's contiguity check; it is not believed for the
+/// rest of the run: once loads are right, so are the stacks.
+#[test]
+fn a_frame_size_read_wrong_twice_is_unlearnt() {
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    for it in interps {
+        let mut t = spawn(&it, PARKED, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let probe = tachyon::attach(t.pid(), UnwindOptions::default()).unwrap();
+        let rt = probe.runtime().clone();
+        let o = &rt.offsets;
+        // The size itself (3.12+), or the stack size it is summed from.
+        let field = o
+            .code_framesize
+            .or(o.code_framesize_sum.map(|(_, stack)| stack))
+            .expect("every version sizes its frames") as usize;
+        let mem = TornCode {
+            inner: LinuxProcess::open(t.pid()).unwrap(),
+            code_size: o.code_size as usize,
+            field,
+            by: 3,
+            on: Cell::new(true),
+        };
+        let mut u = Unwinder::new(mem, t.pid(), rt, UnwindOptions::default());
+        let mut s = Sample::default();
+        for n in 1..=4 {
+            assert!(
+                u.sample(&mut s).is_err(),
+                "{}: sample {n} with frames 3 words too long passed the contiguity check",
+                it.name
+            );
+        }
+        u.memory().on.set(false);
+        let good = (0..10).filter(|_| u.sample(&mut s).is_ok()).count();
+        assert!(
+            good >= 8,
+            "{}: {good}/10 samples after the frame sizes were right again",
+            it.name
+        );
     }
 }

@@ -451,17 +451,19 @@ impl CodeCache {
         let lt = buf.u64_at(offs.code_linetable).ok_or_else(short)?;
         let firstlineno = buf.i32_at(offs.code_firstlineno).ok_or_else(short)?;
         // A size no frame has (a torn read) is no size: nothing is checked.
+        // Every frame has room for at least one stack slot beyond its own
+        // words (a code object's stack size is at least 1).
+        let own = (offs.frame_size / 8).saturating_sub(1) as i32;
         let framesize = match (offs.code_framesize, offs.code_framesize_sum) {
             (Some(at), _) => buf.i32_at(at),
-            (None, Some((locals, stack))) => {
-                let own = (offs.frame_size / 8).saturating_sub(1) as i32;
-                buf.i32_at(locals)
-                    .zip(buf.i32_at(stack))
-                    .map(|(l, s)| l.saturating_add(s).saturating_add(own))
-            }
+            (None, Some((locals, stack))) => buf
+                .i32_at(locals)
+                .zip(buf.i32_at(stack))
+                .filter(|&(l, s)| l >= 0 && s >= 1)
+                .map(|(l, s)| l.saturating_add(s).saturating_add(own)),
             (None, None) => None,
         }
-        .filter(|w| (1..1 << 20).contains(w))
+        .filter(|w| (own + 1..1 << 20).contains(w))
         .map_or(0, |w| w as u32);
         // Neither a file name nor a qualified name can hold a NUL: one
         // that does was read from a torn or corrupted string.

@@ -1171,8 +1171,14 @@ impl Walk<'_> {
                     self.load_frame(c.last_addr, h.executable, h.instr_ptr)?
                 }
             };
-            if let Some(i) = chunk {
-                c.contiguous.check(i, c.last_addr, words)?;
+            if let Some(i) = chunk
+                && let Err(e) = c.contiguous.check(i, c.last_addr, words)
+            {
+                // Torn, most likely; or the size believed for this code
+                // object is wrong (a corrupted load twice alike): load it
+                // afresh, so a wrong size cannot fail every sample.
+                self.code.evict(h.executable);
+                return Err(e);
             }
             // Whichever way the frame was found (the frame table or the
             // code cache), it gets its opcode and may end the walk.
