@@ -313,6 +313,41 @@ fn dump_shows_the_references_task_sections_on_3_15() {
             "{lines}"
         );
     }
+    // `--json`: the same leaf tasks, and each waiting one's chain of
+    // functions as the reference shows it, in a document its schema passes.
+    let json = run_ok(
+        "tachyon dump --json",
+        Command::new(tachyon_bin()).args(["dump", "--async-aware", "--json", &pid]),
+    );
+    let dir = RootDir::new(&[]);
+    let file = dir.outside("dump.json");
+    std::fs::write(&file, &json).unwrap();
+    common::validate_schema("docs/dump.schema.json", &[&file]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let tasks = doc["tasks"].as_array().expect("tasks");
+    let json_ids: BTreeSet<u64> = tasks.iter().map(|t| t["task"].as_u64().unwrap()).collect();
+    assert_eq!(json_ids, ids(&theirs), "--json: the leaf tasks differ");
+    let functions = |lines: &str| -> Vec<String> {
+        lines
+            .lines()
+            .filter(|l| l.starts_with("  File "))
+            .filter_map(|l| l.rsplit_once(", in ").map(|(_, f)| f.to_owned()))
+            .collect()
+    };
+    for t in tasks {
+        let chain: Vec<String> = t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .map(|f| f["function"].as_str().unwrap().to_owned())
+            .collect();
+        if chain.iter().any(|f| f == "cpu-worker") {
+            continue;
+        }
+        let reference = &theirs.iter().find(|s| s.0 == t["task"]).unwrap().1;
+        assert_eq!(chain, functions(reference), "--json: task {}", t["task"]);
+    }
 }
 
 #[test]

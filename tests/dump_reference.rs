@@ -25,7 +25,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Interp, sid_interpreters, spawn, tachyon_bin};
+use common::{
+    Interp, TempDir, machine_old_interpreters, release, sid_interpreters, spawn, tachyon_bin,
+};
 
 const TARGET_PY: &str = include_str!("../fixtures/targets/dump_threads.py");
 
@@ -264,5 +266,125 @@ fn dump_agrees_with_the_reference() {
     assert_eq!(interps.len(), 2, "sid python3.15 and python3.15d expected");
     for interp in &interps {
         compare_with_reference(interp);
+    }
+}
+
+/// `tachyon dump --json PID`, checked against docs/dump.schema.json (with
+/// ajv) and read by `jq`: the document, parsed.
+fn json_dump(who: &str, pid: i32, all: bool, dir: &Path) -> serde_json::Value {
+    let mut cmd = Command::new(tachyon_bin());
+    cmd.args(["dump", "--json"]);
+    if all {
+        cmd.arg("-a");
+    }
+    cmd.arg(pid.to_string());
+    let text = run(who, &mut cmd);
+    let file = dir.join("dump.json");
+    std::fs::write(&file, &text).unwrap();
+    common::validate_schema("docs/dump.schema.json", &[&file]);
+    // A script's way in: jq finds every thread's id and innermost function.
+    let jq = common::run_ok(
+        "jq",
+        Command::new("jq")
+            .args(["-r", ".threads[] | \"\\(.tid) \\(.frames[0].function)\""])
+            .arg(&file),
+    );
+    assert_eq!(
+        jq.lines().count(),
+        if all { THREADS } else { 1 },
+        "{who}: jq sees {jq:?}"
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{who}: {e}:\n{text}"))
+}
+
+/// The text dump's sections, as the JSON document tells them: the same
+/// lines, made from the frames' fields (file names relative to `/`, where
+/// the dumps run).
+fn sections_of(doc: &serde_json::Value) -> Vec<Section> {
+    let threads = doc["threads"].as_array().expect("threads");
+    threads
+        .iter()
+        .map(|t| {
+            let mut lines = Vec::new();
+            let frames = t["frames"].as_array().expect("frames");
+            for f in frames.iter().rev() {
+                let func = f["function"].as_str().unwrap();
+                match (f["file"].as_str(), f["line"].as_i64()) {
+                    (Some(file), Some(line)) => lines.push(format!(
+                        "  File \"{}\", line {line}, in {func}",
+                        file.strip_prefix('/').unwrap_or(file)
+                    )),
+                    (Some(file), None) => lines.push(format!(
+                        "  File \"{}\", in {func}",
+                        file.strip_prefix('/').unwrap_or(file)
+                    )),
+                    (None, _) => lines.push(format!("  {func}")),
+                }
+                if let Some(src) = f["source"].as_str() {
+                    lines.push(format!("    {src}"));
+                }
+            }
+            if frames.is_empty() {
+                lines.push("No Python frames".into());
+            }
+            let labels = t["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_owned())
+                .collect();
+            Section {
+                tid: t["tid"].as_u64().unwrap(),
+                labels,
+                lines,
+            }
+        })
+        .collect()
+}
+
+/// `dump --json` holds what the text dump shows (threads in order, their
+/// labels, every frame and source line), in a document that passes its
+/// schema, on every version; the status flags agree with the labels.
+#[test]
+fn dump_json_says_what_the_text_dump_says() {
+    let mut interps = release(sid_interpreters());
+    interps.extend(machine_old_interpreters());
+    let dir = TempDir::new("dump-json");
+    for interp in &interps {
+        let mut target = spawn(interp, TARGET_PY, &[], &[]);
+        target.wait_for("READY", Duration::from_secs(30));
+        let pid = target.pid();
+        let who = format!("[{}] dump --json", interp.name);
+        let mut last = Vec::new();
+        for attempt in 0..5 {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let doc = json_dump(&who, pid, true, &dir.0);
+            let text = parse_dump("tachyon", &tachyon_dump(pid, true));
+            assert_eq!(doc["pid"], pid, "{who}");
+            assert!(
+                doc["python"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with(&format!("3.{}.", interp.minor))),
+                "{who}: python {}",
+                doc["python"]
+            );
+            for t in doc["threads"].as_array().unwrap() {
+                let main = t["status"]["main_thread"].as_bool().unwrap();
+                assert_eq!(main, t["tid"] == pid, "{who}: {t}");
+                assert_eq!(main, t["name"] == "MainThread", "{who}: thread names: {t}");
+            }
+            last = differences(&sections_of(&doc), &text);
+            if last.is_empty() {
+                break;
+            }
+        }
+        assert!(
+            last.is_empty(),
+            "{who} disagrees with the text dump:\n{}",
+            last.join("\n")
+        );
+        eprintln!("{who}: the text dump's {THREADS} threads, line for line");
     }
 }

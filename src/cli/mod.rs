@@ -81,6 +81,9 @@ struct DumpArgs {
     /// unwinding, tests and benchmarks
     #[arg(long, value_name = "FILE")]
     snapshot: Option<std::path::PathBuf>,
+    /// Print one JSON document instead of text (its shape: docs/formats.md)
+    #[arg(long)]
+    json: bool,
 }
 
 /// The process to read: `PID`, or `--pid PID` as py-spy's users type it.
@@ -165,20 +168,39 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         .opcodes
         .then(|| opcode_table(unwinder.offsets().version))
         .flatten();
-    let text = match unwinder.task_leaves() {
-        Some(leaves) => format_task_dump(
+    let text = if a.json {
+        let who = tachyon::dump::json::Subject {
             pid,
+            python: unwinder.offsets().version.to_string(),
+        };
+        tachyon::dump::json::format_json(
+            &who,
             &sample.threads,
-            leaves,
+            unwinder.task_leaves(),
             unwinder.frames(),
             &mut src,
             ops,
-        ),
-        None => format_dump(pid, &sample.threads, unwinder.frames(), &mut src, ops),
+        )
+    } else {
+        dump_text(pid, &unwinder, &sample, &mut src, ops)
     };
     tachyon::out!("{text}");
     say_why_no_names(unwinder.names_unavailable(1));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dump as the reference prints it: per thread, or per leaf task.
+fn dump_text<M: tachyon::process::ProcessMemory>(
+    pid: i32,
+    unwinder: &Unwinder<M>,
+    sample: &Sample,
+    src: &mut SourceReader,
+    ops: Option<&'static tachyon::opcodes::OpTable>,
+) -> String {
+    match unwinder.task_leaves() {
+        Some(leaves) => format_task_dump(pid, &sample.threads, leaves, unwinder.frames(), src, ops),
+        None => format_dump(pid, &sample.threads, unwinder.frames(), src, ops),
+    }
 }
 
 /// The opcode names of a target of `version`.

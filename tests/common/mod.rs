@@ -671,6 +671,27 @@ pub fn validate_speedscope(files: &[&Path]) -> String {
     ok(out, "the speedscope schema check")
 }
 
+/// Check JSON files against the schema at `schema` (a path from the
+/// project's root), with ajv.
+pub fn validate_schema(schema: &str, files: &[&Path]) -> String {
+    let node_dir = tools().join("node");
+    assert!(
+        node_dir.join("node_modules/ajv").exists(),
+        "MISSING TOOL: ajv in {} (run scripts/provision-tools.sh)",
+        node_dir.display()
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("node")
+        .arg(root.join("tests/tools/validate-schema.js"))
+        .arg(&node_dir)
+        .arg(root.join(schema))
+        .args(files)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("MISSING TOOL: node ({e}; run scripts/provision-tools.sh)"));
+    ok(out, &format!("the check against {schema}"))
+}
+
 /// `go tool pprof ARGS FILE`: its standard output.
 pub fn go_pprof(args: &[&str], file: &Path) -> String {
     let out = Command::new("go")

@@ -4,6 +4,8 @@
 //! Each header names its thread as `threading` knows it, quoted after the
 //! thread id, when the name could be read (the reference shows no names).
 
+pub mod json;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
