@@ -369,3 +369,73 @@ fn a_frame_size_read_wrong_twice_is_unlearnt() {
         );
     }
 }
+
+/// `dump --locals` on corrupted reads: never a panic, and never more reads
+/// or bytes per frame than its budget, however the objects are spoiled.
+#[test]
+fn corrupted_locals_never_panic_and_stay_in_budget() {
+    use tachyon::unwind::locals::{BYTES_PER_FRAME, LocalsReader, READS_PER_FRAME};
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    for it in interps {
+        let mut t = spawn(&it, include_str!("../fixtures/targets/locals.py"), &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let mut u = tachyon::attach(t.pid(), UnwindOptions::default()).unwrap();
+        u.keep_frame_places();
+        let mut s = Sample::default();
+        // READY comes a line before the sleep: sample until the frames
+        // stay where the sample saw them (their locals read cleanly).
+        let mut places = Vec::new();
+        for _ in 0..100 {
+            if u.sample(&mut s).is_ok() {
+                places = u.frame_places(0).to_vec();
+                let clean = LocalsReader::new(u.memory(), u.offsets());
+                if places.len() >= 2 && places.iter().all(|p| clean.frame_locals(p).is_ok()) {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(places.len() >= 2, "{}: frames {places:?}", it.name);
+        let mem = Chaos {
+            inner: LinuxProcess::open(t.pid()).unwrap(),
+            spoil: Default::default(),
+            calls: Cell::new(0),
+            bytes: Cell::new(0),
+        };
+        let reader = LocalsReader::new(&mem, u.offsets());
+        let (mut ok, mut failed) = (0, 0);
+        for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
+            mem.spoil.start(seed, it.minor, every);
+            for _ in 0..100 {
+                for p in &places {
+                    let (c0, b0) = mem.counted();
+                    match reader.frame_locals(p) {
+                        Ok(_) => ok += 1,
+                        Err(_) => failed += 1,
+                    }
+                    let (c1, b1) = mem.counted();
+                    assert!(
+                        c1 - c0 <= READS_PER_FRAME as u64 && b1 - b0 <= BYTES_PER_FRAME,
+                        "{}: one frame's locals took {} reads, {} bytes",
+                        it.name,
+                        c1 - c0,
+                        b1 - b0
+                    );
+                }
+            }
+        }
+        mem.spoil.stop();
+        for p in &places {
+            assert!(
+                reader.frame_locals(p).is_ok(),
+                "{}: clean reads fail",
+                it.name
+            );
+        }
+        eprintln!(
+            "{}: {ok} frames read, {failed} refused, on spoiled reads",
+            it.name
+        );
+    }
+}

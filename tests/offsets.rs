@@ -527,6 +527,94 @@ const SPEC: &[(&str, Kind)] = &[
         },
     ),
     ("code_object.co_code_adaptive", Bytecode),
+    (
+        "code_object.argcount",
+        Field {
+            width: 4,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "code_object.localsplusnames",
+        Field {
+            width: 8,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "code_object.localspluskinds",
+        Field {
+            width: 8,
+            size: "code_object.size",
+        },
+    ),
+    (
+        "interpreter_frame.localsplus",
+        Field {
+            width: 8,
+            size: "interpreter_frame.size",
+        },
+    ),
+    ("tuple_object.size", Size),
+    (
+        "tuple_object.ob_size",
+        Field {
+            width: 8,
+            size: "tuple_object.size",
+        },
+    ),
+    (
+        "tuple_object.ob_item",
+        Field {
+            width: 8,
+            size: "tuple_object.size",
+        },
+    ),
+    ("list_object.size", Size),
+    (
+        "list_object.ob_size",
+        Field {
+            width: 8,
+            size: "list_object.size",
+        },
+    ),
+    (
+        "list_object.ob_item",
+        Field {
+            width: 8,
+            size: "list_object.size",
+        },
+    ),
+    ("float_object.size", Size),
+    (
+        "float_object.ob_fval",
+        Field {
+            width: 8,
+            size: "float_object.size",
+        },
+    ),
+    ("set_object.size", Size),
+    (
+        "set_object.used",
+        Field {
+            width: 8,
+            size: "set_object.size",
+        },
+    ),
+    (
+        "set_object.mask",
+        Field {
+            width: 8,
+            size: "set_object.size",
+        },
+    ),
+    (
+        "set_object.table",
+        Field {
+            width: 8,
+            size: "set_object.size",
+        },
+    ),
     ("pyobject.size", Size),
     (
         "pyobject.ob_type",
@@ -751,6 +839,11 @@ fn every_corrupt_field_is_refused_by_name_or_unused() {
                 "type_object.tp_basicsize",
                 "heap_type_object.size",
                 "heap_type_object.ht_cached_keys",
+                // 3.14+ only.
+                "set_object.size",
+                "set_object.used",
+                "set_object.mask",
+                "set_object.table",
             ];
             assert!(
                 raw.get(f).is_some() || optional.contains(f),

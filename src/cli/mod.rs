@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use tachyon::dump::{SourceReader, format_dump, format_task_dump};
+use tachyon::dump::{Dumped, SourceReader, ThreadLocals};
 use tachyon::model::Sample;
 use tachyon::process::linux::LinuxProcess;
 use tachyon::session::dump::{self as session_dump, Unread};
@@ -84,6 +84,10 @@ struct DumpArgs {
     /// Print one JSON document instead of text (its shape: docs/formats.md)
     #[arg(long)]
     json: bool,
+    /// Show each frame's arguments and local variables (read from memory:
+    /// no code runs in the target)
+    #[arg(short = 'l', long, conflicts_with = "async_aware")]
+    locals: bool,
 }
 
 /// The process to read: `PID`, or `--pid PID` as py-spy's users type it.
@@ -135,72 +139,70 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     });
     let mut unwinder = session_dump::open(pid, opts, asyncio, a.snapshot.is_some())
         .map_err(async_aware::open_error)?;
-    let mut sample = Sample::default();
-    // Threads stopped for the snapshot read as stopped: their CPU state
-    // the instant before is put back after.
-    let mut before: Vec<(u64, Option<char>)> = Vec::new();
-    {
-        let _stopped = if a.blocking {
-            let (stopped, states) = session_dump::stop(unwinder.memory().inner())?;
-            before = states;
-            Some(stopped)
-        } else {
-            None
-        };
-        match session_dump::read_consistent(&mut unwinder, &mut sample) {
-            Ok(()) => {}
-            Err(Unread::Fatal(e)) => return Err(e.into()),
-            Err(Unread::Torn(e)) => {
-                return Err(e).context(format!(
-                    "could not read a consistent stack of process {}",
-                    pid
-                ));
-            }
-        }
-        if let Some(path) = &a.snapshot {
-            // While the threads are still stopped (--blocking).
-            save_snapshot(&unwinder, path)?;
-        }
+    if a.locals {
+        unwinder.keep_frame_places();
     }
+    let mut sample = Sample::default();
+    let (before, locals) = read_dump(&a, &mut unwinder, &mut sample)?;
     session_dump::restore_cpu_states(&mut sample, &before);
     let mut src = SourceReader::new(pid);
     let ops = a
         .opcodes
         .then(|| opcode_table(unwinder.offsets().version))
         .flatten();
+    let d = Dumped {
+        pid,
+        python: unwinder.offsets().version.to_string(),
+        threads: &sample.threads,
+        table: unwinder.frames(),
+        leaves: unwinder.task_leaves(),
+        locals: locals.as_deref(),
+    };
     let text = if a.json {
-        let who = tachyon::dump::json::Subject {
-            pid,
-            python: unwinder.offsets().version.to_string(),
-        };
-        tachyon::dump::json::format_json(
-            &who,
-            &sample.threads,
-            unwinder.task_leaves(),
-            unwinder.frames(),
-            &mut src,
-            ops,
-        )
+        tachyon::dump::json::format_json(&d, &mut src, ops)
     } else {
-        dump_text(pid, &unwinder, &sample, &mut src, ops)
+        tachyon::dump::format_text(&d, &mut src, ops)
     };
     tachyon::out!("{text}");
     say_why_no_names(unwinder.names_unavailable(1));
     Ok(ExitCode::SUCCESS)
 }
 
-/// The dump as the reference prints it: per thread, or per leaf task.
-fn dump_text<M: tachyon::process::ProcessMemory>(
-    pid: i32,
-    unwinder: &Unwinder<M>,
-    sample: &Sample,
-    src: &mut SourceReader,
-    ops: Option<&'static tachyon::opcodes::OpTable>,
-) -> String {
-    match unwinder.task_leaves() {
-        Some(leaves) => format_task_dump(pid, &sample.threads, leaves, unwinder.frames(), src, ops),
-        None => format_dump(pid, &sample.threads, unwinder.frames(), src, ops),
+/// One consistent sample, with `--blocking` while the threads are
+/// stopped, and what is read with it then (locals, the snapshot); the
+/// threads' CPU states from before they were stopped.
+type DumpRead = (Vec<(u64, Option<char>)>, Option<Vec<ThreadLocals>>);
+
+fn read_dump(
+    a: &DumpArgs,
+    unwinder: &mut Unwinder<Recorder<LinuxProcess>>,
+    sample: &mut Sample,
+) -> Result<DumpRead> {
+    let mut before = Vec::new();
+    let _stopped = if a.blocking {
+        let (stopped, states) = session_dump::stop(unwinder.memory().inner())?;
+        before = states;
+        Some(stopped)
+    } else {
+        None
+    };
+    match session_dump::read_consistent(unwinder, sample) {
+        Ok(()) => {}
+        Err(Unread::Fatal(e)) => return Err(e.into()),
+        Err(Unread::Torn(e)) => {
+            return Err(e).context(format!(
+                "could not read a consistent stack of process {}",
+                unwinder.pid()
+            ));
+        }
     }
+    let locals = a
+        .locals
+        .then(|| session_dump::read_locals(unwinder, sample));
+    if let Some(path) = &a.snapshot {
+        save_snapshot(unwinder, path)?;
+    }
+    Ok((before, locals))
 }
 
 /// The opcode names of a target of `version`.

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::{SourceReader, status_labels};
+use super::{Dumped, FrameLocals, SourceReader, status_labels, values};
 use crate::model::{FrameKind, FrameTable, ThreadSample, status};
 use crate::opcodes::OpTable;
 
@@ -91,6 +91,11 @@ struct Frame<'a> {
     /// specialises, if it is a specialised form.
     opcode: Option<String>,
     base_opcode: Option<String>,
+    /// With `--locals` (Python frames): its arguments and other locals, in
+    /// slot order; else `null`.
+    locals: Option<Vec<serde_json::Value>>,
+    /// Why this frame's locals could not be read, if they could not.
+    locals_error: Option<String>,
 }
 
 fn kind_name(k: FrameKind) -> &'static str {
@@ -104,60 +109,41 @@ fn kind_name(k: FrameKind) -> &'static str {
     }
 }
 
-/// What a dump is of: the process and its interpreter.
-pub struct Subject {
-    pub pid: i32,
-    pub python: String,
-}
-
-/// The dump of `threads` (frames leaf first, as sampled) as one JSON
-/// document, frames most recent call first; `leaves`, when async-aware,
-/// names each stack's leaf task.
-pub fn format_json(
-    who: &Subject,
-    threads: &[ThreadSample],
-    leaves: Option<&[u64]>,
-    table: &FrameTable,
-    src: &mut SourceReader,
-    ops: Option<&OpTable>,
-) -> String {
+/// The dump as one JSON document, frames most recent call first.
+pub fn format_json(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let mut doc = Document {
         schema: "tachyon-dump",
         version: VERSION,
-        pid: who.pid,
-        python: who.python.clone(),
+        pid: d.pid,
+        python: d.python.clone(),
         time: rfc3339_millis(now.as_millis() as u64),
         unix_time: now.as_secs_f64(),
-        async_aware: leaves.is_some(),
+        async_aware: d.leaves.is_some(),
         threads: Vec::new(),
         tasks: Vec::new(),
     };
+    let table = d.table;
     let name = |t: &ThreadSample| t.name.map(|n| table.str(n));
-    match leaves {
-        Some(leaves) => {
-            for (t, &task) in threads.iter().zip(leaves) {
-                doc.tasks.push(Task {
-                    task,
-                    tid: t.tid,
-                    thread_name: name(t),
-                    frames: frames(t, table, src, ops),
-                });
-            }
-        }
-        None => {
-            for t in threads {
-                doc.threads.push(Thread {
-                    tid: t.tid,
-                    name: name(t),
-                    interpreter_id: t.interpreter_id,
-                    status: Status::of(t.status),
-                    labels: status_labels(t.status),
-                    frames: frames(t, table, src, ops),
-                });
-            }
+    for (i, t) in d.threads.iter().enumerate() {
+        let frames = frames(d, i, src, ops);
+        match d.leaves {
+            Some(leaves) => doc.tasks.push(Task {
+                task: leaves.get(i).copied().unwrap_or(0),
+                tid: t.tid,
+                thread_name: name(t),
+                frames,
+            }),
+            None => doc.threads.push(Thread {
+                tid: t.tid,
+                name: name(t),
+                interpreter_id: t.interpreter_id,
+                status: Status::of(t.status),
+                labels: status_labels(t.status),
+                frames,
+            }),
         }
     }
     // Serializing plain structs of strings and numbers cannot fail.
@@ -166,16 +152,29 @@ pub fn format_json(
     text
 }
 
+/// A frame's locals as the document holds them: (locals, error).
+fn locals_json(l: Option<&FrameLocals>) -> (Option<Vec<serde_json::Value>>, Option<String>) {
+    match l {
+        None => (None, None),
+        Some(Ok(l)) => (Some(l.iter().map(values::local_json).collect()), None),
+        Some(Err(why)) => (None, Some(why.clone())),
+    }
+}
+
 /// A stack's frames, most recent call first.
 fn frames<'a>(
-    t: &ThreadSample,
-    table: &'a FrameTable,
+    d: &Dumped<'a>,
+    i: usize,
     src: &mut SourceReader,
     ops: Option<&OpTable>,
 ) -> Vec<Frame<'a>> {
-    t.frames
+    let table: &'a FrameTable = d.table;
+    d.threads[i]
+        .frames
         .iter()
-        .map(|&id| {
+        .enumerate()
+        .map(|(index, &id)| {
+            let (locals, locals_error) = locals_json(d.locals_of(i, index));
             let f = table.frame(id);
             let file = f.file().filter(|_| f.kind != FrameKind::Task);
             let loc = f.location;
@@ -202,6 +201,8 @@ fn frames<'a>(
                     .opcode
                     .zip(ops)
                     .and_then(|(op, t)| Some(t.name(t.base_of(op)?).into_owned())),
+                locals,
+                locals_error,
             }
         })
         .collect()

@@ -5,6 +5,7 @@
 //! thread id, when the name could be read (the reference shows no names).
 
 pub mod json;
+pub mod values;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{FrameKind, FrameTable, NO_FILE, ThreadSample, status};
 use crate::opcodes::OpTable;
+use crate::unwind::locals::LocalKind;
 
 /// The largest source file read.
 const MAX_SOURCE_BYTES: u64 = 16 << 20;
@@ -127,16 +129,40 @@ pub fn display_filename(filename: &str, cwd: Option<&Path>) -> String {
     filename.to_owned()
 }
 
-/// Format a snapshot. `threads` frames are leaf first, as sampled. `ops`
-/// names the frames' opcodes (`--opcodes`), like the reference:
-/// `  opcode=NAME (BASE)` after the frame's line.
-pub fn format_dump(
-    pid: i32,
-    threads: &[ThreadSample],
-    table: &FrameTable,
-    src: &mut SourceReader,
-    ops: Option<&OpTable>,
-) -> String {
+pub use crate::unwind::locals::{FrameLocals, ThreadLocals};
+
+/// What one dump read: the process, its stacks, and what goes with them.
+pub struct Dumped<'a> {
+    pub pid: i32,
+    /// The target's Python version.
+    pub python: String,
+    /// Frames leaf first, as sampled.
+    pub threads: &'a [ThreadSample],
+    pub table: &'a FrameTable,
+    /// Async-aware: each stack's leaf task's address.
+    pub leaves: Option<&'a [u64]>,
+    /// With `--locals`: per stack, its frames' locals.
+    pub locals: Option<&'a [ThreadLocals]>,
+}
+
+impl Dumped<'_> {
+    fn locals_of(&self, thread: usize, frame: usize) -> Option<&FrameLocals> {
+        self.locals?.get(thread)?.get(&frame)
+    }
+}
+
+/// The dump as text, as the reference prints it: per thread, or (async-
+/// aware) per leaf task. `ops` names the frames' opcodes (`--opcodes`),
+/// like the reference: `  opcode=NAME (BASE)` after the frame's line.
+pub fn format_text(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) -> String {
+    match d.leaves {
+        Some(leaves) => format_task_dump(d, leaves, src, ops),
+        None => format_dump(d, src, ops),
+    }
+}
+
+fn format_dump(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) -> String {
+    let (pid, threads, table) = (d.pid, d.threads, d.table);
     if threads.is_empty() {
         return format!("No Python stacks found for PID {pid}\n");
     }
@@ -164,7 +190,7 @@ pub fn format_dump(
             out.push_str("No Python frames\n");
             continue;
         }
-        write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
+        write_frames(&mut out, d, i, cwd.as_deref(), src, ops);
     }
     out
 }
@@ -184,16 +210,17 @@ fn subject(pid: i32, i: usize, t: &ThreadSample, table: &FrameTable) -> String {
     subject
 }
 
-/// A stack's frames, root first, with their source lines.
+/// Stack `i`'s frames, root first, with their source lines (and locals).
 fn write_frames(
     out: &mut String,
-    t: &ThreadSample,
-    table: &FrameTable,
+    d: &Dumped,
+    i: usize,
     cwd: Option<&Path>,
     src: &mut SourceReader,
     ops: Option<&OpTable>,
 ) {
-    for &id in t.frames.iter().rev() {
+    let (t, table) = (&d.threads[i], d.table);
+    for (index, &id) in t.frames.iter().enumerate().rev() {
         let f = table.frame(id);
         let name = table.str(f.func);
         let file = table.str(f.file);
@@ -219,21 +246,47 @@ fn write_frames(
             // Like the reference (and tracebacks): strip the indentation only.
             let _ = writeln!(out, "    {}", line.trim_start());
         }
+        if let Some(locals) = d.locals_of(i, index) {
+            write_locals(out, locals);
+        }
     }
 }
 
-/// Format an async-aware snapshot: one section per leaf task (`leaves[i]`
-/// is `threads[i]`'s leaf task's address), its stack running up through
-/// the tasks awaiting it, as the reference's dump shows them; `ops` as in
-/// [`format_dump`].
-pub fn format_task_dump(
-    pid: i32,
-    threads: &[ThreadSample],
+/// A frame's arguments, then its other locals, as py-spy's `--locals`
+/// sorts them, each `name: value`.
+fn write_locals(out: &mut String, locals: &FrameLocals) {
+    let locals = match locals {
+        Ok(l) => l,
+        Err(why) => {
+            let _ = writeln!(out, "      Locals: <unreadable: {why}>");
+            return;
+        }
+    };
+    for (kind, title) in [
+        (LocalKind::Argument, "Arguments"),
+        (LocalKind::Local, "Locals"),
+    ] {
+        let mut these = locals.iter().filter(|l| l.kind == kind).peekable();
+        if these.peek().is_none() {
+            continue;
+        }
+        let _ = writeln!(out, "      {title}:");
+        for l in these {
+            let _ = writeln!(out, "        {}", values::local_line(l));
+        }
+    }
+}
+
+/// An async-aware snapshot: one section per leaf task (`leaves[i]` is
+/// `threads[i]`'s leaf task's address), its stack running up through the
+/// tasks awaiting it, as the reference's dump shows them.
+fn format_task_dump(
+    d: &Dumped,
     leaves: &[u64],
-    table: &FrameTable,
     src: &mut SourceReader,
     ops: Option<&OpTable>,
 ) -> String {
+    let (pid, threads, table) = (d.pid, d.threads, d.table);
     if threads.is_empty() {
         return format!("No Python stacks found for PID {pid}\n");
     }
@@ -245,7 +298,7 @@ pub fn format_task_dump(
         }
         let subject = subject(pid, i, t, table);
         let _ = writeln!(out, "{subject} (task {leaf}; most recent call last):");
-        write_frames(&mut out, t, table, cwd.as_deref(), src, ops);
+        write_frames(&mut out, d, i, cwd.as_deref(), src, ops);
     }
     out
 }

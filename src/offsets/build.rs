@@ -7,7 +7,7 @@
 //! version's C struct, or a carried field), and each step below derives one
 //! of those facts and checks it like a field of its own, naming it.
 
-use super::objects::ObjectOffsets;
+use super::objects::{ObjectOffsets, ValueOffsets};
 use super::spec::{self, Checked};
 use super::{FrameOwners, GilFlag, Offsets, RawTable};
 use crate::error::Result;
@@ -124,6 +124,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         unicode_compact_size,
         tag_mask: q.tag_mask,
         objects: ObjectOffsets::from_checked(&c)?,
+        values: ValueOffsets::from_checked(&c)?,
     };
     o.interp_read_size = interp_read_size(&o);
     Ok(o)

@@ -220,6 +220,8 @@ pub struct Offsets {
 
     /// What thread names need: dicts, ints, instance attributes.
     pub objects: objects::ObjectOffsets,
+    /// What `dump --locals` reads.
+    pub values: objects::ValueOffsets,
 }
 
 /// The raw table: field name to value, in the version's layout.

@@ -116,6 +116,101 @@ impl ObjectOffsets {
     }
 }
 
+/// Offsets for `dump --locals`: a frame's local slots, what its code
+/// object says of them, and the objects shown as values.
+///
+/// Facts beside the tables (x86-64, GIL builds, 3.11-3.15, from
+/// `cpython/code.h`, `setobject.h`, `cellobject.h`): `co_flags` is the int
+/// at 48 and `co_kwonlyargcount` 8 bytes after `co_argcount`; a set's
+/// `used`, `mask` and `table` are at 24, 32 and 40 (the 3.14+ tables say
+/// so too), a cell's `ob_ref` at 16.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueOffsets {
+    pub frame_localsplus: u64,
+    pub code_flags: u64,
+    pub code_argcount: u64,
+    pub code_kwonlyargcount: u64,
+    pub code_localsplusnames: u64,
+    pub code_localspluskinds: u64,
+    pub tuple_size: u64,
+    pub tuple_items: u64,
+    pub list_size: u64,
+    pub list_items: u64,
+    pub set_used: u64,
+    pub set_mask: u64,
+    pub set_table: u64,
+    pub float_value: u64,
+    pub cell_ref: u64,
+}
+
+impl ValueOffsets {
+    pub(super) fn from_checked(c: &Checked) -> Result<Self> {
+        // Each after the fields it must follow: object headers first, a
+        // frame's local slots last.
+        let header = c.get("pyobject.size")?;
+        for (field, after) in [
+            ("tuple_object.ob_size", header),
+            ("list_object.ob_size", header),
+            ("float_object.ob_fval", header),
+            ("tuple_object.ob_item", c.get("tuple_object.ob_size")? + 8),
+            ("list_object.ob_item", c.get("list_object.ob_size")? + 8),
+            ("code_object.argcount", header + 8),
+            (
+                "code_object.localsplusnames",
+                c.get("code_object.argcount")? + 12,
+            ),
+            (
+                "code_object.localspluskinds",
+                c.get("code_object.localsplusnames")? + 8,
+            ),
+            (
+                "interpreter_frame.localsplus",
+                c.get("interpreter_frame.instr_ptr")? + 8,
+            ),
+        ] {
+            let v = c.get(field)?;
+            if v < after {
+                return Err(c.err(format!(
+                    "{field} = {v} lies before the fields it follows (at least {after})"
+                )));
+            }
+        }
+        let argcount = c.get("code_object.argcount")?;
+        let code_size = c.get("code_object.size")?;
+        let kwonly = c.check(
+            "code_object.kwonlyargcount (argcount + 8)",
+            argcount + 8,
+            4,
+            code_size,
+        )?;
+        let (set_used, set_mask, set_table) = match c.minor() {
+            14.. => (
+                c.get("set_object.used")?,
+                c.get("set_object.mask")?,
+                c.get("set_object.table")?,
+            ),
+            _ => (24, 32, 40),
+        };
+        Ok(ValueOffsets {
+            frame_localsplus: c.get("interpreter_frame.localsplus")?,
+            code_flags: c.check("code_object.flags (48)", 48, 4, code_size)?,
+            code_argcount: argcount,
+            code_kwonlyargcount: kwonly,
+            code_localsplusnames: c.get("code_object.localsplusnames")?,
+            code_localspluskinds: c.get("code_object.localspluskinds")?,
+            tuple_size: c.get("tuple_object.ob_size")?,
+            tuple_items: c.get("tuple_object.ob_item")?,
+            list_size: c.get("list_object.ob_size")?,
+            list_items: c.get("list_object.ob_item")?,
+            set_used,
+            set_mask,
+            set_table,
+            float_value: c.get("float_object.ob_fval")?,
+            cell_ref: 16,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -216,6 +216,8 @@ const SECTIONS: &[Section] = &[
             at("instr_ptr", 8),
             at("owner", 1),
             at("is_entry", 1).only(11),
+            // `dump --locals`.
+            at("localsplus", 8),
         ],
     },
     Section {
@@ -231,6 +233,10 @@ const SECTIONS: &[Section] = &[
             at("nlocalsplus", 4).only(11),
             at("stacksize", 4).only(11),
             related("co_code_adaptive"),
+            // `dump --locals`.
+            at("argcount", 4),
+            at("localsplusnames", 8),
+            at("localspluskinds", 8),
         ],
     },
     Section {
@@ -283,6 +289,32 @@ const SECTIONS: &[Section] = &[
             at("lv_tag", 8).since(12),
             at("ob_digit", 4),
         ],
+    },
+    // The containers and floats `dump --locals` shows (3.13's table has
+    // no set; its layout is carried in `objects.rs`).
+    Section {
+        name: "tuple_object",
+        size: Size::Between(24, MAX_SMALL),
+        minors: ALL,
+        fields: &[at("ob_size", 8), at("ob_item", 8)],
+    },
+    Section {
+        name: "list_object",
+        size: Size::Between(24, MAX_SMALL),
+        minors: ALL,
+        fields: &[at("ob_size", 8), at("ob_item", 8)],
+    },
+    Section {
+        name: "set_object",
+        size: Size::Between(24, MAX_SMALL),
+        minors: (14, u8::MAX),
+        fields: &[at("used", 8), at("mask", 8), at("table", 8)],
+    },
+    Section {
+        name: "float_object",
+        size: Size::Between(24, MAX_SMALL),
+        minors: ALL,
+        fields: &[at("ob_fval", 8)],
     },
     Section {
         name: "heap_type_object",

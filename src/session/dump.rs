@@ -79,6 +79,26 @@ pub fn read_consistent<M: crate::process::ProcessMemory>(
     Err(Unread::Torn(last.expect("at least one try")))
 }
 
+/// `dump --locals`: the locals of every Python frame of `sample`, whose
+/// walks kept their frames' places ([`Unwinder::keep_frame_places`]).
+pub fn read_locals<M: crate::process::ProcessMemory>(
+    u: &Unwinder<M>,
+    sample: &Sample,
+) -> Vec<crate::unwind::locals::ThreadLocals> {
+    let reader = crate::unwind::locals::LocalsReader::new(u.memory(), u.offsets());
+    (0..sample.threads.len())
+        .map(|i| {
+            u.frame_places(i)
+                .iter()
+                .map(|p| {
+                    let l = reader.frame_locals(p).map_err(|e| e.to_string());
+                    (p.index, l)
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Put the CPU states read before the threads were stopped (`before`)
 /// into the sample's status bits, in place of "stopped".
 pub fn restore_cpu_states(sample: &mut Sample, before: &[(u64, Option<char>)]) {

@@ -1249,6 +1249,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tail: None,
             none_addr: self.runtime.none_addr,
             handles_exception: false,
+            places: None,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)

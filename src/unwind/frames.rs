@@ -692,6 +692,21 @@ pub struct Walk<'a> {
     /// exception (its `gi_exc_state`, on the thread's `exc_info` chain
     /// while it runs, holds one). Meaningful for a thread's whole stack.
     pub handles_exception: bool,
+    /// Out, when asked for (`dump --locals`): where each Python frame of
+    /// the output is in the target. Such walks are never kept (`tail`).
+    pub places: Option<&'a mut Vec<FramePlace>>,
+}
+
+/// Where the Python frame at `index` of a walk's output (leaf first) is
+/// in the target: its `_PyInterpreterFrame` and its code object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FramePlace {
+    pub index: usize,
+    pub frame: u64,
+    pub code: u64,
+    /// Where it was: a later read of the frame that finds it elsewhere
+    /// reads another moment (or another call) of it.
+    pub instr_ptr: u64,
 }
 
 /// Frames of one walk whose opcodes are read (`--opcodes`); the rest get
@@ -1189,6 +1204,14 @@ impl Walk<'_> {
                     base: h.executable.wrapping_add(self.offs.code_adaptive),
                     in_caches: self.offs.instr_ptr_is_prev && c.callee_inline,
                     walk: self.offs.instr_ptr_is_prev,
+                });
+            }
+            if let Some(p) = self.places.as_deref_mut() {
+                p.push(FramePlace {
+                    index: out.len(),
+                    frame: c.last_addr,
+                    code: h.executable,
+                    instr_ptr: h.instr_ptr,
                 });
             }
             out.push(id);

@@ -15,6 +15,7 @@ pub mod dict;
 pub mod frames;
 pub mod guess;
 pub mod linetable;
+pub mod locals;
 pub mod names;
 pub mod objects;
 pub mod reuse;
@@ -174,6 +175,9 @@ pub struct Unwinder<M: ProcessMemory> {
     asyncio: Option<asyncio::AsyncState>,
     /// The last sample found the runtime finalising ([`shutdown`]).
     in_shutdown: bool,
+    /// Per thread of the last sample, where its Python frames are (`dump
+    /// --locals`); `None` unless asked for.
+    places: Option<Vec<Vec<frames::FramePlace>>>,
 }
 
 /// All-threads mode: per-sample lists, kept so that their allocations are
@@ -436,7 +440,24 @@ impl<M: ProcessMemory> Unwinder<M> {
             name_keys: Vec::new(),
             asyncio: None,
             in_shutdown: false,
+            places: None,
         }
+    }
+
+    /// From now on, note where each Python frame of a thread's stack is in
+    /// the target ([`Unwinder::frame_places`]), as `dump --locals` needs;
+    /// such walks are never reused by the next sample.
+    pub fn keep_frame_places(&mut self) {
+        self.places.get_or_insert_with(Vec::new);
+    }
+
+    /// Where the Python frames of the last sample's `thread`-th stack are
+    /// (see [`Unwinder::keep_frame_places`]); empty when not kept.
+    pub fn frame_places(&self, thread: usize) -> &[frames::FramePlace] {
+        self.places
+            .as_ref()
+            .and_then(|p| p.get(thread))
+            .map_or(&[], Vec::as_slice)
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -1209,6 +1230,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mem = &self.mem;
         let grant = |calls, bytes| mem.grant(calls, bytes);
         let grant_frame = frame_grant(mem, &self.frame_grants, o.frame_size);
+        let places = self.places.as_mut().map(|p| {
+            p.resize_with(p.len().max(*n + 1), Vec::new);
+            let v = &mut p[*n];
+            v.clear();
+            v
+        });
         let mut walk = Walk {
             mem,
             grant: &grant,
@@ -1227,9 +1254,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: t.entry_previous,
             opcodes,
-            tail: (opcodes.is_none() && idx < reuse::MAX_KEPT_THREADS).then_some(&mut ts.tail),
+            tail: (opcodes.is_none() && places.is_none() && idx < reuse::MAX_KEPT_THREADS)
+                .then_some(&mut ts.tail),
             none_addr: self.runtime.none_addr,
             handles_exception: false,
+            places,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         if walk.handles_exception {
@@ -1252,6 +1281,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             && slot.frames.first() != Some(&self.markers.gc)
         {
             slot.frames.insert(0, self.markers.gc);
+            if let Some(p) = self.places.as_mut() {
+                p[*n].iter_mut().for_each(|f| f.index += 1);
+            }
         }
         *n += 1;
         Ok(())
