@@ -388,3 +388,90 @@ fn dump_json_says_what_the_text_dump_says() {
         eprintln!("{who}: the text dump's {THREADS} threads, line for line");
     }
 }
+
+/// A parent with two forked workers and a shell child; every one of them
+/// ends soon after the parent does.
+const TREE_PY: &str = r#"
+import multiprocessing as mp, os, subprocess, time
+parent = os.getpid()
+def worker(i):
+    while os.getppid() == parent:
+        time.sleep(0.05)
+if __name__ == "__main__":
+    sh = subprocess.Popen(["sh", "-c", "while kill -0 %d 2>/dev/null; do sleep 0.1; done" % parent])
+    procs = [mp.get_context("fork").Process(target=worker, args=(i,)) for i in range(2)]
+    for p in procs:
+        p.start()
+    print("READY", " ".join(str(p.pid) for p in procs), sh.pid, flush=True)
+    while True:
+        time.sleep(0.05)
+"#;
+
+/// `dump --subprocesses`: the parent, then each Python process below it,
+/// in text and as a stream of JSON documents; the shell child is named as
+/// not dumped.
+#[test]
+fn dump_subprocesses_dumps_every_python_process_below() {
+    let dir = TempDir::new("dump-tree");
+    for interp in release(sid_interpreters())
+        .iter()
+        .take(1)
+        .chain(&machine_old_interpreters()[..1])
+    {
+        let mut target = spawn(interp, TREE_PY, &[], &[]);
+        let ready = target.wait_for("READY", Duration::from_secs(30));
+        let pids: Vec<i32> = ready
+            .split_whitespace()
+            .skip(1)
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let (workers, shell) = (&pids[..2], pids[2]);
+        let pid = target.pid();
+        let who = format!("[{}] dump --subprocesses", interp.name);
+        let out = Command::new(tachyon_bin())
+            .args(["dump", "--subprocesses", &pid.to_string()])
+            .output()
+            .unwrap();
+        let (text, err) = (common::text(&out.stdout), common::text(&out.stderr));
+        assert!(out.status.success(), "{who}: {err}");
+        let sections: Vec<&str> = text.split("\nProcess ").collect();
+        assert_eq!(
+            sections.len(),
+            3,
+            "{who}: three processes expected:\n{text}"
+        );
+        assert!(
+            text.starts_with(&format!("Process {pid}: ")),
+            "{who}:\n{text}"
+        );
+        for (s, w) in sections[1..].iter().zip(workers) {
+            assert!(
+                s.starts_with(&format!("{w}: ")) && s.contains(", in worker\n"),
+                "{who}: worker {w}'s section:\n{s}"
+            );
+        }
+        assert!(
+            err.contains("not dumped") && err.contains(&shell.to_string()),
+            "{who}: the shell child {shell} is not named: {err}"
+        );
+        // JSON: one document per process, one after another.
+        let json = run(
+            &who,
+            Command::new(tachyon_bin()).args(["dump", "-s", "--json", &pid.to_string()]),
+        );
+        let file = dir.0.join("tree.json");
+        std::fs::write(&file, &json).unwrap();
+        let listed = common::run_ok(
+            "jq",
+            Command::new("jq")
+                .args(["-s", "-c", "map(.pid)"])
+                .arg(&file),
+        );
+        assert_eq!(
+            listed.trim(),
+            format!("[{pid},{},{}]", workers[0], workers[1]),
+            "{who}"
+        );
+        eprintln!("{who}: the parent and its {} workers", workers.len());
+    }
+}

@@ -88,6 +88,10 @@ struct DumpArgs {
     /// no code runs in the target)
     #[arg(short = 'l', long, conflicts_with = "async_aware")]
     locals: bool,
+    /// Also dump every Python process below PID (a server's workers, a
+    /// pool's children), parents first
+    #[arg(short = 's', long, conflicts_with = "snapshot")]
+    subprocesses: bool,
 }
 
 /// The process to read: `PID`, or `--pid PID` as py-spy's users type it.
@@ -123,6 +127,50 @@ pub fn run() -> Result<ExitCode> {
 }
 
 fn dump(a: DumpArgs) -> Result<ExitCode> {
+    let pid = process_id(a.pid.get());
+    if !a.subprocesses {
+        tachyon::out!("{}", dump_one(&a, pid)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The process asked for must be Python; below it, the processes that
+    // are not (a shell, a helper) are passed over, and named at the end.
+    let mut skipped = Vec::new();
+    for (i, p) in tachyon::process::tree::descendants_and_self(pid)
+        .into_iter()
+        .enumerate()
+    {
+        match dump_one(&a, p) {
+            Ok(text) if a.json => tachyon::out!("{text}"),
+            Ok(text) => {
+                let sep = if i > 0 { "\n" } else { "" };
+                tachyon::out!("{sep}Process {p}: {}\n{text}", command_line(p));
+            }
+            Err(e) if i == 0 => return Err(e),
+            Err(_) => skipped.push(p.to_string()),
+        }
+    }
+    if !skipped.is_empty() {
+        tachyon::errln!(
+            "tachyon: not dumped (not Python, gone, or not readable): {}",
+            skipped.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A process's command line, as `ps` shows it.
+fn command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\0')
+                .replace('\0', " ")
+        })
+        .unwrap_or_default()
+}
+
+/// The dump of one process, as text or JSON.
+fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
     let opts = UnwindOptions {
         all_threads: a.all_threads,
         native: a.native,
@@ -130,7 +178,6 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         cpu_status: true,
         opcodes: a.opcodes,
     };
-    let pid = process_id(a.pid.get());
     // With --snapshot, every range the samples read is kept.
     let asyncio = a.async_aware.then(|| {
         a.async_mode
@@ -143,7 +190,7 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         unwinder.keep_frame_places();
     }
     let mut sample = Sample::default();
-    let (before, locals) = read_dump(&a, &mut unwinder, &mut sample)?;
+    let (before, locals) = read_dump(a, &mut unwinder, &mut sample)?;
     session_dump::restore_cpu_states(&mut sample, &before);
     let mut src = SourceReader::new(pid);
     let ops = a
@@ -163,9 +210,8 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     } else {
         tachyon::dump::format_text(&d, &mut src, ops)
     };
-    tachyon::out!("{text}");
     say_why_no_names(unwinder.names_unavailable(1));
-    Ok(ExitCode::SUCCESS)
+    Ok(text)
 }
 
 /// One consistent sample, with `--blocking` while the threads are
