@@ -857,3 +857,87 @@ fn async_generators_and_recursion_on_3_14_and_the_debug_builds() {
         check_agen_running(&it.name, &running, true);
     }
 }
+
+/// Tasks whose coroutines hold arguments and locals, blocked in
+/// `asyncio.sleep`, under one gathering task.
+const LOCALS_PY: &str = r#"
+import asyncio
+async def leaf(n, label):
+    data = {"n": n}
+    await asyncio.sleep(3600)
+async def main():
+    tag = "main-tag"
+    await asyncio.gather(leaf(1, "one"), leaf(2, "two"))
+async def ready():
+    await asyncio.sleep(0.2)
+    print("ready", flush=True)
+async def both():
+    await asyncio.gather(main(), ready())
+asyncio.run(both())
+"#;
+
+/// `dump --locals --async-aware`: each task's coroutine frames carry
+/// their own arguments and locals, in text and JSON, on 3.14 and 3.15.
+#[test]
+fn dump_locals_shows_each_tasks_coroutine_locals() {
+    for minor in [14, 15] {
+        let it = interp(minor, false);
+        let mut t = spawn(&it, LOCALS_PY, &[], &[]);
+        t.wait_for("ready", Duration::from_secs(120));
+        let pid = t.pid().to_string();
+        let json = run_ok(
+            "tachyon dump --locals --async-aware --json",
+            Command::new(tachyon_bin()).args([
+                "dump",
+                "--locals",
+                "--async-aware",
+                "--json",
+                "--blocking",
+                &pid,
+            ]),
+        );
+        let dir = RootDir::new(&[]);
+        let file = dir.outside("dump.json");
+        std::fs::write(&file, &json).unwrap();
+        common::validate_schema("docs/dump.schema.json", &[&file]);
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        // Per leaf task: its `leaf` frame's (n, label, data), and the
+        // `main` frame's tag above it.
+        let mut seen = BTreeSet::new();
+        for task in doc["tasks"].as_array().unwrap() {
+            let frames = task["frames"].as_array().unwrap();
+            let local = |function: &str, name: &str| -> Option<String> {
+                let f = frames.iter().find(|f| f["function"] == function)?;
+                let l = f["locals"].as_array()?.iter().find(|l| l["name"] == name)?;
+                Some(l["repr"].as_str()?.to_owned())
+            };
+            let Some(n) = local("leaf", "n") else {
+                continue;
+            };
+            assert_eq!(
+                local("main", "tag").as_deref(),
+                Some("'main-tag'"),
+                "3.{minor}: {task:#}"
+            );
+            assert_eq!(
+                local("leaf", "data"),
+                Some(format!("{{'n': {n}}}")),
+                "3.{minor}"
+            );
+            seen.insert((n, local("leaf", "label").unwrap()));
+        }
+        let want: BTreeSet<(String, String)> = [("1", "'one'"), ("2", "'two'")]
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(seen, want, "3.{minor}: the leaf tasks' locals:\n{json}");
+        let text = run_ok(
+            "tachyon dump --locals --async-aware",
+            Command::new(tachyon_bin()).args(["dump", "-l", "--async-aware", &pid]),
+        );
+        assert!(
+            text.contains("        label: 'two'\n") && text.contains("        tag: 'main-tag'\n"),
+            "3.{minor}:\n{text}"
+        );
+    }
+}

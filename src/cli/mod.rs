@@ -86,7 +86,7 @@ struct DumpArgs {
     json: bool,
     /// Show each frame's arguments and local variables (read from memory:
     /// no code runs in the target)
-    #[arg(short = 'l', long, conflicts_with = "async_aware")]
+    #[arg(short = 'l', long)]
     locals: bool,
     /// Also dump every Python process below PID (a server's workers, a
     /// pool's children), parents first

@@ -29,7 +29,7 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 use std::time::{Duration, Instant};
 
 use super::dict::{decode_int, int_read_size};
-use super::frames::{self, Chunks, Walk};
+use super::frames::{self, Chunks, FramePlace, Walk};
 use super::names::ThreadKey;
 use super::objects::read_str_raw;
 use super::threads::{InterpFacts, MAX_INTERPRETERS, ThreadFacts};
@@ -110,6 +110,7 @@ pub struct AsyncState {
     /// Running mode: the running task's frames and parents.
     run_frames: Vec<FrameId>,
     run_outside: Vec<u64>,
+    run_places: Vec<FramePlace>,
     run_parents: Vec<u64>,
 }
 
@@ -127,6 +128,8 @@ struct Scratch {
     set: Vec<u8>,
     set_entries: Vec<u8>,
     todo: Vec<u64>,
+    /// `dump --locals`: where the frames of the chain being read are.
+    places: Vec<FramePlace>,
 }
 
 /// Task names as interned strings, by what was read of them this sample
@@ -421,6 +424,8 @@ struct Graph {
     /// The nodes' frames and parents (a replaced record's stay unused).
     frames: Vec<FrameId>,
     parents: Vec<u64>,
+    /// `dump --locals`: where the frame at each position of `frames` is.
+    places: HashMap<usize, FramePlace>,
     /// Scratch of [`Graph::find_leaves`] and [`Graph::stack`].
     awaited: HashSet<u64>,
     leaves: Vec<usize>,
@@ -435,6 +440,7 @@ impl Graph {
         self.index.clear();
         self.frames.clear();
         self.parents.clear();
+        self.places.clear();
     }
 
     fn parents_of(&self, n: &TaskNode) -> &[u64] {
@@ -485,6 +491,7 @@ macro_rules! task_reader {
             tasks_seen: &mut $st.tasks_seen,
             names: &mut $st.names,
             scratch: &mut $st.scratch,
+            keep_places: $u.places.is_some(),
         }
     };
 }
@@ -508,6 +515,8 @@ struct Reader<'a, M: ProcessMemory> {
     tasks_seen: &'a mut usize,
     names: &'a mut Names,
     scratch: &'a mut Scratch,
+    /// Note where each frame is (`dump --locals`).
+    keep_places: bool,
 }
 
 impl<M: ProcessMemory> Reader<'_, M> {
@@ -671,7 +680,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
                 }
                 AwaitKind::Coroutine | AwaitKind::Generator | AwaitKind::AsyncGen => {}
             }
-            match self.gen_frame(buf, out)? {
+            match self.gen_frame(obj, buf, out)? {
                 Some(awaited) => {
                     obj = awaited;
                     expect = self.follows(ty, awaited)?;
@@ -689,7 +698,7 @@ impl<M: ProcessMemory> Reader<'_, M> {
     /// coroutine, generator or async generator); what it awaits if it is
     /// suspended in an `await`/`yield from` (the object just below its
     /// stack pointer), else `None`.
-    fn gen_frame(&mut self, buf: &[u8], out: &mut Vec<FrameId>) -> Result<Option<u64>> {
+    fn gen_frame(&mut self, obj: u64, buf: &[u8], out: &mut Vec<FrameId>) -> Result<Option<u64>> {
         let (o, a) = (self.o, self.a);
         let short = || Error::corrupt("short coroutine object");
         let state = buf.u8_at(a.gen_frame_state).ok_or_else(short)? as i8;
@@ -707,7 +716,16 @@ impl<M: ProcessMemory> Reader<'_, M> {
             // No code to show: the chain ends here.
             return Ok(None);
         }
-        out.push(self.frame(exe, instr_ptr)?);
+        let id = self.frame(exe, instr_ptr)?;
+        if self.keep_places {
+            self.scratch.places.push(FramePlace {
+                index: out.len(),
+                frame: obj.wrapping_add(a.gen_iframe),
+                code: exe,
+                instr_ptr,
+            });
+        }
+        out.push(id);
         if !a.gen_states.yield_from.contains(&state) {
             return Ok(None);
         }
@@ -806,9 +824,18 @@ impl<M: ProcessMemory> Reader<'_, M> {
         let t = self.read_task(addr)?;
         let f0 = graph.frames.len();
         let mut broken = false;
+        self.scratch.places.clear();
         if t.is_task && t.coro != 0 {
             match self.coro_chain(t.coro, &mut graph.frames) {
-                Ok(()) => graph.frames[f0..].reverse(),
+                Ok(()) => {
+                    let end = graph.frames.len();
+                    graph.frames[f0..].reverse();
+                    // Outermost first now: so are the places.
+                    for mut p in self.scratch.places.drain(..) {
+                        p.index = f0 + end - 1 - p.index;
+                        graph.places.insert(p.index, p);
+                    }
+                }
                 // One task's torn or odd chain costs its own stacks only.
                 Err(e) if task_local(&e) => {
                     graph.frames.truncate(f0);
@@ -946,6 +973,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstates: Vec::new(),
             run_frames: Vec::new(),
             run_outside: Vec::new(),
+            run_places: Vec::new(),
             run_parents: Vec::new(),
         });
     }
@@ -1153,6 +1181,15 @@ impl<M: ProcessMemory> Unwinder<M> {
         let f0 = graph.frames.len();
         graph.frames.extend_from_slice(&st.run_frames);
         node.frames = f0..graph.frames.len();
+        for p in &st.run_places {
+            graph.places.insert(
+                f0 + p.index,
+                FramePlace {
+                    index: f0 + p.index,
+                    ..*p
+                },
+            );
+        }
         node.broken = false;
         st.run_parents.clear();
         st.run_parents.extend_from_slice(graph.parents_of(&node));
@@ -1229,6 +1266,8 @@ impl<M: ProcessMemory> Unwinder<M> {
         let grant_frame = super::frame_grant(metered, &self.frame_grants, o.frame_size);
         st.run_frames.clear();
         st.run_outside.clear();
+        st.run_places.clear();
+        let places = self.places.is_some().then_some(&mut st.run_places);
         let mut walk = Walk {
             mem,
             grant: &grant,
@@ -1249,7 +1288,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tail: None,
             none_addr: self.runtime.none_addr,
             handles_exception: false,
-            places: None,
+            places,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)
@@ -1320,12 +1359,17 @@ impl<M: ProcessMemory> Unwinder<M> {
                 out.threads.push(ThreadSample::default());
             }
             let ts = &mut out.threads[n_out];
+            let places = self.places.as_mut().map(|p| {
+                p.resize_with(p.len().max(n_out + 1), Vec::new);
+                &mut p[n_out]
+            });
             let whole = graph.stack(
                 leaf,
                 &mut self.table,
                 task_file,
                 self.markers.truncated,
                 &mut ts.frames,
+                places,
             );
             if !whole {
                 st.broken += 1;
@@ -1382,8 +1426,12 @@ impl Graph {
         task_file: StrId,
         truncated: FrameId,
         frames: &mut Vec<FrameId>,
+        mut places: Option<&mut Vec<FramePlace>>,
     ) -> bool {
         frames.clear();
+        if let Some(p) = places.as_deref_mut() {
+            p.clear();
+        }
         self.seen.clear();
         let mut cur = Some(leaf);
         while let Some(i) = cur {
@@ -1394,6 +1442,16 @@ impl Graph {
             if n.broken {
                 frames.clear();
                 return false;
+            }
+            if let Some(p) = places.as_deref_mut() {
+                let at = frames.len();
+                p.extend(n.frames.clone().filter_map(|i| {
+                    let place = self.places.get(&i)?;
+                    Some(FramePlace {
+                        index: at + (i - n.frames.start),
+                        ..*place
+                    })
+                }));
             }
             frames.extend_from_slice(&self.frames[n.frames.clone()]);
             let parents = &self.parents[n.parents.clone()];
@@ -1428,6 +1486,9 @@ impl Graph {
         if frames.len() > MAX_DEPTH {
             frames.truncate(MAX_DEPTH - 1);
             frames.push(truncated);
+            if let Some(p) = places {
+                p.retain(|p| p.index < MAX_DEPTH - 1);
+            }
         }
         true
     }
@@ -1472,7 +1533,7 @@ mod tests {
         let trunc = t.synthetic(FrameKind::Truncated, "<truncated>");
         let task_file = t.intern_str("<task>");
         let mut frames = vec![trunc; 3]; // stale content, replaced
-        g.stack(leaf, t, task_file, trunc, &mut frames);
+        g.stack(leaf, t, task_file, trunc, &mut frames, None);
         frames
             .iter()
             .map(|&f| {
@@ -1553,7 +1614,7 @@ mod tests {
         let trunc = t.synthetic(FrameKind::Truncated, "<truncated>");
         let task_file = t.intern_str("<task>");
         let mut frames = vec![trunc];
-        assert!(!g.stack(2, &mut t, task_file, trunc, &mut frames));
+        assert!(!g.stack(2, &mut t, task_file, trunc, &mut frames, None));
         assert!(frames.is_empty());
         assert_eq!(text(&mut g, 3, &mut t), ["<task>:fine", "<task>:root"]);
     }
