@@ -10,6 +10,7 @@
 #   man-db, groff-base (Debian) - `man -l` and groff, which render `tachyon man`
 #   chromium   (Debian) - headless, loads (and screenshots) every HTML page
 #   tmux       (Debian) - the terminal `--live` is driven and read in
+#   gdb        (Debian) - gcore makes the core files tests/corefile.rs reads
 # Fails loudly when an install fails: a test must not skip quietly.
 set -euo pipefail
 TOOLS=${TACHYON_TOOLS:-/var/cache/tachyon/tools}
@@ -83,5 +84,10 @@ fi
 if ! command -v strace >/dev/null; then
     apt_install strace
     command -v strace >/dev/null || { echo "provision-tools: ERROR: strace did not install" >&2; exit 1; }
+fi
+# gdb's gcore, from Debian: real core files of real interpreters.
+if ! command -v gcore >/dev/null; then
+    apt_install gdb
+    command -v gcore >/dev/null || { echo "provision-tools: ERROR: gdb (gcore) did not install" >&2; exit 1; }
 fi
 echo "$TOOLS"

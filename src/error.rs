@@ -113,6 +113,11 @@ pub enum Error {
     #[error("{0}")]
     InvalidProfile(String),
 
+    /// A core file that cannot be read: what is wrong with it (the
+    /// message names the file).
+    #[error("{0}")]
+    BadCore(String),
+
     /// A local file or system operation failed; the cause is part of the
     /// message.
     #[error("{context}: {cause}")]

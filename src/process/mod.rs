@@ -6,6 +6,7 @@
 //! implementation exists; macOS and Windows readers would implement the same
 //! trait.
 
+pub mod corefile;
 pub mod gather;
 pub mod maps;
 pub mod pages;

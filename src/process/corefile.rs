@@ -1,0 +1,302 @@
+//! ELF core files (`gcore`, a kernel core dump) as process memory: the
+//! `PT_LOAD` segments hold what the process had mapped, the `NT_FILE`
+//! note names the files it had mapped and where, `NT_PRSTATUS` notes give
+//! its threads, and `NT_PRPSINFO` its pid and command.
+//!
+//! A core is untrusted input like a live target: every offset and size
+//! is checked against the file, and a read that no segment covers whole
+//! is an error, never a partly filled buffer. Segments the core leaves
+//! out (read-only file mappings, `FileSiz` 0) read as missing here; the
+//! mapped files they come from are listed in [`CoreFile::files`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use goblin::elf::Elf;
+use goblin::elf::program_header::{PT_LOAD, PT_NOTE};
+
+use super::ProcessMemory;
+use crate::error::{Error, Result};
+
+/// `n_type` of the notes read.
+const NT_PRSTATUS: u32 = 1;
+const NT_PRPSINFO: u32 = 3;
+const NT_FILE: u32 = 0x4649_4c45;
+/// x86-64 `elf_prstatus.pr_pid`, `elf_prpsinfo.pr_pid` and `pr_fname`.
+const PRSTATUS_PID: usize = 32;
+const PRPSINFO_PID: usize = 24;
+const PRPSINFO_FNAME: usize = 40;
+/// Most threads and mapped files believed in one core.
+const MAX_THREADS: usize = 1 << 16;
+const MAX_FILES: u64 = 1 << 20;
+
+/// One `PT_LOAD` segment: `memsz` bytes at `vaddr`, the first `filesz` of
+/// them at `offset` in the core (the rest zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub memsz: u64,
+    pub filesz: u64,
+    pub offset: u64,
+    pub writable: bool,
+}
+
+/// A file the process had mapped (`NT_FILE`): `start..end`, from
+/// `file_offset` bytes into `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: String,
+}
+
+/// An opened core file.
+pub struct CoreFile {
+    map: memmap2::Mmap,
+    pub segments: Vec<Segment>,
+    pub files: Vec<MappedFile>,
+    /// Its threads' ids, the first the one that was running (or signalled).
+    pub threads: Vec<i32>,
+    /// The process id and command name (`NT_PRPSINFO`), when present.
+    pub pid: Option<i32>,
+    pub command: Option<String>,
+    /// Where the process's files are found here (`--sysroot`: a core from
+    /// another machine or a container), else `/`.
+    sysroot: Option<PathBuf>,
+    /// The mapped files opened so far for what the core left out (`None`:
+    /// could not be opened).
+    opened: RefCell<HashMap<String, Option<memmap2::Mmap>>>,
+}
+
+impl CoreFile {
+    pub fn open(path: &Path) -> Result<CoreFile> {
+        let bad = |what: String| Error::BadCore(format!("{}: {what}", path.display()));
+        let file = std::fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        // SAFETY: the map is read-only and private; a core file changed
+        // under us gives wrong bytes, which are untrusted anyway.
+        let map =
+            unsafe { memmap2::Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
+        let elf = Elf::parse(&map).map_err(|e| bad(format!("not an ELF file ({e})")))?;
+        if elf.header.e_type != goblin::elf::header::ET_CORE {
+            return Err(bad("an ELF file, but not a core file".into()));
+        }
+        let len = map.len() as u64;
+        let mut segments = Vec::new();
+        for ph in elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD) {
+            if ph
+                .p_offset
+                .checked_add(ph.p_filesz)
+                .is_none_or(|end| end > len)
+                || ph.p_filesz > ph.p_memsz
+                || ph.p_vaddr.checked_add(ph.p_memsz).is_none()
+            {
+                return Err(bad(format!(
+                    "a segment at {:#x} lies outside the file (truncated core?)",
+                    ph.p_vaddr
+                )));
+            }
+            segments.push(Segment {
+                vaddr: ph.p_vaddr,
+                memsz: ph.p_memsz,
+                filesz: ph.p_filesz,
+                offset: ph.p_offset,
+                writable: ph.p_flags & goblin::elf::program_header::PF_W != 0,
+            });
+        }
+        segments.sort_by_key(|s| s.vaddr);
+        let mut core = CoreFile {
+            map,
+            segments,
+            files: Vec::new(),
+            threads: Vec::new(),
+            pid: None,
+            command: None,
+            sysroot: None,
+            opened: RefCell::new(HashMap::new()),
+        };
+        core.read_notes(&bad)?;
+        Ok(core)
+    }
+
+    /// The notes: threads, the process, its mapped files.
+    fn read_notes(&mut self, bad: &dyn Fn(String) -> Error) -> Result<()> {
+        let elf = Elf::parse(&self.map).map_err(|e| bad(format!("not an ELF file ({e})")))?;
+        if !elf.program_headers.iter().any(|p| p.p_type == PT_NOTE) {
+            return Err(bad("a core file without notes".into()));
+        }
+        let mut threads = Vec::new();
+        let (mut pid, mut command, mut files) = (None, None, Vec::new());
+        for note in elf.iter_note_headers(&self.map).into_iter().flatten() {
+            let Ok(n) = note else {
+                return Err(bad("a note that does not fit the file".into()));
+            };
+            match n.n_type {
+                NT_PRSTATUS if n.name == "CORE" => {
+                    if let Some(t) = i32_at(n.desc, PRSTATUS_PID)
+                        && threads.len() < MAX_THREADS
+                    {
+                        threads.push(t);
+                    }
+                }
+                NT_PRPSINFO if n.name == "CORE" => {
+                    pid = i32_at(n.desc, PRPSINFO_PID);
+                    command = n.desc.get(PRPSINFO_FNAME..PRPSINFO_FNAME + 16).map(|b| {
+                        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                        String::from_utf8_lossy(&b[..end]).into_owned()
+                    });
+                }
+                NT_FILE if n.name == "CORE" => {
+                    files = parse_nt_file(n.desc).map_err(|w| bad(w.into()))?
+                }
+                _ => {}
+            }
+        }
+        self.threads = threads;
+        self.pid = pid;
+        self.command = command;
+        self.files = files;
+        Ok(())
+    }
+
+    /// Read what the core leaves out (read-only file mappings) from the
+    /// files themselves, found under `root`.
+    pub fn with_sysroot(mut self, root: Option<PathBuf>) -> Self {
+        self.sysroot = root;
+        self
+    }
+
+    /// Fill `buf` from the mapped file holding `addr`, if one does whole.
+    fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let missing = || {
+            Error::corrupt(format!(
+                "{addr:#x} is not in the core file, nor in a file it names (give --sysroot?)"
+            ))
+        };
+        let end = addr.checked_add(buf.len() as u64).ok_or_else(missing)?;
+        let f = self
+            .files
+            .iter()
+            .find(|f| f.start <= addr && end <= f.end)
+            .ok_or_else(missing)?;
+        let mut opened = self.opened.borrow_mut();
+        let map = opened.entry(f.path.clone()).or_insert_with(|| {
+            let path = match &self.sysroot {
+                Some(root) => root.join(f.path.trim_start_matches('/')),
+                None => PathBuf::from(&f.path),
+            };
+            let file = std::fs::File::open(path).ok()?;
+            // SAFETY: read-only and private, as the core's own map.
+            unsafe { memmap2::Mmap::map(&file) }.ok()
+        });
+        let map = map.as_ref().ok_or_else(missing)?;
+        let from = f
+            .file_offset
+            .checked_add(addr - f.start)
+            .ok_or_else(missing)? as usize;
+        let bytes = map.get(from..from + buf.len()).ok_or_else(missing)?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// The bytes of the core at `vaddr`: the segment holding it, and how
+    /// many bytes of it from there are in the file.
+    fn locate(&self, vaddr: u64) -> Option<(&Segment, u64)> {
+        let i = self.segments.partition_point(|s| s.vaddr <= vaddr);
+        let s = self.segments.get(i.checked_sub(1)?)?;
+        let off = vaddr - s.vaddr;
+        (off < s.memsz).then_some((s, off))
+    }
+}
+
+fn i32_at(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// An `NT_FILE` note: a count and page size, `count` (start, end, page
+/// offset) triples, then `count` NUL-terminated paths.
+pub fn parse_nt_file(d: &[u8]) -> std::result::Result<Vec<MappedFile>, &'static str> {
+    let short = "a mapped-files note shorter than it says";
+    let count = u64_at(d, 0).ok_or(short)?;
+    let page = u64_at(d, 8).ok_or(short)?;
+    if count > MAX_FILES || !page.is_power_of_two() {
+        return Err("a mapped-files note with an impossible count or page size");
+    }
+    let mut names = d
+        .get(16 + 24 * count as usize..)
+        .ok_or(short)?
+        .split(|&b| b == 0);
+    let mut out = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = 16 + 24 * i;
+        let (start, end, pages) = (
+            u64_at(d, at).ok_or(short)?,
+            u64_at(d, at + 8).ok_or(short)?,
+            u64_at(d, at + 16).ok_or(short)?,
+        );
+        let path = names.next().ok_or(short)?;
+        if end < start {
+            return Err("a mapped file that ends before it starts");
+        }
+        out.push(MappedFile {
+            start,
+            end,
+            file_offset: pages.checked_mul(page).ok_or(short)?,
+            path: String::from_utf8_lossy(path).into_owned(),
+        });
+    }
+    Ok(out)
+}
+
+impl ProcessMemory for CoreFile {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = addr.wrapping_add(done as u64);
+            let Some((s, off)) = self.locate(at).filter(|(s, _)| s.filesz > 0) else {
+                // Left out of the core: a read-only file mapping.
+                return self.read_from_file(at, &mut buf[done..]);
+            };
+            let n = ((s.memsz - off) as usize).min(buf.len() - done);
+            let out = &mut buf[done..done + n];
+            // In the file up to `filesz`; zero beyond (not dumped).
+            let in_file = s.filesz.saturating_sub(off).min(n as u64) as usize;
+            let from = (s.offset + off) as usize;
+            out[..in_file].copy_from_slice(&self.map[from..from + in_file]);
+            out[in_file..].fill(0);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_files_notes_are_read_and_checked() {
+        let mut d = Vec::new();
+        for v in [2u64, 4096, 0x1000, 0x3000, 0, 0x7000, 0x8000, 5] {
+            d.extend_from_slice(&v.to_le_bytes());
+        }
+        d.extend_from_slice(b"/usr/bin/python3\0/lib/libc.so.6\0");
+        let f = parse_nt_file(&d).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[1].file_offset, 5 * 4096);
+        assert_eq!(f[1].path, "/lib/libc.so.6");
+        // Lies: too many entries for the bytes, a page size of 3.
+        let mut lie = d.clone();
+        lie[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(parse_nt_file(&lie).is_err());
+        let mut lie = d.clone();
+        lie[8..16].copy_from_slice(&3u64.to_le_bytes());
+        assert!(parse_nt_file(&lie).is_err());
+        assert!(parse_nt_file(&d[..20]).is_err());
+    }
+}
