@@ -70,8 +70,21 @@ fn a_deleted_interpreter_binary_is_still_read() {
         std::fs::copy(root.join(it.exe.strip_prefix("/").unwrap()), &copy_outside).unwrap();
         let mut doomed = it.clone();
         doomed.exe = copy_inside.into();
-        let mut t = spawn(&doomed, PARKED, &[], &[]);
-        t.wait_for("READY", Duration::from_secs(20));
+        // Another test's child, forked while the copy was being written,
+        // holds it open for writing until it execs: executing the copy
+        // then fails with "Text file busy" for that instant. Try again.
+        let mut tries = 0;
+        let t = loop {
+            let t = spawn(&doomed, PARKED, &[], &[]);
+            match t.next_line(Duration::from_secs(20)) {
+                Some(l) if l.starts_with("READY") => break t,
+                _ if tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => panic!("{}: the copy never ran: {other:?}", it.name),
+            }
+        };
         std::fs::remove_file(&copy_outside).unwrap();
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid())).unwrap();
         assert!(
