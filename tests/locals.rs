@@ -99,6 +99,33 @@ fn check_against_python(who: &str, doc: &Value, expect: &Value) {
         "{who}: long_text {long}"
     );
     assert_eq!(show["long_text"]["truncated"], true, "{who}");
+    // A 1 MiB string and a 10,000-item list, shown bounded.
+    let mega = repr_of(who, &show, "mega_text");
+    assert!(
+        mega.len() < 300 && mega.ends_with("... (1048576 chars)"),
+        "{who}: {mega}"
+    );
+    assert_eq!(
+        repr_of(who, &show, "many_items"),
+        "[0, 1, 2, 3, 4, 5, 6, 7, ... (10000 items)]",
+        "{who}"
+    );
+    // 300 locals, every one; and a generator's own.
+    let many = locals_of(who, doc, "many_locals");
+    for i in [0, 150, 299] {
+        assert_eq!(
+            repr_of(who, &many, &format!("v{i}")),
+            i.to_string(),
+            "{who}"
+        );
+    }
+    assert_eq!(many.len(), 301, "{who}: v0..v299 and then");
+    let generator = locals_of(who, doc, "stepper");
+    assert_eq!(
+        repr_of(who, &generator, "in_generator"),
+        "'gen-local'",
+        "{who}"
+    );
     assert_eq!(show["long_text"]["len"], 5000, "{who}");
     assert_eq!(
         repr_of(who, &show, "items"),

@@ -22,7 +22,7 @@ use super::frames::{FramePlace, plausible};
 use super::objects::{read_cstr, read_str_raw};
 
 /// Most locals shown per frame.
-pub const MAX_LOCALS: usize = 256;
+pub const MAX_LOCALS: usize = 1024;
 /// Items shown of a container; the rest are counted.
 pub const MAX_ITEMS: usize = 8;
 /// How deep containers are shown inside containers.
@@ -35,7 +35,7 @@ const MAX_INT_DIGITS: u64 = 100;
 /// Set slots scanned for the items shown.
 const MAX_SET_SLOTS: u64 = 1024;
 /// Reads and bytes one frame's locals may cost.
-pub const READS_PER_FRAME: u32 = 2_000;
+pub const READS_PER_FRAME: u32 = 8_000;
 pub const BYTES_PER_FRAME: u64 = 4 << 20;
 
 /// `co_localspluskinds` bits (3.11+).
@@ -205,6 +205,7 @@ impl<'a> LocalsReader<'a> {
         let r = Objects {
             mem: &mem,
             o: self.o,
+            types: Default::default(),
         };
         let layout = r.code_layout(p.code)?;
         let slots = r.frame_slots(p, layout.names.len())?;
@@ -244,6 +245,8 @@ struct CodeLayout {
 struct Objects<'a> {
     mem: &'a dyn ProcessMemory,
     o: &'a Offsets,
+    /// Type names already read for this frame (its values share few types).
+    types: std::cell::RefCell<std::collections::HashMap<u64, (String, bool)>>,
 }
 
 impl Objects<'_> {
@@ -391,6 +394,18 @@ impl Objects<'_> {
 
     /// A type's name and whether it is a heap type.
     fn type_name(&self, ty: u64) -> Result<(String, bool)> {
+        if let Some(known) = self.types.borrow().get(&ty) {
+            return Ok(known.clone());
+        }
+        let t = self.read_type_name(ty)?;
+        let mut types = self.types.borrow_mut();
+        if types.len() < MAX_LOCALS {
+            types.insert(ty, t.clone());
+        }
+        Ok(t)
+    }
+
+    fn read_type_name(&self, ty: u64) -> Result<(String, bool)> {
         if !plausible(ty) {
             return Err(Error::corrupt("type at an impossible address"));
         }
