@@ -403,14 +403,15 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
             calls: Cell::new(0),
             bytes: Cell::new(0),
         };
-        let reader = LocalsReader::new(&mem, u.offsets());
+        // A reader per dump (its page cache lives as long as it does).
+        let reader = || LocalsReader::new(&mem, u.offsets());
         let (mut ok, mut failed) = (0, 0);
         for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
             mem.spoil.start(seed, it.minor, every);
             for _ in 0..100 {
                 for p in &places {
                     let (c0, b0) = mem.counted();
-                    match reader.frame_locals(p) {
+                    match reader().frame_locals(p) {
                         Ok(_) => ok += 1,
                         Err(_) => failed += 1,
                     }
@@ -428,7 +429,7 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
         mem.spoil.stop();
         for p in &places {
             assert!(
-                reader.frame_locals(p).is_ok(),
+                reader().frame_locals(p).is_ok(),
                 "{}: clean reads fail",
                 it.name
             );

@@ -15,6 +15,7 @@ use std::cell::Cell;
 use crate::error::{Error, Result};
 use crate::offsets::Offsets;
 use crate::offsets::objects::TPFLAGS_HEAPTYPE;
+use crate::process::pages::{PageCache, Pages};
 use crate::process::{LocalBytes, ProcessMemory};
 
 use super::dict::read_dict;
@@ -185,15 +186,22 @@ impl ProcessMemory for Capped<'_> {
     }
 }
 
-/// Reads the locals of frames of one process.
+/// Reads the locals of frames of one process, through one page cache for
+/// the whole dump: objects allocated side by side (a frame's names, its
+/// small values) cost one system call per page, not one per object.
 pub struct LocalsReader<'a> {
     mem: &'a dyn ProcessMemory,
     o: &'a Offsets,
+    pages: Pages,
 }
 
 impl<'a> LocalsReader<'a> {
     pub fn new(mem: &'a dyn ProcessMemory, o: &'a Offsets) -> Self {
-        LocalsReader { mem, o }
+        LocalsReader {
+            mem,
+            o,
+            pages: Pages::default(),
+        }
     }
 
     /// The locals of the frame at `p.frame`, in slot order (arguments
@@ -201,7 +209,13 @@ impl<'a> LocalsReader<'a> {
     /// cannot be read, or when the frame is no longer where the sample saw
     /// it (it returned, or moved on: its slots belong to another moment).
     pub fn frame_locals(&self, p: &FramePlace) -> Result<Vec<Local>> {
-        let mem = Capped::new(self.mem, READS_PER_FRAME, BYTES_PER_FRAME);
+        // The budget counts what is read from the target; pages read for
+        // one frame serve the next ones for free.
+        let capped = Capped::new(self.mem, READS_PER_FRAME, BYTES_PER_FRAME);
+        let mem = PageCache {
+            inner: &capped,
+            pages: &self.pages,
+        };
         let r = Objects {
             mem: &mem,
             o: self.o,
