@@ -40,6 +40,9 @@ enum Command {
     /// Profile a running Python process
     Attach(profile::AttachArgs),
     /// Print the current stack of a running Python process, like a traceback
+    #[command(
+        after_help = "Examples:\n  tachyon dump -a PID            every thread's stack\n  tachyon dump -l PID            with each frame's arguments and locals\n  tachyon dump -s PID            and every Python process below it\n  tachyon dump --json PID | jq   one JSON document (docs/formats.md)"
+    )]
     Dump(DumpArgs),
     /// Replay a binary profile and convert it to another format
     Replay(replay::ReplayArgs),
