@@ -23,6 +23,7 @@ pub mod model;
 pub mod offsets;
 pub mod opcodes;
 pub mod process;
+pub mod pyrepr;
 pub mod runtime;
 pub mod sample;
 pub mod session;

@@ -39,6 +39,7 @@ use super::stacks::StackCounts;
 use super::{Collector, Output, write_stdout};
 use crate::error::Result;
 use crate::model::{FrameId, FrameTable, Mode, NO_FILE, RunStats, Sample, StrId};
+use crate::pyrepr::str_repr;
 
 /// Row order of the table: the reference's `--sort` choices, same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -443,7 +444,7 @@ fn sort_rows(rows: &mut [Row<'_>], sort: SortKey, total: u64) {
         SortKey::NsamplesCumul => rows.sort_by_key(|r| std::cmp::Reverse(r.cumulative)),
         SortKey::Name => rows.sort_by_cached_key(|r| {
             let file = r.file.unwrap_or(NO_FILE);
-            format!("({}, {}, {})", py_repr(file), r.line, py_repr(r.func))
+            format!("({}, {}, {})", str_repr(file), r.line, str_repr(r.func))
         }),
     }
 }
@@ -635,61 +636,6 @@ fn place(file: Option<&str>, line: Option<i32>, func: &str, c: &Colors) -> Strin
     format!("{g}{file}{r}:{y}{line}{r}({cy}{func}{r})")
 }
 
-/// Python's `repr(str)`, for the `name` sort key (`str((file, line,
-/// func))`). Printability is approximated: C0/C1 controls and the common
-/// format, separator and private-use characters are escaped; unassigned
-/// code points (which Python also escapes) are not recognised.
-fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for ch in s.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if !py_printable(c) => {
-                let n = c as u32;
-                let _ = if n < 0x100 {
-                    write!(out, "\\x{n:02x}")
-                } else if n < 0x10000 {
-                    write!(out, "\\u{n:04x}")
-                } else {
-                    write!(out, "\\U{n:08x}")
-                };
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-fn py_printable(c: char) -> bool {
-    let n = c as u32;
-    !(c.is_control()
-        || n == 0xA0
-        || n == 0xAD
-        || (0x2000..=0x200F).contains(&n)
-        || (0x2028..=0x202F).contains(&n)
-        || (0x205F..=0x206F).contains(&n)
-        || n == 0x1680
-        || n == 0x3000
-        || n == 0xFEFF
-        || (0xFFF9..=0xFFFB).contains(&n)
-        || (0xD800..=0xF8FF).contains(&n)
-        || n >= 0xF0000)
-}
-
 /// A plain marshal writer: only the codes any `marshal` reader since
 /// Python 3.4 accepts, no back-references.
 #[derive(Default)]
@@ -867,14 +813,6 @@ mod tests {
                 .contains("nsamples-cumul")
         );
         assert_eq!(SortKey::default(), SortKey::Nsamples);
-    }
-
-    #[test]
-    fn python_repr() {
-        assert_eq!(py_repr("a.py"), "'a.py'");
-        assert_eq!(py_repr("it's"), "\"it's\"");
-        assert_eq!(py_repr("say \"it's\""), "'say \"it\\'s\"'");
-        assert_eq!(py_repr("t\tb\\x\u{1}\u{85}λ"), "'t\\tb\\\\x\\x01\\x85λ'");
     }
 
     #[test]
