@@ -146,7 +146,8 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
             Ok(text) if a.json => tachyon::out!("{text}"),
             Ok(text) => {
                 let sep = if i > 0 { "\n" } else { "" };
-                tachyon::out!("{sep}Process {p}: {}\n{text}", command_line(p));
+                let command = tachyon::session::command_line(p as u32).unwrap_or_default();
+                tachyon::out!("{sep}Process {p}: {command}\n{text}");
             }
             Err(e) if i == 0 => return Err(e),
             Err(_) => skipped.push(p.to_string()),
@@ -159,17 +160,6 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A process's command line, as `ps` shows it.
-fn command_line(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .replace('\0', " ")
-        })
-        .unwrap_or_default()
 }
 
 /// The dump of one process, as text or JSON.

@@ -195,7 +195,8 @@ impl CoreFile {
             .file_offset
             .checked_add(addr - f.start)
             .ok_or_else(missing)? as usize;
-        let bytes = map.get(from..from + buf.len()).ok_or_else(missing)?;
+        let to = from.checked_add(buf.len()).ok_or_else(missing)?;
+        let bytes = map.get(from..to).ok_or_else(missing)?;
         buf.copy_from_slice(bytes);
         Ok(())
     }

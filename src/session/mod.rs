@@ -501,10 +501,11 @@ fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
     total
 }
 
-/// What a process runs, for a merged profile's sections: its command line
+/// What a process runs, for a merged profile's sections and `dump
+/// --subprocesses`' headings: its command line
 /// (the program's base name, then its arguments), else its executable's
 /// name; at most [`COMMAND_CHARS`] characters. `None` when it is gone.
-fn command_line(pid: u32) -> Option<String> {
+pub fn command_line(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let mut words = raw
         .split(|&b| b == 0)

@@ -20,7 +20,7 @@ use crate::process::{LocalBytes, ProcessMemory};
 
 use super::dict::read_dict;
 use super::frames::{FramePlace, plausible};
-use super::objects::{read_cstr, read_str_raw};
+use super::objects::{decode_chars, read_cstr, read_str_prefix, read_str_raw};
 
 /// Most locals shown per frame.
 pub const MAX_LOCALS: usize = 1024;
@@ -493,15 +493,13 @@ impl Objects<'_> {
             }
             Builtin::Str => {
                 let mut buf = Vec::new();
-                let raw = read_str_raw(self.mem, self.o, obj, &mut buf)?;
-                let len = self.head(obj, self.o.unicode_length)?.1;
-                let mut text =
-                    crate::unwind::objects::decode_chars(raw.kind, raw.ascii, raw.data(&buf))
-                        .ok_or_else(|| Error::corrupt("ASCII string holds non-ASCII bytes"))?;
-                if let Some((cut, _)) = text.char_indices().nth(MAX_TEXT) {
-                    text.truncate(cut);
-                }
-                Ok(Value::Str { text, len })
+                let raw = read_str_prefix(self.mem, self.o, obj, &mut buf, MAX_TEXT as u64)?;
+                let text = decode_chars(raw.kind, raw.ascii, raw.data(&buf))
+                    .ok_or_else(|| Error::corrupt("ASCII string holds non-ASCII bytes"))?;
+                Ok(Value::Str {
+                    text,
+                    len: raw.length,
+                })
             }
             Builtin::Bytes => {
                 let (_, len) = self.head(obj, self.o.bytes_ob_size)?;

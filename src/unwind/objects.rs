@@ -41,8 +41,11 @@ pub fn read_str(mem: &dyn ProcessMemory, offs: &Offsets, addr: u64) -> Result<St
 pub struct RawStr {
     pub kind: u64,
     pub ascii: bool,
-    /// Longer than [`MAX_STR_CHARS`]: cut, and shown with `...`.
+    /// Longer than [`MAX_STR_CHARS`] (or the reader's cap): cut, and
+    /// shown with `...`.
     pub cut: bool,
+    /// The whole string's length, in characters.
+    pub length: u64,
     pub start: usize,
     pub len: usize,
 }
@@ -72,6 +75,17 @@ pub fn read_str_raw(
     addr: u64,
     buf: &mut Vec<u8>,
 ) -> Result<RawStr> {
+    read_str_prefix(mem, offs, addr, buf, MAX_STR_CHARS)
+}
+
+/// [`read_str_raw`], reading at most `max_chars` characters.
+pub fn read_str_prefix(
+    mem: &dyn ProcessMemory,
+    offs: &Offsets,
+    addr: u64,
+    buf: &mut Vec<u8>,
+    max_chars: u64,
+) -> Result<RawStr> {
     if addr == 0 {
         return Err(Error::corrupt("NULL string pointer"));
     }
@@ -95,7 +109,7 @@ pub fn read_str_raw(
     if length > i64::MAX as u64 {
         return Err(Error::corrupt("negative string length"));
     }
-    let chars = length.min(MAX_STR_CHARS);
+    let chars = length.min(max_chars.min(MAX_STR_CHARS));
     let data_off = if ascii {
         offs.unicode_ascii_size
     } else {
@@ -120,6 +134,7 @@ pub fn read_str_raw(
         kind,
         ascii,
         cut: chars < length,
+        length,
         start,
         len,
     })
