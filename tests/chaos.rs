@@ -28,6 +28,16 @@ struct Chaos {
 }
 
 impl Chaos {
+    /// A reader of process `pid`, reading cleanly until its spoiling starts.
+    fn open(pid: i32) -> Chaos {
+        Chaos {
+            inner: LinuxProcess::open(pid).unwrap(),
+            spoil: Default::default(),
+            calls: Cell::new(0),
+            bytes: Cell::new(0),
+        }
+    }
+
     fn counted(&self) -> (u64, u64) {
         (self.calls.get(), self.bytes.get())
     }
@@ -133,12 +143,7 @@ fn corrupted_reads_never_panic_or_hang() {
             .unwrap()
             .runtime()
             .clone();
-        let mem = Chaos {
-            inner: LinuxProcess::open(t.pid()).unwrap(),
-            spoil: Default::default(),
-            calls: Cell::new(0),
-            bytes: Cell::new(0),
-        };
+        let mem = Chaos::open(t.pid());
         let opts = UnwindOptions {
             all_threads: true,
             native: true,
@@ -383,26 +388,30 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
         let mut u = tachyon::attach(t.pid(), UnwindOptions::default()).unwrap();
         u.keep_frame_places();
         let mut s = Sample::default();
-        // READY comes a line before the sleep: sample until the frames
-        // stay where the sample saw them (their locals read cleanly).
+        // READY comes a line before the sleep: sample until the leaf is
+        // parked on it (until then its frame moves on between reads).
+        let source = include_str!("../fixtures/targets/locals.py");
+        let parked = source.lines().position(|l| l.contains("# PARKED")).unwrap() as i32 + 1;
         let mut places = Vec::new();
-        for _ in 0..100 {
-            if u.sample(&mut s).is_ok() {
+        for _ in 0..600 {
+            if u.sample(&mut s).is_ok()
+                && s.threads[0]
+                    .frames
+                    .first()
+                    .map(|&id| u.frames().frame(id).line())
+                    == Some(parked)
+            {
                 places = u.frame_places(0).to_vec();
-                let clean = LocalsReader::new(u.memory(), u.offsets());
-                if places.len() >= 2 && places.iter().all(|p| clean.frame_locals(p).is_ok()) {
-                    break;
-                }
+                break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(places.len() >= 2, "{}: frames {places:?}", it.name);
-        let mem = Chaos {
-            inner: LinuxProcess::open(t.pid()).unwrap(),
-            spoil: Default::default(),
-            calls: Cell::new(0),
-            bytes: Cell::new(0),
-        };
+        assert!(
+            places.len() >= 2,
+            "{}: never parked: frames {places:?}",
+            it.name
+        );
+        let mem = Chaos::open(t.pid());
         // A reader per dump (its page cache lives as long as it does).
         let reader = || LocalsReader::new(&mem, u.offsets());
         let (mut ok, mut failed) = (0, 0);
@@ -428,11 +437,12 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
         }
         mem.spoil.stop();
         for p in &places {
-            assert!(
-                reader().frame_locals(p).is_ok(),
-                "{}: clean reads fail",
-                it.name
-            );
+            if let Err(e) = reader().frame_locals(p) {
+                panic!(
+                    "{}: clean reads of the frame at {:#x} fail: {e}",
+                    it.name, p.frame
+                );
+            }
         }
         eprintln!(
             "{}: {ok} frames read, {failed} refused, on spoiled reads",

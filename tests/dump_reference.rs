@@ -394,14 +394,20 @@ fn dump_json_says_what_the_text_dump_says() {
 const TREE_PY: &str = r#"
 import multiprocessing as mp, os, subprocess, time
 parent = os.getpid()
-def worker(i):
+def worker(started):
+    started.release()
     while os.getppid() == parent:
         time.sleep(0.05)
 if __name__ == "__main__":
+    ctx = mp.get_context("fork")
     sh = subprocess.Popen(["sh", "-c", "while kill -0 %d 2>/dev/null; do sleep 0.1; done" % parent])
-    procs = [mp.get_context("fork").Process(target=worker, args=(i,)) for i in range(2)]
+    started = ctx.Semaphore(0)
+    procs = [ctx.Process(target=worker, args=(started,)) for i in range(2)]
     for p in procs:
         p.start()
+    # READY once both workers are in `worker`, however slow the machine.
+    for p in procs:
+        started.acquire()
     print("READY", " ".join(str(p.pid) for p in procs), sh.pid, flush=True)
     while True:
         time.sleep(0.05)
