@@ -99,6 +99,22 @@ fn a_gcore_core_reads_as_its_live_process() {
             it.name
         );
 
+        // A truncated core and a file that is no core: one clear error each.
+        let bytes = std::fs::read(&path).unwrap();
+        let cut = dir.0.join("truncated.core");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let e = CoreFile::open(&cut)
+            .err()
+            .expect("a truncated core is refused");
+        assert!(e.to_string().contains("truncated"), "{}: {e}", it.name);
+        let e = CoreFile::open(&exe)
+            .err()
+            .expect("an executable is no core");
+        assert!(
+            e.to_string().contains("not a core file"),
+            "{}: {e}",
+            it.name
+        );
         // Outside every segment: an error, not zeros.
         assert!(from_core.memory().read(8, &mut [0u8; 8]).is_err());
         eprintln!(

@@ -82,82 +82,19 @@ impl CoreFile {
         if elf.header.e_type != goblin::elf::header::ET_CORE {
             return Err(bad("an ELF file, but not a core file".into()));
         }
-        let len = map.len() as u64;
-        let mut segments = Vec::new();
-        for ph in elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD) {
-            if ph
-                .p_offset
-                .checked_add(ph.p_filesz)
-                .is_none_or(|end| end > len)
-                || ph.p_filesz > ph.p_memsz
-                || ph.p_vaddr.checked_add(ph.p_memsz).is_none()
-            {
-                return Err(bad(format!(
-                    "a segment at {:#x} lies outside the file (truncated core?)",
-                    ph.p_vaddr
-                )));
-            }
-            segments.push(Segment {
-                vaddr: ph.p_vaddr,
-                memsz: ph.p_memsz,
-                filesz: ph.p_filesz,
-                offset: ph.p_offset,
-                writable: ph.p_flags & goblin::elf::program_header::PF_W != 0,
-            });
-        }
-        segments.sort_by_key(|s| s.vaddr);
-        let mut core = CoreFile {
+        let segments = load_segments(&elf, map.len() as u64, &bad)?;
+        let notes = read_notes(&elf, &map, &bad)?;
+        drop(elf);
+        Ok(CoreFile {
             map,
             segments,
-            files: Vec::new(),
-            threads: Vec::new(),
-            pid: None,
-            command: None,
+            files: notes.files,
+            threads: notes.threads,
+            pid: notes.pid,
+            command: notes.command,
             sysroot: None,
             opened: RefCell::new(HashMap::new()),
-        };
-        core.read_notes(&bad)?;
-        Ok(core)
-    }
-
-    /// The notes: threads, the process, its mapped files.
-    fn read_notes(&mut self, bad: &dyn Fn(String) -> Error) -> Result<()> {
-        let elf = Elf::parse(&self.map).map_err(|e| bad(format!("not an ELF file ({e})")))?;
-        if !elf.program_headers.iter().any(|p| p.p_type == PT_NOTE) {
-            return Err(bad("a core file without notes".into()));
-        }
-        let mut threads = Vec::new();
-        let (mut pid, mut command, mut files) = (None, None, Vec::new());
-        for note in elf.iter_note_headers(&self.map).into_iter().flatten() {
-            let Ok(n) = note else {
-                return Err(bad("a note that does not fit the file".into()));
-            };
-            match n.n_type {
-                NT_PRSTATUS if n.name == "CORE" => {
-                    if let Some(t) = i32_at(n.desc, PRSTATUS_PID)
-                        && threads.len() < MAX_THREADS
-                    {
-                        threads.push(t);
-                    }
-                }
-                NT_PRPSINFO if n.name == "CORE" => {
-                    pid = i32_at(n.desc, PRPSINFO_PID);
-                    command = n.desc.get(PRPSINFO_FNAME..PRPSINFO_FNAME + 16).map(|b| {
-                        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-                        String::from_utf8_lossy(&b[..end]).into_owned()
-                    });
-                }
-                NT_FILE if n.name == "CORE" => {
-                    files = parse_nt_file(n.desc).map_err(|w| bad(w.into()))?
-                }
-                _ => {}
-            }
-        }
-        self.threads = threads;
-        self.pid = pid;
-        self.command = command;
-        self.files = files;
-        Ok(())
+        })
     }
 
     /// Read what the core leaves out (read-only file mappings) from the
@@ -209,6 +146,78 @@ impl CoreFile {
         let off = vaddr - s.vaddr;
         (off < s.memsz).then_some((s, off))
     }
+}
+
+/// The `PT_LOAD` segments, checked against the file's `len` bytes, by
+/// address.
+fn load_segments(elf: &Elf, len: u64, bad: &dyn Fn(String) -> Error) -> Result<Vec<Segment>> {
+    let mut segments = Vec::new();
+    for ph in elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD) {
+        if ph
+            .p_offset
+            .checked_add(ph.p_filesz)
+            .is_none_or(|end| end > len)
+            || ph.p_filesz > ph.p_memsz
+            || ph.p_vaddr.checked_add(ph.p_memsz).is_none()
+        {
+            return Err(bad(format!(
+                "a segment at {:#x} lies outside the file (truncated core?)",
+                ph.p_vaddr
+            )));
+        }
+        segments.push(Segment {
+            vaddr: ph.p_vaddr,
+            memsz: ph.p_memsz,
+            filesz: ph.p_filesz,
+            offset: ph.p_offset,
+            writable: ph.p_flags & goblin::elf::program_header::PF_W != 0,
+        });
+    }
+    segments.sort_by_key(|s| s.vaddr);
+    Ok(segments)
+}
+
+/// What a core's notes say.
+#[derive(Default)]
+struct Notes {
+    threads: Vec<i32>,
+    pid: Option<i32>,
+    command: Option<String>,
+    files: Vec<MappedFile>,
+}
+
+/// The notes: threads, the process, its mapped files.
+fn read_notes(elf: &Elf, map: &[u8], bad: &dyn Fn(String) -> Error) -> Result<Notes> {
+    if !elf.program_headers.iter().any(|p| p.p_type == PT_NOTE) {
+        return Err(bad("a core file without notes".into()));
+    }
+    let mut out = Notes::default();
+    for note in elf.iter_note_headers(map).into_iter().flatten() {
+        let Ok(n) = note else {
+            return Err(bad("a note that does not fit the file".into()));
+        };
+        match n.n_type {
+            NT_PRSTATUS if n.name == "CORE" => {
+                if let Some(t) = i32_at(n.desc, PRSTATUS_PID)
+                    && out.threads.len() < MAX_THREADS
+                {
+                    out.threads.push(t);
+                }
+            }
+            NT_PRPSINFO if n.name == "CORE" => {
+                out.pid = i32_at(n.desc, PRPSINFO_PID);
+                out.command = n.desc.get(PRPSINFO_FNAME..PRPSINFO_FNAME + 16).map(|b| {
+                    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                    String::from_utf8_lossy(&b[..end]).into_owned()
+                });
+            }
+            NT_FILE if n.name == "CORE" => {
+                out.files = parse_nt_file(n.desc).map_err(|w| bad(w.into()))?
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 fn i32_at(b: &[u8], at: usize) -> Option<i32> {

@@ -292,10 +292,9 @@ impl<V: Copy + PartialEq> Believed<V> {
     }
 }
 
-/// What kind of awaitable each type is, by its `tp_name`: the kind and a
-/// hash of the name bytes it was told by (two reads agree only on the
-/// same bytes).
-type Kinds = Believed<(AwaitKind, u64)>;
+/// What kind of awaitable each type is, by its `tp_name`: the kind and the
+/// name bytes it was told by (two reads agree only on the same bytes).
+type Kinds = Believed<(AwaitKind, [u8; MAX_KIND_NAME])>;
 
 impl Kinds {
     /// The kind of the type at `ty`; a name that cannot be read is
@@ -319,21 +318,16 @@ impl Kinds {
         if name_ptr == 0 || mem.read(name_ptr, &mut name).is_err() {
             return Ok(AwaitKind::Other);
         }
-        let name = match name.iter().position(|&b| b == 0) {
-            Some(len) if len > 0 => &name[..len],
-            _ => return Ok(AwaitKind::Other),
+        let Some(len) = name.iter().position(|&b| b == 0).filter(|&l| l > 0) else {
+            return Ok(AwaitKind::Other);
         };
-        let kind = AwaitKind::from_name(name);
-        self.saw(ty, (kind, name_hash(name)));
+        let kind = AwaitKind::from_name(&name[..len]);
+        // What follows the NUL is not the name: two reads agree on the
+        // name alone.
+        name[len..].fill(0);
+        self.saw(ty, (kind, name));
         Ok(kind)
     }
-}
-
-/// A 64-bit FNV-1a hash of a type name.
-fn name_hash(name: &[u8]) -> u64 {
-    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Granting reads to a sample's budget (a [`Metered`] memory's).
