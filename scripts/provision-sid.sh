@@ -9,6 +9,10 @@
 # /proc is mounted inside the root on every call (mounts do not survive a
 # reboot, the root does).
 #
+# Tools the tests run inside the root (gdb: a core of a sid process must be
+# made by sid's gdb) are installed into a finished root when missing, so
+# that adding one does not rebuild the root.
+#
 # Usage: scripts/provision-sid.sh            (prints the root's path last)
 # Env:   TACHYON_SID_ROOT  where the root lives (default /var/cache/tachyon/sid)
 set -euo pipefail
@@ -19,7 +23,16 @@ STAMP="$ROOT/.tachyon-root-ok"
 # Bump when PKGS or the recipe changes so cached roots are rebuilt.
 RECIPE="v1 $PKGS"
 
+EXTRA="gdb"
+
 log() { printf 'provision-sid: %s\n' "$*" >&2; }
+
+ensure_extra() {
+    if [ ! -x "$ROOT/usr/bin/gcore" ]; then
+        log "installing $EXTRA into $ROOT"
+        chroot "$ROOT" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $EXTRA" >/dev/null
+    fi
+}
 
 need_root_tools() {
     if ! command -v mmdebstrap >/dev/null 2>&1; then
@@ -42,6 +55,7 @@ mount_proc() {
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$RECIPE" ]; then
     mount_proc
+    ensure_extra
     echo "$ROOT"
     exit 0
 fi
@@ -68,4 +82,5 @@ for v in 3.13 3.14 3.15; do
 done
 echo "$RECIPE" > "$STAMP"
 mount_proc
+ensure_extra
 echo "$ROOT"

@@ -1,15 +1,21 @@
-//! ELF core files as process memory (`process::corefile`), on real cores
-//! that `gdb`'s `gcore` makes of real interpreters: the core names the
-//! process, its threads and its mapped files, holds the same bytes as the
-//! live process where the interpreter keeps its state, and the unwinder
-//! reads the same main-thread stack out of it as out of the live process.
+//! ELF core files as process memory (`process::corefile`) and `dump
+//! --core`, on real cores of real interpreters: the cores `gdb`'s `gcore`
+//! makes of stuck programs, and the kernel's of a real crash. The core
+//! names the process, its threads and its mapped files; `dump --core`
+//! finds the runtime in it and reads every thread's stack, locals
+//! included, as a live dump read them just before; bad cores and wrong
+//! executables get one clear line.
 
 mod common;
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TempDir, machine_old_interpreters, release, run_ok, sid_interpreters, spawn};
+use common::{
+    Interp, Target, TempDir, machine_old_interpreters, machine_supported_interpreters, release,
+    run_ok, sid_interpreters, spawn, tachyon_bin, tachyon_ok,
+};
 use tachyon::model::Sample;
 use tachyon::process::ProcessMemory;
 use tachyon::process::corefile::CoreFile;
@@ -50,18 +56,10 @@ fn a_gcore_core_reads_as_its_live_process() {
         let mut t = spawn(&it, PARKED, &[], &[]);
         t.wait_for("READY", Duration::from_secs(30));
         let pid = t.pid();
-        let prefix = dir.0.join(format!("core-{}", it.name));
-        run_ok(
-            "gcore",
-            Command::new("gcore")
-                .arg("-o")
-                .arg(&prefix)
-                .arg(pid.to_string()),
-        );
-        let path = prefix.with_file_name(format!("core-{}.{pid}", it.name));
+        let path = gcore(&t);
         let core = CoreFile::open(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", it.name))
-            .with_sysroot(None);
+            .with_sysroot(it.root.clone());
         assert_eq!(core.pid, Some(pid), "{}", it.name);
         let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
@@ -80,8 +78,7 @@ fn a_gcore_core_reads_as_its_live_process() {
             core.files.iter().map(|f| &f.path).collect::<Vec<_>>()
         );
         // The unwinder on the core, with the runtime found in the live
-        // process: the same main-thread stack. (Finding the runtime in the
-        // core itself, and every thread, are `dump --core`'s next steps.)
+        // process: the same main-thread stack.
         let mut live = tachyon::attach(pid, UnwindOptions::default()).unwrap();
         let opts = UnwindOptions::default();
         let rt = live.runtime().clone();
@@ -101,7 +98,7 @@ fn a_gcore_core_reads_as_its_live_process() {
 
         // A truncated core and a file that is no core: one clear error each.
         let bytes = std::fs::read(&path).unwrap();
-        let cut = dir.0.join("truncated.core");
+        let cut = dir.0.join(format!("truncated-{}.core", it.name));
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let e = CoreFile::open(&cut)
             .err()
@@ -122,6 +119,323 @@ fn a_gcore_core_reads_as_its_live_process() {
             it.name,
             tids.len(),
             from_core.memory().files.len()
+        );
+    }
+}
+
+const STUCK_PY: &str = include_str!("../fixtures/targets/stuck.py");
+
+/// Make a core of the running `t` with gdb's `gcore`, beside its script.
+/// A sid interpreter's core is made by the sid root's own gdb: Debian 12's
+/// gdb cannot read the thread stacks that sid's glibc guards with
+/// `MADV_GUARD_INSTALL`, and writes them as zeros. Its file notes then
+/// name the files as the root sees them (`--sysroot` finds them).
+fn gcore(t: &Target) -> PathBuf {
+    let pid = t.pid();
+    let prefix = t.outside_path("core");
+    let mut cmd = match &t.interp.root {
+        Some(root) => {
+            assert!(
+                root.join("usr/bin/gcore").exists(),
+                "MISSING TOOL: gdb in the sid root (run scripts/provision-sid.sh)"
+            );
+            let inside = Path::new("/").join(prefix.strip_prefix(root).unwrap());
+            let mut c = Command::new("chroot");
+            c.arg(root).arg("gcore").arg("-o").arg(inside);
+            c
+        }
+        None => {
+            let mut c = Command::new("gcore");
+            c.arg("-o").arg(&prefix);
+            c
+        }
+    };
+    run_ok("gcore", cmd.arg(pid.to_string()));
+    prefix.with_file_name(format!("core.{pid}"))
+}
+
+/// `--sysroot` for a core of `it`'s processes.
+fn sysroot_args(it: &Interp) -> Vec<String> {
+    match &it.root {
+        Some(root) => vec!["--sysroot".into(), root.to_string_lossy().into_owned()],
+        None => Vec::new(),
+    }
+}
+
+/// What a dump says of each thread that a core must say too: its id,
+/// name and frames (locals included). Not its CPU state: a core does not
+/// tell whether a thread was on a CPU.
+fn threads_of(json: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    v["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| serde_json::json!([t["tid"], t["name"], t["frames"]]))
+        .collect()
+}
+
+/// The function names of each thread of a `--json` dump, leaf first.
+fn functions(threads: &[serde_json::Value]) -> Vec<Vec<String>> {
+    threads
+        .iter()
+        .map(|t| {
+            t[2].as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["function"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// A live `dump -a -l --json` of `pid` once the stuck target has stopped
+/// moving: every thread at its blocking call, two dumps in a row alike.
+fn settled_dump(it: &Interp, pid: i32, cwd: &Path) -> Vec<serde_json::Value> {
+    let p = pid.to_string();
+    let args = ["dump", "-a", "-l", "--json", p.as_str()];
+    let mut last = threads_of(&tachyon_ok(&args, cwd));
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = threads_of(&tachyon_ok(&args, cwd));
+        let f = functions(&now);
+        let settled = f.len() == 4
+            && f.iter()
+                .filter(|t| t.first().map(String::as_str) == Some("take_in_order"))
+                .count()
+                == 2
+            && f.iter()
+                .any(|t| t.first().map(String::as_str) == Some("parked"))
+            && f.iter().any(|t| t.iter().any(|n| n == "stuck_main"));
+        if settled && now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!(
+        "{}: the stuck target never settled: {:?}",
+        it.name,
+        functions(&last)
+    );
+}
+
+#[test]
+fn a_core_dumps_every_thread_as_the_live_process_did() {
+    let dir = TempDir::new("dump-core");
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    interps.extend(machine_supported_interpreters());
+    let mut seen = Vec::new();
+    for it in interps {
+        let mut t = spawn(&it, STUCK_PY, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(30));
+        let pid = t.pid();
+        let live = settled_dump(&it, pid, dir.path());
+        let core = gcore(&t);
+        let p = pid.to_string();
+        let after = threads_of(&tachyon_ok(&["dump", "-a", "-l", "--json", &p], dir.path()));
+        assert_eq!(after, live, "{}: the target moved while gcore ran", it.name);
+        let core_s = core.to_string_lossy().into_owned();
+        let mut args = vec!["dump", "-a", "-l", "--json", "--core", core_s.as_str()];
+        let sysroot = sysroot_args(&it);
+        args.extend(sysroot.iter().map(String::as_str));
+        let from_core = threads_of(&tachyon_ok(&args, dir.path()));
+        assert_eq!(
+            from_core, live,
+            "{}: the core's threads differ from the live dump's",
+            it.name
+        );
+        // Locals are there, as live: the holders' own names and values.
+        let text = serde_json::to_string(&from_core).unwrap();
+        assert!(
+            text.contains("holder-a") && text.contains("\"attempts\""),
+            "{}: {text}",
+            it.name
+        );
+        // The text dump of the core: its source lines, read below the sysroot.
+        let mut plain = vec!["dump", "-a", "--core", core_s.as_str()];
+        plain.extend(sysroot.iter().map(String::as_str));
+        let out = tachyon_ok(&plain, dir.path());
+        assert!(
+            out.contains(&format!("Stack dump for PID {pid}")) && out.contains("theirs.acquire()"),
+            "{}: {out}",
+            it.name
+        );
+        seen.push(format!("{} ({} threads)", it.name, from_core.len()));
+    }
+    eprintln!("cores read as live: {}", seen.join(", "));
+}
+
+/// `tachyon dump ARGS`, which must fail: its one-line error.
+fn dump_error(args: &[&str]) -> String {
+    let out = Command::new(tachyon_bin())
+        .arg("dump")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "dump {args:?} succeeded: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn bad_cores_and_wrong_files_get_one_clear_line() {
+    let it = release(sid_interpreters())
+        .into_iter()
+        .find(|i| i.minor == 15)
+        .unwrap();
+    let root = it.root.clone().unwrap();
+    let mut t = spawn(&it, STUCK_PY, &[], &[]);
+    t.wait_for("READY", Duration::from_secs(30));
+    let core = gcore(&t);
+    let core_s = core.to_string_lossy().into_owned();
+    let root_s = root.to_string_lossy().into_owned();
+
+    // The files as the core names them are not here: say to give --sysroot.
+    let e = dump_error(&["--core", &core_s]);
+    assert!(
+        e.contains("/usr/bin/python3.15") && e.contains("--sysroot"),
+        "{e}"
+    );
+    // Another executable than the one the process ran: the build ids differ.
+    let other = root
+        .join("usr/bin/python3.14")
+        .to_string_lossy()
+        .into_owned();
+    let e = dump_error(&["--core", &core_s, "--sysroot", &root_s, "--exe", &other]);
+    assert!(e.contains("build id") && e.contains("python3.14"), "{e}");
+    // An executable that is not there.
+    let e = dump_error(&["--core", &core_s, "--exe", "/nonexistent/python3.15"]);
+    assert!(
+        e.contains("/nonexistent/python3.15") && e.contains("cannot be opened"),
+        "{e}"
+    );
+    // --exe pointing at the right file works as --sysroot does for it.
+    let exe = root
+        .join("usr/bin/python3.15")
+        .to_string_lossy()
+        .into_owned();
+    let out = tachyon_ok(&["dump", "--core", &core_s, "--exe", &exe], Path::new("/"));
+    assert!(out.contains("stuck_main"), "{out}");
+    // A core of a program that is not Python.
+    let mut sleep_cmd = Command::new("sleep");
+    sleep_cmd.arg("300");
+    let mut sleeper = common::Running::start(sleep_cmd);
+    let prefix = t.outside_path("sleep-core");
+    run_ok(
+        "gcore",
+        Command::new("gcore")
+            .arg("-o")
+            .arg(&prefix)
+            .arg(sleeper.pid().to_string()),
+    );
+    let sleep_core = prefix.with_file_name(format!("sleep-core.{}", sleeper.pid()));
+    sleeper.kill_all();
+    let e = dump_error(&["--core", &sleep_core.to_string_lossy()]);
+    assert!(e.contains("not a Python") && e.contains("sleep"), "{e}");
+    // Not a core at all, and no file.
+    let e = dump_error(&["--core", &exe]);
+    assert!(e.contains("not a core file"), "{e}");
+    let e = dump_error(&["--core", "/nonexistent/core"]);
+    assert!(e.contains("/nonexistent/core"), "{e}");
+    // Flags that need a live process.
+    let out = Command::new(tachyon_bin())
+        .args(["dump", "--core", &core_s, "--blocking"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
+/// The kernel's core pattern for the test's duration: a plain `core` in
+/// the crashing process's working directory, set only when it is not
+/// already a file name there (and put back after).
+struct CorePattern(Option<String>);
+
+impl CorePattern {
+    const PATH: &str = "/proc/sys/kernel/core_pattern";
+
+    fn plain() -> CorePattern {
+        let now = std::fs::read_to_string(Self::PATH).unwrap_or_default();
+        let now = now.trim().to_owned();
+        if !now.contains('/') && !now.starts_with('|') && now.starts_with("core") {
+            return CorePattern(None);
+        }
+        std::fs::write(Self::PATH, "core").unwrap_or_else(|e| {
+            panic!("MISSING PERMISSION: core_pattern is {now:?} and cannot be set to \"core\": {e}")
+        });
+        CorePattern(Some(now))
+    }
+}
+
+impl Drop for CorePattern {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let _ = std::fs::write(Self::PATH, old);
+        }
+    }
+}
+
+const CRASH_PY: &str = r#"
+import ctypes, os, resource, threading, time
+resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+os.chdir(os.path.dirname(os.path.abspath(__file__)))
+def parked_beside():
+    time.sleep(3600)
+def crash_here(depth):
+    if depth:
+        return crash_here(depth - 1)
+    ctypes.string_at(0)
+threading.Thread(target=parked_beside, daemon=True).start()
+time.sleep(0.2)
+crash_here(3)
+"#;
+
+#[test]
+fn a_crash_core_holds_the_stack_that_crashed() {
+    let _pattern = CorePattern::plain();
+    let dir = TempDir::new("crash-core");
+    let mut interps = sid_interpreters();
+    interps.extend(machine_old_interpreters());
+    interps.extend(machine_supported_interpreters());
+    for it in interps {
+        let mut t = spawn(&it, CRASH_PY, &[], &[]);
+        let pid = t.pid();
+        let status = t.child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(11), "{}: {status:?}", it.name);
+        assert!(status.core_dumped(), "{}: no core was written", it.name);
+        let core = [
+            t.outside_path("core"),
+            t.outside_path(&format!("core.{pid}")),
+        ]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{}: the core is not beside the script", it.name));
+        let core_s = core.to_string_lossy().into_owned();
+        let mut args = vec!["dump", "-a", "--json", "--core", core_s.as_str()];
+        let sysroot = sysroot_args(&it);
+        args.extend(sysroot.iter().map(String::as_str));
+        let threads = threads_of(&tachyon_ok(&args, dir.path()));
+        let f = functions(&threads);
+        let main = f
+            .iter()
+            .find(|t| t.contains(&"<module>".to_owned()))
+            .unwrap_or_else(|| panic!("{}: no main thread: {f:?}", it.name));
+        assert_eq!(main[0], "string_at", "{}: {main:?}", it.name);
+        assert_eq!(
+            main.iter().filter(|n| *n == "crash_here").count(),
+            4,
+            "{}: {main:?}",
+            it.name
+        );
+        assert!(
+            f.iter()
+                .any(|t| t.first().map(String::as_str) == Some("parked_beside")),
+            "{}: {f:?}",
+            it.name
         );
     }
 }

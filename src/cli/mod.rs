@@ -39,9 +39,10 @@ enum Command {
     Run(profile::RunArgs),
     /// Profile a running Python process
     Attach(profile::AttachArgs),
-    /// Print the current stack of a running Python process, like a traceback
+    /// Print the current stack of a running Python process (or of a core
+    /// file), like a traceback
     #[command(
-        after_help = "Examples:\n  tachyon dump -a PID            every thread's stack\n  tachyon dump -l PID            with each frame's arguments and locals\n  tachyon dump -s PID            and every Python process below it\n  tachyon dump --json PID | jq   one JSON document (docs/formats.md)"
+        after_help = "Examples:\n  tachyon dump -a PID            every thread's stack\n  tachyon dump -l PID            with each frame's arguments and locals\n  tachyon dump -s PID            and every Python process below it\n  tachyon dump --json PID | jq   one JSON document (docs/formats.md)\n  tachyon dump -a --core CORE    a core file's threads (gcore, a crash)"
     )]
     Dump(DumpArgs),
     /// Replay a binary profile and convert it to another format
@@ -55,7 +56,16 @@ enum Command {
 #[derive(Args)]
 struct DumpArgs {
     #[command(flatten)]
-    pid: PidArg,
+    source: DumpSource,
+    /// With --core: the process's executable, when it is not where the
+    /// core names it (default: the path in the core's file notes, under
+    /// --sysroot)
+    #[arg(long, value_name = "PATH", requires = "core")]
+    exe: Option<std::path::PathBuf>,
+    /// With --core: the directory holding the files of the machine (or
+    /// container) the core was made on: its libpython, its sources
+    #[arg(long, value_name = "DIR", requires = "core")]
+    sysroot: Option<std::path::PathBuf>,
     /// Dump all threads (default: the main thread only)
     #[arg(short = 'a', long)]
     all_threads: bool,
@@ -97,6 +107,28 @@ struct DumpArgs {
     subprocesses: bool,
 }
 
+/// What `dump` reads: a live process, as `PID` or `--pid PID`, or a core
+/// file.
+#[derive(Args, Debug, Clone)]
+#[group(required = true, multiple = false)]
+struct DumpSource {
+    /// Process ID of the Python interpreter (or --pid PID, as py-spy takes it)
+    #[arg(value_name = "PID")]
+    pid: Option<i32>,
+    /// Process ID of the Python interpreter, given as an option (py-spy's
+    /// spelling; the same as PID)
+    #[arg(long = "pid", value_name = "PID")]
+    pid_option: Option<i32>,
+    /// Read an ELF core file (from gcore, or a crash) instead of a live
+    /// process: the stacks the process had when the core was made
+    #[arg(
+        long,
+        value_name = "CORE",
+        conflicts_with_all = ["blocking", "subprocesses", "snapshot", "async_aware"]
+    )]
+    core: Option<std::path::PathBuf>,
+}
+
 /// The process to read: `PID`, or `--pid PID` as py-spy's users type it.
 #[derive(Args, Debug, Clone)]
 #[group(required = true, multiple = false)]
@@ -130,7 +162,11 @@ pub fn run() -> Result<ExitCode> {
 }
 
 fn dump(a: DumpArgs) -> Result<ExitCode> {
-    let pid = process_id(a.pid.get());
+    if let Some(core) = &a.source.core {
+        tachyon::out!("{}", dump_core(&a, core)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pid = process_id(a.source.pid.or(a.source.pid_option).unwrap_or(0));
     if !a.subprocesses {
         tachyon::out!("{}", dump_one(&a, pid)?);
         return Ok(ExitCode::SUCCESS);
@@ -162,22 +198,26 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The dump of one process, as text or JSON.
-fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
-    let opts = UnwindOptions {
+/// What every dump reads, from the flags.
+fn unwind_options(a: &DumpArgs) -> UnwindOptions {
+    UnwindOptions {
         all_threads: a.all_threads,
         native: a.native,
         gc: !a.no_gc,
         cpu_status: true,
         opcodes: a.opcodes,
-    };
+    }
+}
+
+/// The dump of one process, as text or JSON.
+fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
     // With --snapshot, every range the samples read is kept.
     let asyncio = a.async_aware.then(|| {
         a.async_mode
             .unwrap_or(async_aware::AsyncModeArg::All)
             .into()
     });
-    let mut unwinder = session_dump::open(pid, opts, asyncio, a.snapshot.is_some())
+    let mut unwinder = session_dump::open(pid, unwind_options(a), asyncio, a.snapshot.is_some())
         .map_err(async_aware::open_error)?;
     if a.locals {
         unwinder.keep_frame_places();
@@ -186,25 +226,70 @@ fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
     let (before, locals) = read_dump(a, &mut unwinder, &mut sample)?;
     session_dump::restore_cpu_states(&mut sample, &before);
     let mut src = SourceReader::new(pid);
+    Ok(render(a, &unwinder, &sample, locals.as_deref(), &mut src))
+}
+
+/// `dump --core`: the dump of the process a core file holds.
+fn dump_core(a: &DumpArgs, path: &std::path::Path) -> Result<String> {
+    let core = tachyon::process::corefile::CoreFile::open(path)?
+        .with_sysroot(a.sysroot.clone())
+        .with_exe(a.exe.clone());
+    let mut unwinder = session_dump::open_core(core, unwind_options(a))?;
+    if a.locals {
+        unwinder.keep_frame_places();
+    }
+    let mut sample = Sample::default();
+    match session_dump::read_consistent(&mut unwinder, &mut sample) {
+        Ok(()) => {}
+        Err(Unread::Fatal(e) | Unread::Torn(e)) => {
+            // gdb leaves out, as zeros, the memory it could not read.
+            let hint = match a.all_threads {
+                true => {
+                    " (a core that gdb wrote with \"Memory read failed\" warnings lacks those threads' stacks: without -a, the main thread is read)"
+                }
+                false => "",
+            };
+            return Err(e).context(format!(
+                "the core file {} holds no whole stack of process {}{hint}",
+                path.display(),
+                unwinder.pid()
+            ));
+        }
+    }
+    let locals = a
+        .locals
+        .then(|| session_dump::read_locals(&unwinder, &sample));
+    let mut src = SourceReader::under(a.sysroot.clone());
+    Ok(render(a, &unwinder, &sample, locals.as_deref(), &mut src))
+}
+
+/// The text (or JSON) of one dump read into `sample`.
+fn render<M: tachyon::process::ProcessMemory>(
+    a: &DumpArgs,
+    unwinder: &Unwinder<M>,
+    sample: &Sample,
+    locals: Option<&[ThreadLocals]>,
+    src: &mut SourceReader,
+) -> String {
     let ops = a
         .opcodes
         .then(|| opcode_table(unwinder.offsets().version))
         .flatten();
     let d = Dumped {
-        pid,
+        pid: unwinder.pid(),
         python: unwinder.offsets().version.to_string(),
         threads: &sample.threads,
         table: unwinder.frames(),
         leaves: unwinder.task_leaves(),
-        locals: locals.as_deref(),
+        locals,
     };
     let text = if a.json {
-        tachyon::dump::json::format_json(&d, &mut src, ops)
+        tachyon::dump::json::format_json(&d, src, ops)
     } else {
-        tachyon::dump::format_text(&d, &mut src, ops)
+        tachyon::dump::format_text(&d, src, ops)
     };
     say_why_no_names(unwinder.names_unavailable(1));
-    Ok(text)
+    text
 }
 
 /// One consistent sample, with `--blocking` while the threads are

@@ -21,9 +21,12 @@ const MAX_SOURCE_BYTES: u64 = 16 << 20;
 /// Reads source lines as the target sees its files: through
 /// `/proc/PID/root` (containers, chroots), relative names through
 /// `/proc/PID/cwd`; or, for a recording whose process is gone, from this
-/// file system ([`SourceReader::local`]). Each file is read once.
+/// file system ([`SourceReader::local`]), or below a directory holding
+/// another machine's files ([`SourceReader::under`], a core file's
+/// `--sysroot`). Each file is read once.
 pub struct SourceReader {
     pid: Option<i32>,
+    root: Option<PathBuf>,
     files: HashMap<String, Option<Vec<String>>>,
 }
 
@@ -31,6 +34,7 @@ impl SourceReader {
     pub fn new(pid: i32) -> Self {
         SourceReader {
             pid: Some(pid),
+            root: None,
             files: HashMap::new(),
         }
     }
@@ -39,7 +43,16 @@ impl SourceReader {
     pub fn local() -> Self {
         SourceReader {
             pid: None,
+            root: None,
             files: HashMap::new(),
+        }
+    }
+
+    /// Absolute file names below `root` (this file system when `None`).
+    pub fn under(root: Option<PathBuf>) -> Self {
+        SourceReader {
+            root,
+            ..SourceReader::local()
         }
     }
 
@@ -54,7 +67,10 @@ impl SourceReader {
             return None;
         }
         Some(match self.pid {
-            None => PathBuf::from(filename),
+            None => match &self.root {
+                Some(root) if filename.starts_with('/') => root.join(&filename[1..]),
+                _ => PathBuf::from(filename),
+            },
             Some(pid) if filename.starts_with('/') => {
                 PathBuf::from(format!("/proc/{pid}/root{filename}"))
             }

@@ -17,6 +17,7 @@ use goblin::elf::Elf;
 use goblin::elf::program_header::{PT_LOAD, PT_NOTE};
 
 use super::ProcessMemory;
+use super::maps::MapEntry;
 use crate::error::{Error, Result};
 
 /// `n_type` of the notes read.
@@ -30,6 +31,10 @@ const PRPSINFO_FNAME: usize = 40;
 /// Most threads and mapped files believed in one core.
 const MAX_THREADS: usize = 1 << 16;
 const MAX_FILES: u64 = 1 << 20;
+/// The bytes of a mapped file's start compared with the core's copy.
+const FIRST_PAGE: u64 = 4096;
+/// `PT_NOTE`'s note type of a GNU build id.
+const NT_GNU_BUILD_ID: u32 = 3;
 
 /// One `PT_LOAD` segment: `memsz` bytes at `vaddr`, the first `filesz` of
 /// them at `offset` in the core (the rest zero).
@@ -65,9 +70,17 @@ pub struct CoreFile {
     /// Where the process's files are found here (`--sysroot`: a core from
     /// another machine or a container), else `/`.
     sysroot: Option<PathBuf>,
-    /// The mapped files opened so far for what the core left out (`None`:
-    /// could not be opened).
-    opened: RefCell<HashMap<String, Option<memmap2::Mmap>>>,
+    /// The executable here (`--exe`), in place of the path the core names.
+    exe: Option<PathBuf>,
+    /// The mapped files opened so far, by the path the core names: the
+    /// file here, checked to be the one mapped, or why not.
+    opened: RefCell<HashMap<String, std::result::Result<Local, String>>>,
+}
+
+/// A file the core's process had mapped, found here and checked.
+struct Local {
+    path: PathBuf,
+    map: memmap2::Mmap,
 }
 
 impl CoreFile {
@@ -93,6 +106,7 @@ impl CoreFile {
             pid: notes.pid,
             command: notes.command,
             sysroot: None,
+            exe: None,
             opened: RefCell::new(HashMap::new()),
         })
     }
@@ -102,6 +116,96 @@ impl CoreFile {
     pub fn with_sysroot(mut self, root: Option<PathBuf>) -> Self {
         self.sysroot = root;
         self
+    }
+
+    /// Read the executable from `exe` rather than from the path the core
+    /// names (under the sysroot).
+    pub fn with_exe(mut self, exe: Option<PathBuf>) -> Self {
+        self.exe = exe;
+        self
+    }
+
+    /// The executable as the core names it: the file of the process's
+    /// first file mapping.
+    pub fn executable(&self) -> Option<&str> {
+        self.files.first().map(|f| f.path.as_str())
+    }
+
+    /// Where the file the core names `path` is here.
+    fn local_path(&self, path: &str) -> PathBuf {
+        if let Some(exe) = &self.exe
+            && self.executable() == Some(path)
+        {
+            return exe.clone();
+        }
+        match &self.sysroot {
+            Some(root) => root.join(path.trim_start_matches('/')),
+            None => PathBuf::from(path),
+        }
+    }
+
+    /// Run `f` on the file the core names `path`, opened here and checked
+    /// to be the file the process had mapped (once per file).
+    fn with_local<T>(&self, path: &str, f: impl FnOnce(&Local) -> T) -> Result<T> {
+        let mut opened = self.opened.borrow_mut();
+        let local = opened
+            .entry(path.to_owned())
+            .or_insert_with(|| self.open_local(path));
+        match local {
+            Ok(l) => Ok(f(l)),
+            Err(why) => Err(Error::BadCore(why.clone())),
+        }
+    }
+
+    fn open_local(&self, path: &str) -> std::result::Result<Local, String> {
+        let here = self.local_path(path);
+        let hint = match self.exe.is_some() || self.sysroot.is_some() {
+            true => "check --exe and --sysroot",
+            false => {
+                "give --sysroot DIR with the files of the machine the core was made on, or --exe PATH"
+            }
+        };
+        let file = std::fs::File::open(&here).map_err(|e| {
+            format!(
+                "the core's process had {path} mapped, but {} cannot be opened ({e}): {hint}",
+                here.display()
+            )
+        })?;
+        // SAFETY: read-only and private, as the core's own map.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| format!("cannot map {}: {e}", here.display()))?;
+        if let Some(differs) = self.differs(path, &map) {
+            return Err(format!(
+                "{} is not the {path} the core's process had mapped: {differs}; {hint}",
+                here.display()
+            ));
+        }
+        Ok(Local { path: here, map })
+    }
+
+    /// How the local copy `local` of the file mapped as `path` differs
+    /// from what the core holds of its first page, if it does: the build
+    /// ids when both have one, else the bytes. `None` when the core holds
+    /// no page of it to compare with.
+    fn differs(&self, path: &str, local: &[u8]) -> Option<String> {
+        let f = self
+            .files
+            .iter()
+            .find(|f| f.path == path && f.file_offset == 0)?;
+        let (s, off) = self.locate(f.start).filter(|(s, _)| s.filesz > 0)?;
+        let len = FIRST_PAGE.min(s.filesz.saturating_sub(off)) as usize;
+        let from = (s.offset + off) as usize;
+        let in_core = self.map.get(from..from + len)?;
+        match (build_id(in_core), build_id(local)) {
+            (Some(a), Some(b)) if a == b => None,
+            (Some(a), Some(b)) => Some(format!(
+                "its build id is {}, the core's is {}",
+                hex(b),
+                hex(a)
+            )),
+            _ if local.get(..len) == Some(in_core) => None,
+            _ => Some("its first page differs from the core's".into()),
+        }
     }
 
     /// Fill `buf` from the mapped file holding `addr`, if one does whole.
@@ -117,25 +221,22 @@ impl CoreFile {
             .iter()
             .find(|f| f.start <= addr && end <= f.end)
             .ok_or_else(missing)?;
-        let mut opened = self.opened.borrow_mut();
-        let map = opened.entry(f.path.clone()).or_insert_with(|| {
-            let path = match &self.sysroot {
-                Some(root) => root.join(f.path.trim_start_matches('/')),
-                None => PathBuf::from(&f.path),
-            };
-            let file = std::fs::File::open(path).ok()?;
-            // SAFETY: read-only and private, as the core's own map.
-            unsafe { memmap2::Mmap::map(&file) }.ok()
-        });
-        let map = map.as_ref().ok_or_else(missing)?;
         let from = f
             .file_offset
             .checked_add(addr - f.start)
             .ok_or_else(missing)? as usize;
         let to = from.checked_add(buf.len()).ok_or_else(missing)?;
-        let bytes = map.get(from..to).ok_or_else(missing)?;
-        buf.copy_from_slice(bytes);
-        Ok(())
+        let copied = self.with_local(&f.path, |l| match l.map.get(from..to) {
+            Some(bytes) => {
+                buf.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        });
+        match copied {
+            Ok(true) => Ok(()),
+            _ => Err(missing()),
+        }
     }
 
     /// The bytes of the core at `vaddr`: the segment holding it, and how
@@ -282,6 +383,95 @@ impl ProcessMemory for CoreFile {
             done += n;
         }
         Ok(())
+    }
+}
+
+/// The GNU build id in an ELF file's first bytes `b` (its header, its
+/// program headers, and a note they place inside `b`), if there is one.
+pub fn build_id(b: &[u8]) -> Option<&[u8]> {
+    if b.get(..4)? != b"\x7fELF" || *b.get(4)? != 2 {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+    let phoff = usize::try_from(u64_at(b, 32)?).ok()?;
+    let (phentsize, phnum) = (u16_at(54)? as usize, u16_at(56)? as usize);
+    for i in 0..phnum.min(256) {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if i32_at(b, ph)? as u32 != PT_NOTE {
+            continue;
+        }
+        let at = usize::try_from(u64_at(b, ph + 8)?).ok()?;
+        let size = usize::try_from(u64_at(b, ph + 32)?).ok()?;
+        let notes = b.get(at..at.checked_add(size)?)?;
+        if let Some(id) = gnu_build_id(notes) {
+            return Some(id);
+        }
+    }
+    None
+}
+
+/// The build id among the notes `n` (4-byte aligned name and descriptor).
+fn gnu_build_id(mut n: &[u8]) -> Option<&[u8]> {
+    let pad = |x: usize| x.checked_add(3).map(|x| x & !3);
+    while n.len() >= 12 {
+        let namesz = i32_at(n, 0)? as u32 as usize;
+        let descsz = i32_at(n, 4)? as u32 as usize;
+        let kind = i32_at(n, 8)? as u32;
+        let desc_at = 12usize.checked_add(pad(namesz)?)?;
+        let end = desc_at.checked_add(pad(descsz)?)?;
+        if kind == NT_GNU_BUILD_ID && n.get(12..12 + namesz)? == b"GNU\0" {
+            return n.get(desc_at..desc_at.checked_add(descsz)?);
+        }
+        n = n.get(end..)?;
+    }
+    None
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl super::Target for CoreFile {
+    fn pid(&self) -> i32 {
+        self.pid
+            .or_else(|| self.threads.first().copied())
+            .unwrap_or(0)
+    }
+
+    /// The core's mapped files, as a live process's map lists them; the
+    /// inode is the local file's, so that two cores naming one path with
+    /// different files here are told apart.
+    fn maps(&self) -> Result<Vec<MapEntry>> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self
+            .files
+            .iter()
+            .map(|f| {
+                let writable = self.locate(f.start).is_some_and(|(s, _)| s.writable);
+                MapEntry {
+                    start: f.start,
+                    end: f.end,
+                    perms: if writable { "rw-p" } else { "r--p" }.into(),
+                    offset: f.file_offset,
+                    inode: std::fs::metadata(self.local_path(&f.path)).map_or(0, |m| m.ino()),
+                    path: Some(f.path.clone()),
+                    deleted: false,
+                }
+            })
+            .collect())
+    }
+
+    fn open_mapped_file(&self, m: &MapEntry) -> Result<std::fs::File> {
+        let path = m.path.as_deref().unwrap_or("");
+        let here = self.with_local(path, |l| l.path.clone())?;
+        std::fs::File::open(&here)
+            .map_err(|e| Error::BadCore(format!("cannot open {}: {e}", here.display())))
+    }
+
+    fn thread_ids(&self) -> Result<Vec<i32>> {
+        let mut t = self.threads.clone();
+        t.sort_unstable();
+        Ok(t)
     }
 }
 

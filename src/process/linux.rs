@@ -406,6 +406,52 @@ impl LinuxProcess {
     }
 }
 
+impl super::Target for LinuxProcess {
+    fn pid(&self) -> i32 {
+        LinuxProcess::pid(self)
+    }
+
+    fn maps(&self) -> Result<Vec<MapEntry>> {
+        LinuxProcess::maps(self)
+    }
+
+    fn open_mapped_file(&self, m: &MapEntry) -> Result<File> {
+        LinuxProcess::open_mapped_file(self, m)
+    }
+
+    fn thread_ids(&self) -> Result<Vec<i32>> {
+        LinuxProcess::thread_ids(self)
+    }
+
+    fn host_tid(&self, tid: u64) -> Option<u64> {
+        LinuxProcess::host_tid(self, tid)
+    }
+
+    /// Exited, a zombie, or exiting (its address space already torn
+    /// down, so its /proc entry has an empty map; only kernel threads have
+    /// an empty map for life).
+    fn has_exited(&self) -> bool {
+        !self.is_alive()
+            || (LinuxProcess::maps(self).unwrap_or_default().is_empty()
+                && !is_kernel_thread(self.pid))
+    }
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags field of
+/// `/proc/PID/stat`).
+fn is_kernel_thread(pid: i32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name: state, ppid, pgrp, session,
+            // tty_nr, tpgid, flags.
+            let after = &s[s.rfind(')')? + 1..];
+            after.split_whitespace().nth(6)?.parse::<u64>().ok()
+        })
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
 impl ProcessMemory for LinuxProcess {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         if buf.is_empty() {

@@ -109,6 +109,36 @@ pub trait ProcessMemory {
     }
 }
 
+/// A process as the runtime locator and the layout check see it: its
+/// memory, its memory map, the files behind it, its threads. A live
+/// process ([`linux::LinuxProcess`]) and a core file
+/// ([`corefile::CoreFile`]) are both one.
+pub trait Target: ProcessMemory {
+    /// The process id (a core's, as its notes give it).
+    fn pid(&self) -> i32;
+
+    /// The memory map: which files are mapped where.
+    fn maps(&self) -> Result<Vec<maps::MapEntry>>;
+
+    /// The file behind mapping `m`, checked to be the file mapped there.
+    fn open_mapped_file(&self, m: &maps::MapEntry) -> Result<std::fs::File>;
+
+    /// The native ids of its threads, ascending.
+    fn thread_ids(&self) -> Result<Vec<i32>>;
+
+    /// Our id of a thread the target names `tid` (they differ across PID
+    /// namespaces).
+    fn host_tid(&self, tid: u64) -> Option<u64> {
+        Some(tid)
+    }
+
+    /// Whether the process has exited, or is exiting, so that finding
+    /// nothing means "gone", not "not Python". A core never has.
+    fn has_exited(&self) -> bool {
+        false
+    }
+}
+
 /// Requests to the reader per system call: `read_many` is charged one
 /// call per this many ranges (Linux's `IOV_MAX`).
 pub const RANGES_PER_CALL: usize = 1024;

@@ -13,8 +13,7 @@ use goblin::elf::program_header::PT_LOAD;
 use super::Runtime;
 use crate::error::{Error, Result};
 use crate::offsets::asyncio::{AsyncOffsets, SECTION_SIZE};
-use crate::process::ProcessMemory;
-use crate::process::linux::LinuxProcess;
+use crate::process::Target;
 
 /// Link-time address of `.AsyncioDebug` in an ELF file and the start of
 /// its first loadable segment, or `None` when it has no such section.
@@ -38,7 +37,7 @@ fn section_in(file: &std::fs::File) -> Option<(u64, u64)> {
 
 /// The asyncio offsets of `proc` (whose runtime is `rt`), validated;
 /// `Ok(None)` when no mapped file has the section (yet).
-pub fn locate(proc: &LinuxProcess, rt: &Runtime) -> Result<Option<AsyncOffsets>> {
+pub fn locate(proc: &dyn Target, rt: &Runtime) -> Result<Option<AsyncOffsets>> {
     if rt.offsets.version.minor < 14 {
         return Ok(None);
     }

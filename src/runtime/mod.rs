@@ -23,8 +23,7 @@ use crate::error::{Error, Result};
 use crate::offsets::{COOKIE, Offsets, PyVersion, RawTable, carried, layout};
 
 pub mod asyncio;
-use crate::process::ProcessMemory;
-use crate::process::linux::LinuxProcess;
+use crate::process::Target;
 use crate::process::maps::MapEntry;
 
 /// The interpreter runtime of one process, located and validated.
@@ -85,7 +84,7 @@ pub fn elf_parses() -> u64 {
 
 /// The facts of the file mapped at `m`: parsed once per image, then from
 /// the cache. `Ok(None)`: not an ELF file.
-fn facts_of(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<Arc<ElfFacts>>> {
+fn facts_of(proc: &dyn Target, m: &MapEntry) -> Result<Option<Arc<ElfFacts>>> {
     let key = m.path.clone().map(|p| (p, m.inode, m.start));
     if let Some(key) = &key {
         let cache = FACTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -189,11 +188,11 @@ pub enum Found {
 /// initialised yet. The check walks the process's stacks, which is the
 /// unwinder's, a layer above: the caller gives it (the session's
 /// `verify::carried`), so that finding a runtime needs no unwinder.
-pub type Check = dyn Fn(&LinuxProcess, &Runtime) -> Result<()>;
+pub type Check = dyn Fn(&dyn Target, &Runtime) -> Result<()>;
 
 /// Locate and validate the runtime of `proc`, a carried layout checked
 /// with `check`.
-pub fn locate(proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
+pub fn locate(proc: &dyn Target, check: &Check) -> Result<Runtime> {
     match locate_or_starting(proc, check)? {
         Found::Ready(rt) => Ok(rt),
         Found::Starting(_, e) => Err(e),
@@ -202,11 +201,11 @@ pub fn locate(proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
 
 /// Locate and validate the runtime of `proc`; for a 3.11/3.12 process
 /// that has not initialised it yet, where it will be.
-pub fn locate_or_starting(proc: &LinuxProcess, check: &Check) -> Result<Found> {
+pub fn locate_or_starting(proc: &dyn Target, check: &Check) -> Result<Found> {
     let maps = proc.maps()?;
     let cands = candidates(&maps);
     if cands.is_empty() {
-        return Err(nothing_mapped(proc, &maps));
+        return Err(nothing_mapped(proc));
     }
     let mut search = Search::default();
     for m in &cands {
@@ -218,9 +217,9 @@ pub fn locate_or_starting(proc: &LinuxProcess, check: &Check) -> Result<Found> {
 }
 
 /// No candidate file is mapped: say it exited, not "not Python", when it did.
-fn nothing_mapped(proc: &LinuxProcess, maps: &[MapEntry]) -> Error {
+fn nothing_mapped(proc: &dyn Target) -> Error {
     let pid = proc.pid();
-    if has_exited(proc, maps) {
+    if proc.has_exited() {
         return Error::ProcessExited { pid };
     }
     Error::NotPython {
@@ -270,16 +269,13 @@ struct Search {
 
 impl Search {
     /// Look at one candidate: `Some` when its runtime is ready.
-    fn look_at(
-        &mut self,
-        proc: &LinuxProcess,
-        m: &MapEntry,
-        check: &Check,
-    ) -> Result<Option<Found>> {
+    fn look_at(&mut self, proc: &dyn Target, m: &MapEntry, check: &Check) -> Result<Option<Found>> {
         let facts = match facts_of(proc, m) {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(None),
-            Err(e @ Error::PermissionDenied { .. }) => return Err(e),
+            // No access, or a core file's copy of the file is missing or
+            // another file: more candidates cannot make it readable.
+            Err(e @ (Error::PermissionDenied { .. } | Error::BadCore(_))) => return Err(e),
             Err(e) => {
                 self.last_err = Some(e);
                 return Ok(None);
@@ -301,7 +297,7 @@ impl Search {
     /// verified on the live process. `Some` when it is ready.
     fn carried(
         &mut self,
-        proc: &LinuxProcess,
+        proc: &dyn Target,
         image: &Image,
         check: &Check,
     ) -> Result<Option<Found>> {
@@ -347,7 +343,7 @@ impl Search {
     /// reason kept) when the data holds no initialised one.
     fn carried_address(
         &mut self,
-        proc: &LinuxProcess,
+        proc: &dyn Target,
         image: &Image,
         c: &carried::Carried,
         version: PyVersion,
@@ -376,7 +372,7 @@ impl Search {
 
     /// No candidate's runtime was ready: the best fallback, or the error
     /// that says most.
-    fn conclude(self, proc: &LinuxProcess, cands: &[&MapEntry]) -> Result<Found> {
+    fn conclude(self, proc: &dyn Target, cands: &[&MapEntry]) -> Result<Found> {
         if let Some(rt) = self.uninitialised {
             return Ok(Found::Ready(rt));
         }
@@ -404,7 +400,7 @@ impl Search {
 
 /// The `_Py_DebugOffsets` table of one image, if it has one, and whether
 /// its runtime is initialised (`interpreters_head` set).
-fn debug_table(proc: &LinuxProcess, image: &Image) -> Result<Option<(Runtime, bool)>> {
+fn debug_table(proc: &dyn Target, image: &Image) -> Result<Option<(Runtime, bool)>> {
     for link_addr in [image.facts.section, image.facts.symbol]
         .into_iter()
         .flatten()
@@ -457,11 +453,11 @@ fn version_error(pid: i32, v: PyVersion, cands: &[&MapEntry]) -> Error {
 }
 
 /// Neither a runtime nor a version was found.
-fn no_runtime(proc: &LinuxProcess, cands: &[&MapEntry], last_err: Option<Error>) -> Error {
+fn no_runtime(proc: &dyn Target, cands: &[&MapEntry], last_err: Option<Error>) -> Error {
     let pid = proc.pid();
     // Failing to open or read the binary may just mean the process exited
     // meanwhile.
-    if has_exited(proc, &proc.maps().unwrap_or_default()) {
+    if proc.has_exited() {
         return Error::ProcessExited { pid };
     }
     let names: Vec<&str> = cands.iter().filter_map(|m| m.path.as_deref()).collect();
@@ -496,7 +492,7 @@ impl Startup {
     }
 
     /// Its runtime, once ready; else why not (as [`locate`]).
-    pub fn look(&mut self, proc: &LinuxProcess, check: &Check) -> Result<Runtime> {
+    pub fn look(&mut self, proc: &dyn Target, check: &Check) -> Result<Runtime> {
         if let Some(rt) = &self.starting {
             check(proc, rt)?;
             return Ok(rt.clone());
@@ -528,30 +524,8 @@ impl Startup {
     }
 }
 
-/// A process that is exiting (its address space already torn down) or
-/// exited but not reaped (a zombie) still has a /proc entry, with an empty
-/// map. Only kernel threads have an empty map for life.
-fn has_exited(proc: &LinuxProcess, maps: &[MapEntry]) -> bool {
-    !proc.is_alive() || (maps.is_empty() && !is_kernel_thread(proc.pid()))
-}
-
-/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags field of
-/// `/proc/PID/stat`).
-fn is_kernel_thread(pid: i32) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            // Fields after the command name: state, ppid, pgrp, session,
-            // tty_nr, tpgid, flags.
-            let after = &s[s.rfind(')')? + 1..];
-            after.split_whitespace().nth(6)?.parse::<u64>().ok()
-        })
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
-}
-
 fn load_table(
-    proc: &LinuxProcess,
+    proc: &dyn Target,
     addr: u64,
     m: &MapEntry,
     none_addr: Option<u64>,
@@ -575,7 +549,7 @@ fn load_table(
 }
 
 /// The raw bytes of the table (for fixtures and `--debug` output).
-pub fn table_bytes(proc: &LinuxProcess, rt: &Runtime) -> Result<Vec<u8>> {
+pub fn table_bytes(proc: &dyn Target, rt: &Runtime) -> Result<Vec<u8>> {
     let size = layout::table_size(rt.raw.version.minor).unwrap_or(0);
     let mut bytes = vec![0u8; size];
     proc.read(rt.address, &mut bytes)?;
@@ -596,7 +570,7 @@ const MAX_SCAN_CANDIDATES: usize = 64;
 /// [`MAX_SCAN_CANDIDATES`] candidates followed. The caller then verifies
 /// the whole layout, as for a runtime found by its symbol.
 pub fn scan_for_runtime(
-    proc: &LinuxProcess,
+    proc: &dyn Target,
     segments: &[(u64, u64)],
     c: &carried::Carried,
     version: PyVersion,
@@ -655,7 +629,7 @@ pub fn scan_for_runtime(
 /// (which must export `Py_Version` of a 3.11/3.12), whatever its symbols
 /// and sections say: for tests, which check that the scan finds what the
 /// symbol says.
-pub fn scan_mapped_file(proc: &LinuxProcess, m: &MapEntry) -> Result<Option<u64>> {
+pub fn scan_mapped_file(proc: &dyn Target, m: &MapEntry) -> Result<Option<u64>> {
     let facts = facts_of(proc, m)?.ok_or_else(|| Error::corrupt("not an ELF file"))?;
     let bias = m.start.wrapping_sub(facts.first_load_vaddr);
     let v = facts

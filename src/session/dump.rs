@@ -9,6 +9,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Sample, status};
+use crate::process::Target;
+use crate::process::corefile::CoreFile;
 use crate::process::linux::LinuxProcess;
 use crate::process::ptrace::StoppedThreads;
 use crate::session::open::{OpenError, enable_async};
@@ -38,6 +40,21 @@ pub fn open(
         enable_async(&mut unwinder, mode, true)?;
     }
     Ok(unwinder)
+}
+
+/// The unwinder of `dump --core`: the runtime found in the core file as
+/// in a live process. A core whose process is not a Python tachyon reads
+/// is refused with the core's name, pid and command.
+pub fn open_core(core: CoreFile, opts: UnwindOptions) -> Result<Unwinder<CoreFile>> {
+    let rt = crate::runtime::locate(&core, &super::verify::carried).map_err(|e| match e {
+        Error::NotPython { pid, why } => Error::BadCore(format!(
+            "the core's process {pid} ({}) is not a Python tachyon can read: {why}",
+            core.command.as_deref().unwrap_or("command unknown")
+        )),
+        e => e,
+    })?;
+    let pid = Target::pid(&core);
+    Ok(Unwinder::new(core, pid, rt, opts))
 }
 
 /// The threads of `proc`, stopped (`--blocking`), with the CPU state of

@@ -19,8 +19,7 @@ use std::collections::HashSet;
 
 use crate::error::{Error, Result};
 use crate::model::Sample;
-use crate::process::linux::LinuxProcess;
-use crate::process::{LocalBytes, ProcessMemory, plausible};
+use crate::process::{LocalBytes, Target, plausible};
 use crate::runtime::Runtime;
 use crate::unwind::threads::{MAX_INTERPRETERS, MAX_THREADS};
 use crate::unwind::{UnwindOptions, Unwinder};
@@ -35,7 +34,7 @@ const WALK_TRIES: usize = 10;
 /// process that fits; a process that does not fit fails every time.
 const CHECK_TRIES: usize = 20;
 
-pub fn carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+pub fn carried(proc: &dyn Target, rt: &Runtime) -> Result<()> {
     let mut last = None;
     for _ in 0..CHECK_TRIES {
         match check_once(proc, rt) {
@@ -47,7 +46,7 @@ pub fn carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
     Err(last.expect("at least one try"))
 }
 
-fn check_once(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+fn check_once(proc: &dyn Target, rt: &Runtime) -> Result<()> {
     let c = Checker { proc, rt };
     if !c.initialised()? {
         return Err(c.not_yet());
@@ -65,7 +64,7 @@ fn check_once(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
 
 /// One check of one runtime, as named steps.
 struct Checker<'a> {
-    proc: &'a LinuxProcess,
+    proc: &'a dyn Target,
     rt: &'a Runtime,
 }
 
