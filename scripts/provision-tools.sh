@@ -4,6 +4,7 @@
 #   uv          (PyPI)   - `tachyon run -- uv run app.py` is tested against the real thing
 #   py-spy      (PyPI)   - the peer in scripts/compare.sh
 #   maturin     (PyPI)   - builds the wheel that carries the binary (tests/install.rs)
+#   gunicorn    (PyPI)   - a real pre-fork server whose workers `dump -s` reads
 #   speedscope  (npm)    - ships the speedscope file format's JSON schema
 #   ajv         (npm)    - the JSON-schema validator --speedscope output is checked with
 #   golang-go   (Debian) - `go tool pprof`, the reader --pprof output is checked with
@@ -28,6 +29,7 @@ install() { # name version
 install uv 0.13.9
 install py-spy 0.4.3
 install maturin 1.16.0
+install gunicorn 23.0.0
 
 apt_install() { # package...
     export DEBIAN_FRONTEND=noninteractive
