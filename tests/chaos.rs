@@ -380,6 +380,7 @@ fn a_frame_size_read_wrong_twice_is_unlearnt() {
 #[test]
 fn corrupted_locals_never_panic_and_stay_in_budget() {
     use tachyon::unwind::locals::{BYTES_PER_FRAME, LocalsReader, READS_PER_FRAME};
+    use tachyon::unwind::locks;
     let mut interps = sid_interpreters();
     interps.extend(machine_old_interpreters());
     for it in interps {
@@ -414,6 +415,8 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
         let mem = Chaos::open(t.pid());
         // A reader per dump (its page cache lives as long as it does).
         let reader = || LocalsReader::new(&mem, u.offsets());
+        let v = u.offsets().version;
+        let ops = tachyon::opcodes::table(v.major as u32, v.minor as u32).unwrap();
         let (mut ok, mut failed) = (0, 0);
         for (seed, every) in [(1u64, 3u64), (2, 10), (3, 50)] {
             mem.spoil.start(seed, it.minor, every);
@@ -431,6 +434,16 @@ fn corrupted_locals_never_panic_and_stay_in_budget() {
                         it.name,
                         c1 - c0,
                         b1 - b0
+                    );
+                    // The lock it waits for, if any: as bounded.
+                    let _ = reader().lock_wait(p, ops);
+                    let (c2, b2) = mem.counted();
+                    assert!(
+                        c2 - c1 <= locks::READS as u64 && b2 - b1 <= locks::BYTES,
+                        "{}: one lock question took {} reads, {} bytes",
+                        it.name,
+                        c2 - c1,
+                        b2 - b1
                     );
                 }
             }

@@ -163,15 +163,15 @@ fn sysroot_args(it: &Interp) -> Vec<String> {
 }
 
 /// What a dump says of each thread that a core must say too: its id,
-/// name and frames (locals included). Not its CPU state: a core does not
-/// tell whether a thread was on a CPU.
+/// name, frames (locals included) and the lock it waits for. Not its CPU
+/// state: a core does not tell whether a thread was on a CPU.
 fn threads_of(json: &str) -> Vec<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
     v["threads"]
         .as_array()
         .expect("threads")
         .iter()
-        .map(|t| serde_json::json!([t["tid"], t["name"], t["frames"]]))
+        .map(|t| serde_json::json!([t["tid"], t["name"], t["frames"], t["waiting_for"]]))
         .collect()
 }
 

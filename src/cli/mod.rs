@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use tachyon::dump::{Dumped, SourceReader, ThreadLocals};
+use tachyon::dump::{Dumped, SourceReader, ThreadLocals, Waited};
 use tachyon::model::Sample;
 use tachyon::process::linux::LinuxProcess;
 use tachyon::session::dump::{self as session_dump, Unread};
@@ -226,7 +226,7 @@ fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
     let (before, locals) = read_dump(a, &mut unwinder, &mut sample)?;
     session_dump::restore_cpu_states(&mut sample, &before);
     let mut src = SourceReader::new(pid);
-    Ok(render(a, &unwinder, &sample, locals.as_deref(), &mut src))
+    Ok(render(a, &unwinder, &sample, locals.as_ref(), &mut src))
 }
 
 /// `dump --core`: the dump of the process a core file holds.
@@ -256,11 +256,9 @@ fn dump_core(a: &DumpArgs, path: &std::path::Path) -> Result<String> {
             ));
         }
     }
-    let locals = a
-        .locals
-        .then(|| session_dump::read_locals(&unwinder, &sample));
+    let locals = a.locals.then(|| read_locals(&unwinder, &sample));
     let mut src = SourceReader::under(a.sysroot.clone());
-    Ok(render(a, &unwinder, &sample, locals.as_deref(), &mut src))
+    Ok(render(a, &unwinder, &sample, locals.as_ref(), &mut src))
 }
 
 /// The text (or JSON) of one dump read into `sample`.
@@ -268,7 +266,7 @@ fn render<M: tachyon::process::ProcessMemory>(
     a: &DumpArgs,
     unwinder: &Unwinder<M>,
     sample: &Sample,
-    locals: Option<&[ThreadLocals]>,
+    locals: Option<&Locals>,
     src: &mut SourceReader,
 ) -> String {
     let ops = a
@@ -281,7 +279,8 @@ fn render<M: tachyon::process::ProcessMemory>(
         threads: &sample.threads,
         table: unwinder.frames(),
         leaves: unwinder.task_leaves(),
-        locals,
+        locals: locals.map(|l| l.0.as_slice()),
+        waits: locals.map(|l| l.1.as_slice()),
     };
     let text = if a.json {
         tachyon::dump::json::format_json(&d, src, ops)
@@ -295,7 +294,21 @@ fn render<M: tachyon::process::ProcessMemory>(
 /// One consistent sample, with `--blocking` while the threads are
 /// stopped, and what is read with it then (locals, the snapshot); the
 /// threads' CPU states from before they were stopped.
-type DumpRead = (Vec<(u64, Option<char>)>, Option<Vec<ThreadLocals>>);
+type DumpRead = (Vec<(u64, Option<char>)>, Option<Locals>);
+
+/// `--locals`: per stack, its frames' locals and the lock it waits for.
+type Locals = (Vec<ThreadLocals>, Vec<Option<Waited>>);
+
+/// `--locals`: what the dump read into `sample` holds besides its stacks.
+fn read_locals<M: tachyon::process::ProcessMemory>(
+    unwinder: &Unwinder<M>,
+    sample: &Sample,
+) -> Locals {
+    (
+        session_dump::read_locals(unwinder, sample),
+        session_dump::read_lock_waits(unwinder, sample),
+    )
+}
 
 fn read_dump(
     a: &DumpArgs,
@@ -320,9 +333,7 @@ fn read_dump(
             ));
         }
     }
-    let locals = a
-        .locals
-        .then(|| session_dump::read_locals(unwinder, sample));
+    let locals = a.locals.then(|| read_locals(unwinder, sample));
     if let Some(path) = &a.snapshot {
         save_snapshot(unwinder, path)?;
     }

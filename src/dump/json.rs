@@ -38,6 +38,24 @@ struct Thread<'a> {
     /// The reference's words for `status`, as the text dump shows them.
     labels: Vec<&'static str>,
     frames: Vec<Frame<'a>>,
+    /// With `--locals`: the lock the thread waits for, where exactly
+    /// known (3.14+); else `null`.
+    waiting_for: Option<WaitingFor<'a>>,
+}
+
+/// A lock a thread waits for.
+#[derive(Serialize)]
+struct WaitingFor<'a> {
+    /// `_thread.lock` or `_thread.RLock`.
+    lock_type: &'static str,
+    /// The lock's address (`id(lock)`).
+    address: u64,
+    locked: bool,
+    /// An `RLock`'s owner: its `threading` ident, and, when the dump shows
+    /// it, its tid and name.
+    owner_ident: Option<u64>,
+    owner_tid: Option<u64>,
+    owner_name: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -143,6 +161,17 @@ pub fn format_json(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) ->
                 status: Status::of(t.status),
                 labels: status_labels(t.status),
                 frames,
+                waiting_for: d.wait_of(i).map(|w| {
+                    let owner = w.owner.and_then(|o| d.threads.get(o));
+                    WaitingFor {
+                        lock_type: w.lock.kind.type_name(),
+                        address: w.lock.addr,
+                        locked: w.lock.locked,
+                        owner_ident: w.lock.owner_ident,
+                        owner_tid: owner.map(|o| o.tid),
+                        owner_name: owner.and_then(name),
+                    }
+                }),
             }),
         }
     }

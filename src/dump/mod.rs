@@ -146,6 +146,7 @@ pub fn display_filename(filename: &str, cwd: Option<&Path>) -> String {
 }
 
 pub use crate::unwind::locals::{FrameLocals, ThreadLocals};
+pub use crate::unwind::locks::{LockKind, Waited};
 
 /// What one dump read: the process, its stacks, and what goes with them.
 pub struct Dumped<'a> {
@@ -159,11 +160,40 @@ pub struct Dumped<'a> {
     pub leaves: Option<&'a [u64]>,
     /// With `--locals`: per stack, its frames' locals.
     pub locals: Option<&'a [ThreadLocals]>,
+    /// With `--locals`: per stack, the lock its thread waits for.
+    pub waits: Option<&'a [Option<Waited>]>,
 }
 
 impl Dumped<'_> {
     fn locals_of(&self, thread: usize, frame: usize) -> Option<&FrameLocals> {
         self.locals?.get(thread)?.get(&frame)
+    }
+
+    /// The lock stack `thread`'s thread waits for, if known.
+    pub fn wait_of(&self, thread: usize) -> Option<&Waited> {
+        self.waits?.get(thread)?.as_ref()
+    }
+
+    /// What a thread's wait says, in words: `Waiting for <_thread.RLock
+    /// at 0x...>, held by thread 123 "worker"`.
+    pub fn wait_line(&self, w: &Waited) -> String {
+        let lock = format!("<{} at {:#x}>", w.lock.kind.type_name(), w.lock.addr);
+        let holder = match (w.lock.kind, w.lock.locked, w.owner, w.lock.owner_ident) {
+            (_, false, _, _) => ", not held (about to be taken)".to_owned(),
+            (LockKind::Lock, true, _, _) => ", held (a Lock does not record by whom)".to_owned(),
+            (LockKind::RLock, true, Some(i), _) => {
+                let t = &self.threads[i];
+                match t.name {
+                    Some(name) => format!(", held by thread {} {:?}", t.tid, self.table.str(name)),
+                    None => format!(", held by thread {}", t.tid),
+                }
+            }
+            (LockKind::RLock, true, None, Some(ident)) => {
+                format!(", held by a thread not shown (ident {ident}; -a shows every thread)")
+            }
+            (LockKind::RLock, true, None, None) => ", held".to_owned(),
+        };
+        format!("Waiting for {lock}{holder}")
     }
 }
 
@@ -261,6 +291,9 @@ fn write_frames(
         {
             // Like the reference (and tracebacks): strip the indentation only.
             let _ = writeln!(out, "    {}", line.trim_start());
+        }
+        if let Some(w) = d.wait_of(i).filter(|w| w.frame == index) {
+            let _ = writeln!(out, "      {}", d.wait_line(w));
         }
         if let Some(locals) = d.locals_of(i, index) {
             write_locals(out, locals);

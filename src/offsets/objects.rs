@@ -141,6 +141,9 @@ pub struct ValueOffsets {
     pub set_table: u64,
     pub float_value: u64,
     pub cell_ref: u64,
+    /// `_PyInterpreterFrame.stackpointer` (3.14+, whose frames keep it
+    /// across a call into C): where a frame's value stack ends.
+    pub frame_stackpointer: Option<u64>,
 }
 
 impl ValueOffsets {
@@ -207,6 +210,10 @@ impl ValueOffsets {
             set_table,
             float_value: c.get("float_object.ob_fval")?,
             cell_ref: 16,
+            frame_stackpointer: match c.minor() {
+                14.. => Some(c.get("interpreter_frame.stackpointer")?),
+                _ => None,
+            },
         })
     }
 }

@@ -216,8 +216,9 @@ const SECTIONS: &[Section] = &[
             at("instr_ptr", 8),
             at("owner", 1),
             at("is_entry", 1).only(11),
-            // `dump --locals`.
+            // `dump --locals`: the value stack's end (a waited-for lock).
             at("localsplus", 8),
+            at("stackpointer", 8).since(14),
         ],
     },
     Section {

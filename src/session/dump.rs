@@ -16,6 +16,7 @@ use crate::process::ptrace::StoppedThreads;
 use crate::session::open::{OpenError, enable_async};
 use crate::session::snapshot::Recorder;
 use crate::unwind::asyncio::AsyncMode;
+use crate::unwind::locks::Waited;
 use crate::unwind::{UnwindOptions, Unwinder};
 
 /// Reads tried before a torn stack is reported.
@@ -112,6 +113,37 @@ pub fn read_locals<M: crate::process::ProcessMemory>(
                     (p.index, l)
                 })
                 .collect()
+        })
+        .collect()
+}
+
+/// `dump --locals`: per stack of `sample`, the lock its thread waits
+/// for, where that is exactly known (3.14+), with the stack of an
+/// `RLock`'s owner.
+pub fn read_lock_waits<M: crate::process::ProcessMemory>(
+    u: &Unwinder<M>,
+    sample: &Sample,
+) -> Vec<Option<Waited>> {
+    let v = u.offsets().version;
+    let Some(ops) = crate::opcodes::table(v.major as u32, v.minor as u32) else {
+        return vec![None; sample.threads.len()];
+    };
+    let reader = crate::unwind::locals::LocalsReader::new(u.memory(), u.offsets());
+    let idents: Vec<Option<u64>> = (0..sample.threads.len())
+        .map(|i| u.thread_ident(i))
+        .collect();
+    (0..sample.threads.len())
+        .map(|i| {
+            let leaf = u.frame_places(i).first()?;
+            let lock = reader.lock_wait(leaf, ops)?;
+            let owner = lock
+                .owner_ident
+                .and_then(|id| idents.iter().position(|&x| x == Some(id)));
+            Some(Waited {
+                lock,
+                frame: leaf.index,
+                owner,
+            })
         })
         .collect()
 }

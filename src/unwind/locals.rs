@@ -190,9 +190,9 @@ impl ProcessMemory for Capped<'_> {
 /// the whole dump: objects allocated side by side (a frame's names, its
 /// small values) cost one system call per page, not one per object.
 pub struct LocalsReader<'a> {
-    mem: &'a dyn ProcessMemory,
-    o: &'a Offsets,
-    pages: Pages,
+    pub(super) mem: &'a dyn ProcessMemory,
+    pub(super) o: &'a Offsets,
+    pub(super) pages: Pages,
 }
 
 impl<'a> LocalsReader<'a> {
@@ -256,11 +256,11 @@ struct CodeLayout {
 }
 
 /// Object reads through one frame's budget.
-struct Objects<'a> {
-    mem: &'a dyn ProcessMemory,
-    o: &'a Offsets,
+pub(super) struct Objects<'a> {
+    pub(super) mem: &'a dyn ProcessMemory,
+    pub(super) o: &'a Offsets,
     /// Type names already read for this frame (its values share few types).
-    types: std::cell::RefCell<std::collections::HashMap<u64, (String, bool)>>,
+    pub(super) types: std::cell::RefCell<std::collections::HashMap<u64, (String, bool)>>,
 }
 
 impl Objects<'_> {
@@ -353,7 +353,7 @@ impl Objects<'_> {
     }
 
     /// A name: the text of a `str` (whole, or an error).
-    fn text(&self, addr: u64) -> Result<String> {
+    pub(super) fn text(&self, addr: u64) -> Result<String> {
         let mut buf = Vec::new();
         let raw = read_str_raw(self.mem, self.o, addr, &mut buf)?;
         if raw.cut {
@@ -407,7 +407,7 @@ impl Objects<'_> {
     }
 
     /// A type's name and whether it is a heap type.
-    fn type_name(&self, ty: u64) -> Result<(String, bool)> {
+    pub(super) fn type_name(&self, ty: u64) -> Result<(String, bool)> {
         if let Some(known) = self.types.borrow().get(&ty) {
             return Ok(known.clone());
         }

@@ -16,6 +16,7 @@ pub mod frames;
 pub mod guess;
 pub mod linetable;
 pub mod locals;
+pub mod locks;
 pub mod names;
 pub mod objects;
 pub mod reuse;
@@ -458,6 +459,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             .as_ref()
             .and_then(|p| p.get(thread))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// `threading`'s ident (`pthread_t`) of the last sample's
+    /// `thread`-th stack's thread.
+    pub fn thread_ident(&self, thread: usize) -> Option<u64> {
+        self.name_keys.get(thread).map(|k| k.ident)
     }
 
     pub fn runtime(&self) -> &Runtime {
