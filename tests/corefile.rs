@@ -336,6 +336,12 @@ fn bad_cores_and_wrong_files_get_one_clear_line() {
     sleeper.kill_all();
     let e = dump_error(&["--core", &sleep_core.to_string_lossy()]);
     assert!(e.contains("not a Python") && e.contains("sleep"), "{e}");
+    // A core cut short (a disk that filled while it was written).
+    let bytes = std::fs::read(&core).unwrap();
+    let cut = t.outside_path("cut.core");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    let e = dump_error(&["--core", &cut.to_string_lossy(), "--sysroot", &root_s]);
+    assert!(e.contains("truncated"), "{e}");
     // Not a core at all, and no file.
     let e = dump_error(&["--core", &exe]);
     assert!(e.contains("not a core file"), "{e}");

@@ -91,7 +91,14 @@ impl CoreFile {
         // under us gives wrong bytes, which are untrusted anyway.
         let map =
             unsafe { memmap2::Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
-        let elf = Elf::parse(&map).map_err(|e| bad(format!("not an ELF file ({e})")))?;
+        let elf = Elf::parse(&map).map_err(|e| match map.starts_with(b"\x7fELF") {
+            // gdb writes its section headers last: a core cut short
+            // lacks them.
+            true => bad(format!(
+                "an ELF file that ends early or is damaged (truncated core?): {e}"
+            )),
+            false => bad(format!("not an ELF file ({e})")),
+        })?;
         if elf.header.e_type != goblin::elf::header::ET_CORE {
             return Err(bad("an ELF file, but not a core file".into()));
         }
