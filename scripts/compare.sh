@@ -14,6 +14,14 @@
 #   B/sample    bytes of its recording per sample: the .bin of tachyon and
 #               the reference (--binary); py-spy's raw collapsed text
 # and, beside CPU and RSS, the ratio to tachyon's (x1.00 is tachyon).
+#
+# A fourth row, "floor", is what no profiler can avoid (scripts/floor.c):
+# the process_vm_readv calls of one steady tachyon sample of that target,
+# with exactly its ranges (traced with strace, scripts/floor-ranges.py), on
+# tachyon's schedule, with no decoding and no output. Under each target, a
+# line gives tachyon's ratios to it: achieved rate (1.00 is the floor's)
+# and CPU (1.00 is the floor's; above it is what tachyon spends beyond the
+# reads themselves).
 # Ratios, not absolute numbers, are what carry from machine to machine:
 # the machines are shared and noisy.
 #
@@ -29,7 +37,8 @@
 # six); PYSPY=0 leaves py-spy out (at high rates it runs long where it
 # cannot keep up).
 # Needs root, the sid root (scripts/provision-sid.sh), py-spy
-# (scripts/provision-tools.sh) and GNU time; builds tachyon --release.
+# (scripts/provision-tools.sh), GNU time, gcc and strace; builds tachyon
+# --release and the floor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
@@ -47,11 +56,16 @@ TOOLS=$(scripts/provision-tools.sh)
 PYSPY_ON=${PYSPY:-1}
 PYSPY="$TOOLS/py-spy/bin/py-spy"
 [ -x /usr/bin/time ] || { echo "compare.sh: GNU time is missing (apt-get install time)" >&2; exit 1; }
+for tool in gcc strace; do
+    command -v "$tool" >/dev/null || { echo "compare.sh: $tool is missing (apt-get install $tool)" >&2; exit 1; }
+done
 cargo build --release -q
 TACHYON="${CARGO_TARGET_DIR:-$PWD/target}/release/tachyon"
 WORK="$ROOT/tmp/tachyon-compare.$$"
 INSIDE="/tmp/$(basename "$WORK")"
 mkdir -p "$WORK"
+FLOOR="$WORK/floor"
+gcc -O2 -o "$FLOOR" scripts/floor.c
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -150,6 +164,22 @@ for v in $VERSIONS; do
         t_cpu=$(cpu t); t_rss=$(rss t)
         t_good=$(good "${t_rate:-0}" "${t_err:-0}")
         row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_good" x1.00 "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
+
+        # The floor: one steady sample's reads, traced at a rate low enough
+        # to tell the samples apart, then made on tachyon's schedule.
+        strace -f -tt -v -e trace=process_vm_readv -o "$WORK/trace.txt" \
+            "$TACHYON" attach -a -d 1 -r 200 --binary -o "$WORK/trace.bin" "$pid" > /dev/null 2>&1 || true
+        if python3 scripts/floor-ranges.py "$WORK/trace.txt" > "$WORK/ranges.txt"; then
+            measure f "$FLOOR" "$pid" "$RATE" "$SECS" "$WORK/ranges.txt"
+            f_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/f.out")
+            f_err=$(sed -n 's/^Error rate: //p' "$WORK/f.out")
+            f_cpu=$(cpu f); f_rss=$(rss f)
+            f_good=$(good "${f_rate:-0}" "${f_err:-0}")
+            row "" "" floor "${f_rate:--}" "$(wall f)" "${f_err:--}" "$f_good" "$(ratio "$f_good" "$t_good")" "$f_cpu" "$(ratio "$f_cpu" "$t_cpu")" "$f_rss" "$(ratio "$f_rss" "$t_rss")" -
+            echo "           tachyon/floor: rate $(ratio "$t_good" "$f_good"), cpu $(ratio "$t_cpu" "$f_cpu") ($(awk '{n++} END {print n}' "$WORK/ranges.txt") ranges in $(awk 'END {print $1 + 1}' "$WORK/ranges.txt") calls a sample)"
+        else
+            row "" "" floor "no trace: $(head -c 50 "$WORK/ranges.txt")" "" "" "" "" "" "" "" "" ""
+        fi
 
         if [ "$v" = 3.15 ]; then
             rm -f "$WORK/r.bin"
