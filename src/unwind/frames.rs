@@ -856,7 +856,10 @@ impl Walk<'_> {
         self.used_codes.extend_from_slice(t.codes());
         self.handles_exception |= self.tail_handles(t);
         for a in t.prefetch() {
-            if self.outside.len() < MAX_PREFETCH {
+            // Seen by this walk, as the frames it stepped past are: the
+            // next sample's prefetch keeps each once, not once more a
+            // sample (a parked thread's list grew by 32 stale copies).
+            if self.seen.insert(a) && self.outside.len() < MAX_PREFETCH {
                 self.outside.push(a);
             }
         }
