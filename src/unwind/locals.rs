@@ -190,9 +190,9 @@ impl ProcessMemory for Capped<'_> {
 /// the whole dump: objects allocated side by side (a frame's names, its
 /// small values) cost one system call per page, not one per object.
 pub struct LocalsReader<'a> {
-    pub(super) mem: &'a dyn ProcessMemory,
-    pub(super) o: &'a Offsets,
-    pub(super) pages: Pages,
+    mem: &'a dyn ProcessMemory,
+    o: &'a Offsets,
+    pages: Pages,
 }
 
 impl<'a> LocalsReader<'a> {
@@ -209,18 +209,33 @@ impl<'a> LocalsReader<'a> {
     /// cannot be read, or when the frame is no longer where the sample saw
     /// it (it returned, or moved on: its slots belong to another moment).
     pub fn frame_locals(&self, p: &FramePlace) -> Result<Vec<Local>> {
-        // The budget counts what is read from the target; pages read for
-        // one frame serve the next ones for free.
-        let capped = Capped::new(self.mem, READS_PER_FRAME, BYTES_PER_FRAME);
+        self.with_objects(READS_PER_FRAME, BYTES_PER_FRAME, |r| {
+            Self::read_locals(r, p)
+        })
+    }
+
+    /// `f` on object reads within a budget of `reads` and `bytes`. The
+    /// budget counts what is read from the target; pages read for one
+    /// question serve the next ones for free.
+    pub(super) fn with_objects<T>(
+        &self,
+        reads: u32,
+        bytes: u64,
+        f: impl FnOnce(&Objects) -> T,
+    ) -> T {
+        let capped = Capped::new(self.mem, reads, bytes);
         let mem = PageCache {
             inner: &capped,
             pages: &self.pages,
         };
-        let r = Objects {
+        f(&Objects {
             mem: &mem,
             o: self.o,
             types: Default::default(),
-        };
+        })
+    }
+
+    fn read_locals(r: &Objects, p: &FramePlace) -> Result<Vec<Local>> {
         let layout = r.code_layout(p.code)?;
         let slots = r.frame_slots(p, layout.names.len())?;
         let mut out = Vec::new();
@@ -228,7 +243,7 @@ impl<'a> LocalsReader<'a> {
             if kind & CO_FAST_HIDDEN != 0 || out.len() >= MAX_LOCALS {
                 continue;
             }
-            let mut obj = slots[i] & self.o.tag_mask;
+            let mut obj = slots[i] & r.o.tag_mask;
             if kind & (CO_FAST_CELL | CO_FAST_FREE) != 0 && obj != 0 {
                 // Once the frame has started, the slot holds the cell.
                 obj = r.through_cell(obj);

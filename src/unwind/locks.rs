@@ -18,16 +18,12 @@
 //! a `Lock` is the header, then its mutex byte. Bit 0 of a mutex byte is
 //! "locked".
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-
 use crate::error::{Error, Result};
 use crate::opcodes::OpTable;
 use crate::process::LocalBytes;
-use crate::process::pages::PageCache;
 
 use super::frames::{FramePlace, plausible};
-use super::locals::{Capped, LocalsReader, Objects};
+use super::locals::{LocalsReader, Objects};
 
 /// Reads one lock question may cost.
 pub const READS: u32 = 64;
@@ -71,21 +67,10 @@ impl LocalsReader<'_> {
     /// The lock the frame at `p` (a thread's newest Python frame) waits
     /// for, when that is exactly known; `ops` names the target's opcodes.
     pub fn lock_wait(&self, p: &FramePlace, ops: &OpTable) -> Option<LockWait> {
-        let capped = Capped::new(self.mem, READS, BYTES);
-        let mem = PageCache {
-            inner: &capped,
-            pages: &self.pages,
-        };
-        let r = Objects {
-            mem: &mem,
-            o: self.o,
-            types: RefCell::new(HashMap::new()),
-        };
-        call_receiver(&r, p, ops)
-            .ok()
-            .flatten()
-            .and_then(|(callable, receiver)| lock_of(&r, callable, receiver).ok())
-            .flatten()
+        self.with_objects(READS, BYTES, |r| {
+            let (callable, receiver) = call_receiver(r, p, ops).ok()??;
+            lock_of(r, callable, receiver).ok()?
+        })
     }
 }
 
