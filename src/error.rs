@@ -88,8 +88,11 @@ pub enum Error {
     /// A thread's frame chain is not one intact stack: the target changed
     /// it while it was read (or its memory is corrupt). A reported stack
     /// is always complete, so this costs the sample.
+    ///
+    /// Its message holds the [`Torn`] reason, which is therefore not its
+    /// `source`: an error chain would print the reason twice.
     #[error("torn stack (the target changed it while it was read): {0}")]
-    Torn(#[from] Torn),
+    Torn(Torn),
 
     /// One sample asked for more reads of target memory than any intact
     /// set of stacks needs: the pointers followed lead through torn or
@@ -168,6 +171,12 @@ pub enum Torn {
     },
 }
 
+impl From<Torn> for Error {
+    fn from(t: Torn) -> Self {
+        Error::Torn(t)
+    }
+}
+
 impl Error {
     pub fn corrupt(msg: impl Into<String>) -> Self {
         Error::Corrupt(msg.into())
@@ -195,5 +204,19 @@ impl Error {
                 | Error::InvalidOffsets { .. }
                 | Error::LayoutMismatch { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_stack_gives_its_reason_once() {
+        let e = Error::from(Torn::NoCode { addr: 0x10 });
+        // The reason is in the message, not again as its source, which an
+        // error chain (the command line's) would print after it.
+        assert!(std::error::Error::source(&e).is_none());
+        assert_eq!(e.to_string().matches("has no code").count(), 1, "{e}");
     }
 }
