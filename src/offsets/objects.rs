@@ -211,11 +211,25 @@ impl ValueOffsets {
             float_value: c.get("float_object.ob_fval")?,
             cell_ref: 16,
             frame_stackpointer: match c.minor() {
-                14.. => Some(c.get("interpreter_frame.stackpointer")?),
+                14.. => Some(stackpointer(c)?),
                 _ => None,
             },
         })
     }
+}
+
+/// `interpreter_frame.stackpointer` (3.14+): a pointer in the frame's
+/// header, after its instruction pointer and before its local slots.
+fn stackpointer(c: &Checked) -> Result<u64> {
+    let sp = c.get("interpreter_frame.stackpointer")?;
+    let after = c.get("interpreter_frame.instr_ptr")? + 8;
+    let before = c.get("interpreter_frame.localsplus")?;
+    if sp < after || sp + 8 > before || sp % 8 != 0 {
+        return Err(c.err(format!(
+            "interpreter_frame.stackpointer = {sp} is not a pointer between instr_ptr and localsplus ({after}..{before})"
+        )));
+    }
+    Ok(sp)
 }
 
 #[cfg(test)]
