@@ -1204,31 +1204,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         out: &mut Sample,
         n: &mut usize,
     ) -> Result<()> {
-        let os_state = if self.opts.cpu_status {
-            self.mem.os_thread_state(t.native_id)
-        } else {
-            None
-        };
-        let is_holder = o.holds_gil == GilFlag::Holder && tstate == interp.gil_holder;
-        let status = t.status(tstate == interp.threads_main, is_holder, os_state);
-        if *n == out.threads.len() {
-            out.threads.push(ThreadSample::default());
-        }
-        let key = ThreadKey {
-            tid: t.native_id,
-            ident: t.thread_id,
-            interp: interp.addr,
-        };
-        if *n == self.name_keys.len() {
-            self.name_keys.push(key);
-        } else {
-            self.name_keys[*n] = key;
-        }
-        let slot = &mut out.threads[*n];
-        slot.tid = t.native_id;
-        slot.interpreter_id = interp.id;
-        slot.status = status;
-        slot.frames.clear();
+        let slot = self.open_thread_slot(o, interp, tstate, t, out, *n);
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let ts = &mut self.slots[idx];
@@ -1273,6 +1249,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             // thread state's own slots.
             slot.status |= crate::model::status::HAS_EXCEPTION;
         }
+        drop(grant_frame);
         self.spec.prefetch.replace(
             tstate,
             &mut self.outside,
@@ -1281,19 +1258,64 @@ impl<M: ProcessMemory> Unwinder<M> {
             readable,
         );
         walked?;
-        if self.opts.gc
-            && interp.gc_collecting
-            && gc_frame == 0
-            && tstate == interp.gil_holder
-            && slot.frames.first() != Some(&self.markers.gc)
-        {
-            slot.frames.insert(0, self.markers.gc);
-            if let Some(p) = self.places.as_mut() {
-                p[*n].iter_mut().for_each(|f| f.index += 1);
-            }
+        if self.opts.gc && interp.gc_collecting && gc_frame == 0 && tstate == interp.gil_holder {
+            self.mark_collecting(&mut slot.frames, *n);
         }
         *n += 1;
         Ok(())
+    }
+
+    /// The `n`-th stack of `out`, made ready for thread `t` (state at
+    /// `tstate`): its id, interpreter and status set, its frames empty, and
+    /// the key its name is looked up by noted.
+    fn open_thread_slot<'o>(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        tstate: u64,
+        t: &ThreadFacts,
+        out: &'o mut Sample,
+        n: usize,
+    ) -> &'o mut ThreadSample {
+        let os_state = if self.opts.cpu_status {
+            self.mem.os_thread_state(t.native_id)
+        } else {
+            None
+        };
+        let is_holder = o.holds_gil == GilFlag::Holder && tstate == interp.gil_holder;
+        let status = t.status(tstate == interp.threads_main, is_holder, os_state);
+        if n == out.threads.len() {
+            out.threads.push(ThreadSample::default());
+        }
+        let key = ThreadKey {
+            tid: t.native_id,
+            ident: t.thread_id,
+            interp: interp.addr,
+        };
+        if n == self.name_keys.len() {
+            self.name_keys.push(key);
+        } else {
+            self.name_keys[n] = key;
+        }
+        let slot = &mut out.threads[n];
+        slot.tid = t.native_id;
+        slot.interpreter_id = interp.id;
+        slot.status = status;
+        slot.frames.clear();
+        slot
+    }
+
+    /// The GIL holder's stack `n` while the collector runs, with no frame
+    /// of its own for it: `<GC>` on top (the kept frame places move down
+    /// one).
+    fn mark_collecting(&mut self, frames: &mut Vec<crate::model::FrameId>, n: usize) {
+        if frames.first() == Some(&self.markers.gc) {
+            return;
+        }
+        frames.insert(0, self.markers.gc);
+        if let Some(p) = self.places.as_mut() {
+            p[n].iter_mut().for_each(|f| f.index += 1);
+        }
     }
 
     /// Sample one thread (main-thread mode) through slot 0; its state is
