@@ -119,26 +119,26 @@ pub fn read_locals<M: crate::process::ProcessMemory>(
 
 /// `dump --locals`: per stack of `sample`, the lock its thread waits
 /// for, where that is exactly known (3.14+), with the stack of an
-/// `RLock`'s owner.
+/// `RLock`'s owner. Not per task (`--async-aware`): a task's stack is not
+/// a thread's, and its coroutine frames wait for no lock of their own.
 pub fn read_lock_waits<M: crate::process::ProcessMemory>(
     u: &Unwinder<M>,
     sample: &Sample,
 ) -> Vec<Option<Waited>> {
+    let n = sample.threads.len();
     let v = u.offsets().version;
-    let Some(ops) = crate::opcodes::table(v.major as u32, v.minor as u32) else {
-        return vec![None; sample.threads.len()];
+    let ops = crate::opcodes::table(v.major as u32, v.minor as u32);
+    let Some(ops) = ops.filter(|_| u.task_leaves().is_none()) else {
+        return vec![None; n];
     };
     let reader = crate::unwind::locals::LocalsReader::new(u.memory(), u.offsets());
-    let idents: Vec<Option<u64>> = (0..sample.threads.len())
-        .map(|i| u.thread_ident(i))
-        .collect();
-    (0..sample.threads.len())
+    (0..n)
         .map(|i| {
             let leaf = u.frame_places(i).first()?;
             let lock = reader.lock_wait(leaf, ops)?;
             let owner = lock
                 .owner_ident
-                .and_then(|id| idents.iter().position(|&x| x == Some(id)));
+                .and_then(|id| (0..n).position(|j| u.thread_ident(j) == Some(id)));
             Some(Waited {
                 lock,
                 frame: leaf.index,

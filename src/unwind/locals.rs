@@ -322,6 +322,18 @@ impl Objects<'_> {
     /// the header shows the frame still runs the code and instruction the
     /// sample saw.
     fn frame_slots(&self, p: &FramePlace, n: usize) -> Result<Vec<u64>> {
+        let start = self.o.values.frame_localsplus as usize;
+        let buf = self.frame_still(p, n)?;
+        Ok(buf[start..start + n * 8]
+            .chunks_exact(8)
+            .map(|c| c.u64_at(0).unwrap_or(0))
+            .collect())
+    }
+
+    /// The frame at `p.frame`, its header and its first `n` slots, in one
+    /// read; an error when it no longer runs the code and instruction the
+    /// sample saw (it returned, or moved on).
+    pub(super) fn frame_still(&self, p: &FramePlace, n: usize) -> Result<Vec<u8>> {
         let o = self.o;
         if !plausible(p.frame) {
             return Err(Error::corrupt("frame at an impossible address"));
@@ -336,10 +348,7 @@ impl Objects<'_> {
                 "the frame moved on after the stack was read (--blocking stops it)",
             ));
         }
-        Ok(buf[start..start + n * 8]
-            .chunks_exact(8)
-            .map(|c| c.u64_at(0).unwrap_or(0))
-            .collect())
+        Ok(buf)
     }
 
     /// `n` words at `addr`.

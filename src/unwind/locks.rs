@@ -83,16 +83,8 @@ fn call_receiver(r: &Objects, p: &FramePlace, ops: &OpTable) -> Result<Option<(u
         return Ok(None);
     };
     let base = o.values.frame_localsplus;
-    if sp_at + 8 > base || !plausible(p.frame) {
-        return Ok(None);
-    }
-    let mut head = vec![0u8; base as usize];
-    r.mem.read(p.frame, &mut head)?;
-    let code = head.u64_at(o.frame_executable).unwrap_or(0) & o.tag_mask;
-    let ip = head.u64_at(o.frame_instr_ptr).unwrap_or(0);
-    if code != p.code || ip != p.instr_ptr {
-        return Err(Error::corrupt("the frame moved on"));
-    }
+    let head = r.frame_still(p, 0)?;
+    let ip = p.instr_ptr;
     let slots = p.frame.wrapping_add(base);
     let sp = head.u64_at(sp_at).unwrap_or(0);
     if sp < slots || !(sp - slots).is_multiple_of(8) || (sp - slots) / 8 > MAX_STACK {
