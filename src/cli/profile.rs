@@ -17,13 +17,14 @@ use tachyon::model::{FrameTable, Mode, RunStats};
 
 use super::async_aware::{AsyncModeArg, open_error};
 use super::output::OutputArgs;
-use tachyon::process::linux::{ExitWatch, LinuxProcess};
+use tachyon::process::linux::LinuxProcess;
 use tachyon::process::ptrace::StoppedThreads;
+use tachyon::runtime::Runtime;
 use tachyon::sample::{self, SampleConfig, StopReason, signals};
 use tachyon::session::follow::Follower;
 use tachyon::session::launch;
 use tachyon::session::open::Opening;
-use tachyon::session::{self, ChildReport, Children, NextProcess, Outcome, Profiler};
+use tachyon::session::{self, ChildReport, ChildrenConfig, Outcome, ProfileConfig, Profiler};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -368,11 +369,7 @@ impl SampleArgs {
 
     /// The collector of child `pid`'s own profile (`--subprocesses`): the
     /// same format, in the reference's file for that child.
-    fn child_collector(
-        &self,
-        pid: i32,
-        rt: &tachyon::runtime::Runtime,
-    ) -> Result<Box<dyn Collector>> {
+    fn child_collector(&self, pid: i32, rt: &Runtime) -> Result<Box<dyn Collector>> {
         let child = SampleArgs {
             out: self.out.for_child(pid as u32, self.binary),
             ..self.clone()
@@ -392,6 +389,42 @@ impl SampleArgs {
             realtime_stats: self.realtime_stats,
             cancel: None,
         }
+    }
+
+    /// The profile these options ask for. `command_root`: the root
+    /// process of `run -- COMMAND`, whose Python processes the profile
+    /// follows in turn (and with `--subprocesses` looks below, every one
+    /// in a profile of its own).
+    fn profile_config(&self, command_root: Option<i32>) -> ProfileConfig {
+        ProfileConfig {
+            sample: self.config(),
+            blocking: self.blocking,
+            opening: self.opening(),
+            children: self.subprocesses.then_some(ChildrenConfig {
+                max: session::MAX_CHILDREN,
+                merge: self.merge,
+                root: command_root,
+            }),
+            command_root,
+        }
+    }
+
+    /// What is checked before anything starts: the combinations clap
+    /// cannot express (usage errors), a terminal for `--live`, an output
+    /// that can be written.
+    fn preflight(&self, sub: &str) -> Result<()> {
+        self.check(sub);
+        if self.live {
+            tachyon::live::require_terminal()?;
+        }
+        self.check_output()
+    }
+}
+
+/// Each child's profile in its own file (`--subprocesses`).
+impl session::Outputs for SampleArgs {
+    fn child(&self, pid: i32, rt: &Runtime) -> std::result::Result<Box<dyn Collector>, String> {
+        self.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
     }
 }
 
@@ -425,75 +458,88 @@ fn user_quit() -> bool {
     signals::quit_requested() && signals::received().is_none()
 }
 
-/// Sample until done; print the statistics; write the output. With `next`,
-/// when the process exits the profile goes on into the next one it names
-/// (same collector, same frame table), until there is none. With
-/// `--subprocesses`, every Python process below gets a profile of its own.
+/// Sample until done; print the statistics; write the output. With a
+/// command's root in `config`, when the process exits the profile goes on
+/// into the next one the command starts (same collector, same frame
+/// table), until there is none. With `--subprocesses`, every Python
+/// process below gets a profile of its own.
 fn profile(
     first: Unwinder<LinuxProcess>,
     args: &SampleArgs,
-    next: Option<&NextProcess<'_>>,
-    root: Option<i32>,
+    config: ProfileConfig,
     tracer: Option<&Follower>,
     attached: bool,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
-    let version = first.offsets().version;
-    // The output (a file, or the table on stdout), unless --live alone.
-    let mut output = if !args.live || args.live_with_output() {
-        Some(args.collector(first_pid, version)?.0)
-    } else {
-        None
-    };
-    let mut live = start_live(args, first_pid, version)?;
+    let mut outputs = MainOutputs::open(args, first_pid, first.offsets().version)?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
         );
     }
-    let child_sink = |pid: i32, rt: &tachyon::runtime::Runtime| {
-        args.child_collector(pid, rt).map_err(|e| format!("{e:#}"))
-    };
-    let mut profiler = Profiler::new(args.config())
-        .blocking(args.blocking)
-        .opening(args.opening());
-    if let Some(next) = next {
-        profiler = profiler.follow(next);
+    let outcome = Profiler::new(config, args, tracer).profile(first, outputs.sinks())?;
+    if let Some(live) = outputs.live.take() {
+        end_live(
+            live,
+            outcome.unwinder.frames(),
+            &outcome.stats,
+            outcome.reason,
+        )?;
     }
-    if args.subprocesses {
-        profiler = profiler.children(Children {
-            sink: &child_sink,
-            max: session::MAX_CHILDREN,
-            root,
-            tracer,
-        });
-    }
-    let (outcome, merged) = sample_into(&profiler, first, &mut output, &mut live, args.merge)?;
-    let Outcome {
-        stats: total,
-        reason,
-        unwinder,
-        children,
-    } = outcome;
-    let frames = merged.as_ref().unwrap_or_else(|| unwinder.frames());
-    if let Some(live) = live.take() {
-        end_live(live, unwinder.frames(), &total, reason)?;
-    }
-    say_how_it_ended(first_pid, attached, reason, total.duration_s);
-    sample::print_summary(&total);
-    // A profile reads names every second: a few failures, none read,
-    // is a program whose threading cannot be read, not a passing moment.
-    super::say_why_no_names(unwinder.names_unavailable(3));
-    report_children(&children, args.merge);
+    print_summary(&outcome, first_pid, attached, args.merge);
     // A failed write leaves no partial file (outputs are written under a
     // temporary name and renamed only when complete), except a zstd
     // recording, which keeps what it had flushed and says so.
-    if let Some(c) = &mut output {
-        c.finish(frames, &total)
+    if let Some(c) = &mut outputs.file {
+        c.finish(outcome.frames(), &outcome.stats)
             .context("cannot write the profile")?;
     }
     args.out.open_browser(first_pid as u32);
-    Ok(reason)
+    Ok(outcome.reason)
+}
+
+/// The main profile's outputs: the file (or the table on stdout), unless
+/// `--live` alone, and the live view.
+struct MainOutputs {
+    file: Option<Box<dyn Collector>>,
+    live: Option<(LiveSession, LiveCollector)>,
+}
+
+impl MainOutputs {
+    /// The outputs of the profile of `pid`, which runs Python `version`.
+    fn open(args: &SampleArgs, pid: i32, version: tachyon::offsets::PyVersion) -> Result<Self> {
+        let file = if !args.live || args.live_with_output() {
+            Some(args.collector(pid, version)?.0)
+        } else {
+            None
+        };
+        let live = start_live(args, pid, version)?;
+        Ok(MainOutputs { file, live })
+    }
+
+    /// What the samples go into: the view first, then the file.
+    fn sinks(&mut self) -> Vec<&mut dyn Collector> {
+        let mut sinks: Vec<&mut dyn Collector> = Vec::new();
+        if let Some((_, view)) = &mut self.live {
+            sinks.push(view);
+        }
+        if let Some(c) = &mut self.file {
+            sinks.push(c.as_mut());
+        }
+        sinks
+    }
+}
+
+/// After the profile, on standard output and error: how it ended, the
+/// statistics, why thread names could not be read, each child's profile.
+fn print_summary(outcome: &Outcome, first_pid: i32, attached: bool, merged: bool) {
+    let total = &outcome.stats;
+    say_how_it_ended(first_pid, attached, outcome.reason, total.duration_s);
+    sample::print_summary(total);
+    // A profile reads names every second: a few failures, none read,
+    // is a program whose threading cannot be read, not a passing moment.
+    super::say_why_no_names(outcome.unwinder.names_unavailable(3));
+    report_children(&outcome.children, merged);
 }
 
 /// The live view and its collector (`--live`), told what it reads of the
@@ -515,30 +561,6 @@ fn start_live(
     )?;
     view.target_version(version);
     Ok(Some((session, view)))
-}
-
-/// Run the profile into the outputs. Merged (never with --live), every
-/// process's samples reach the output on a thread of its own, their
-/// frames in one table, returned.
-fn sample_into(
-    profiler: &Profiler<'_>,
-    first: Unwinder<LinuxProcess>,
-    output: &mut Option<Box<dyn Collector>>,
-    live: &mut Option<(LiveSession, LiveCollector)>,
-    merge: bool,
-) -> Result<(Outcome, Option<FrameTable>)> {
-    if let (Some(c), true) = (&mut *output, merge) {
-        let (o, table) = profiler.profile_merged(first, c.as_mut())?;
-        return Ok((o, Some(table)));
-    }
-    let mut sinks: Vec<&mut dyn Collector> = Vec::new();
-    if let Some((_, view)) = live {
-        sinks.push(view);
-    }
-    if let Some(c) = output {
-        sinks.push(c.as_mut());
-    }
-    Ok((profiler.profile(first, sinks)?, None))
 }
 
 /// The view's final numbers, then (after the target's exit or the
@@ -678,23 +700,20 @@ fn report_children(children: &[ChildReport], merged: bool) {
 }
 
 pub fn attach(a: AttachArgs) -> Result<ExitCode> {
-    a.sample.check("attach");
-    if a.sample.live {
-        tachyon::live::require_terminal()?;
-    }
-    a.sample.check_output()?;
+    let args = &a.sample;
+    args.preflight("attach")?;
     signals::install();
-    let unwinder = a
-        .sample
-        .opening()
+    let config = args.profile_config(None);
+    let unwinder = config
+        .opening
         .open(super::process_id(a.pid.get()))
         .map_err(open_error)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
-    if a.sample.blocking {
+    if args.blocking {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
-    profile(unwinder, &a.sample, None, None, None, true)?;
+    profile(unwinder, args, config, None, true)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -771,60 +790,62 @@ fn python_option_tip(python: &std::ffi::OsStr, target: &[OsString]) -> Option<St
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    a.sample.check("run");
-    if a.sample.live {
-        tachyon::live::require_terminal()?;
-    }
-    a.sample.check_output()?;
+    let args = &a.sample;
+    args.preflight("run")?;
     let command = command_form(&a.target);
-    // The live view owns the terminal: the program gets no input, its
-    // output is dropped and its errors are kept to be shown afterwards.
-    let (io, program_errors) = if a.sample.live {
-        let file = program_errors_file()?;
-        (launch::ChildIo::Quiet(file.try_clone()?), Some(file))
-    } else {
-        (launch::ChildIo::Inherit, None)
-    };
+    let (io, program_errors) = program_io(args.live)?;
     // With --subprocesses (and not --blocking, whose own ptrace would
     // clash), a tracer follows every process the program starts.
-    let follow = a.sample.subprocesses && !a.sample.blocking;
-    if a.sample.live {
+    let follow = args.subprocesses && !args.blocking;
+    if args.live {
         tachyon::live::waiting_for_python();
     }
     let argv = program_argv(&a, command)?;
     let (launched, tracer) = launch::start(&argv, command, follow, &io)?;
     signals::install();
-    let mut child = launched.child;
-    let proc = LinuxProcess::open(launched.python_pid)?;
+    let (mut child, python_pid, runtime) = (launched.child, launched.python_pid, launched.runtime);
+    // A command (a wrapper, a script running several programs) may start
+    // more interpreters after the first: the profile follows them in turn,
+    // and with --subprocesses profiles every Python process of it.
+    let config = args.profile_config(command.then_some(child.id() as i32));
     let mut unwinder = Unwinder::new(
-        proc,
-        launched.python_pid,
-        launched.runtime,
-        a.sample.unwind_options(),
+        LinuxProcess::open(python_pid)?,
+        python_pid,
+        runtime,
+        config.opening.unwind,
     );
-    if let Err(e) = a.sample.opening().ready(&mut unwinder) {
+    if let Err(e) = config.opening.ready(&mut unwinder) {
         // Refused (a Python before 3.14): the program must not outlive us.
         launch::abandon(&mut child, tracer.as_ref());
         return Err(open_error(e));
     }
-    // A command (a wrapper, a script running several programs) may start
-    // more interpreters after the first: the profile follows them in turn.
-    let root = child.id() as i32;
-    let root_watch = ExitWatch::new(root);
-    let root_running = move || root_watch.alive();
-    let next = move |seen: &[i32]| launch::next_python(root, seen, &root_running);
-    // With --subprocesses, every Python process of a command is profiled.
-    let reason = profile(
-        unwinder,
-        &a.sample,
-        command.then_some(&next as &NextProcess<'_>),
-        command.then_some(root),
-        tracer.as_ref(),
-        false,
-    );
+    let reason = profile(unwinder, args, config, tracer.as_ref(), false);
+    end_program(&mut child, tracer.as_ref(), reason, program_errors)
+}
+
+/// The program's standard streams. The live view owns the terminal: the
+/// program gets no input, its output is dropped and its errors are kept
+/// (in the file returned) to be shown afterwards.
+fn program_io(live: bool) -> Result<(launch::ChildIo, Option<std::fs::File>)> {
+    if !live {
+        return Ok((launch::ChildIo::Inherit, None));
+    }
+    let file = program_errors_file()?;
+    Ok((launch::ChildIo::Quiet(file.try_clone()?), Some(file)))
+}
+
+/// The program after its profile (which ended for `reason`): ended if it
+/// outlived sampling, and reaped; what it wrote under the live view shown;
+/// tachyon's exit status, the program's own.
+fn end_program(
+    child: &mut std::process::Child,
+    tracer: Option<&Follower>,
+    reason: Result<StopReason>,
+    program_errors: Option<std::fs::File>,
+) -> Result<ExitCode> {
     let target_exited = matches!(reason, Ok(StopReason::TargetExited));
-    let (status, ended_by_us) = launch::end(&mut child, tracer.as_ref(), target_exited)
-        .context("waiting for the profiled program")?;
+    let (status, ended_by_us) =
+        launch::end(child, tracer, target_exited).context("waiting for the profiled program")?;
     if let Some(file) = program_errors {
         show_program_errors(file);
     }

@@ -494,7 +494,7 @@ impl ChildRun<'_, '_> {
                 .front(pid as u32, Duration::from_secs_f64(SHORT_FORK_S))
                 .map(|f| Box::new(f) as Box<dyn Collector>)
                 .ok_or_else(|| "the profile is over".to_string()),
-            None => (self.children.sink)(pid, &rt),
+            None => self.children.outputs.child(pid, &rt),
         }?;
         let proc = LinuxProcess::open(pid).map_err(|e| e.to_string())?;
         let mut unwinder = Unwinder::new(proc, pid, rt, shared.opening.unwind);

@@ -8,14 +8,16 @@
 //! This file is the profiler itself; `children` watches for and profiles
 //! the children, `replay` feeds a recording to the collectors.
 //!
-//! A [`Profiler`] owns the processes of one profile: the main process, the
+//! A [`Profiler`] is built from a [`ProfileConfig`], the plain value the
+//! command line makes of its options, and the [`Outputs`] it implements.
+//! It owns the processes of one profile: the main process, the
 //! next Python process of a command when the main one exits (`run --
-//! COMMAND`), and with `--subprocesses` every Python process that appears
-//! below it, each sampled on its own thread into its own collector (the
-//! reference's one profile per child), or with `--merge` each through a
-//! [`merge::Front`] into the main profile ([`Profiler::profile_merged`]:
-//! the main process's samples too, and the collector on a thread of its
-//! own). It sums the statistics of a profile
+//! COMMAND`, found by [`launch::next_python`]), and with `--subprocesses`
+//! every Python process that appears below it, each sampled on its own
+//! thread into its own collector (the reference's one profile per child,
+//! made by [`Outputs::child`]), or with `--merge` each through a
+//! [`merge::Front`] into the main profile (the main process's samples
+//! too, and the collector on a thread of its own). It sums the statistics of a profile
 //! that went through several processes, and it ends every child's profile
 //! cleanly when the session ends. [`replay`] feeds a recording through the
 //! same collectors, without the reference's launcher frames, and
@@ -65,15 +67,48 @@ pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
     verify::carried(proc, rt)
 }
 
-/// Where a profile goes on when its process exits: the next Python process
-/// of the command not among those given, if any.
-pub type NextProcess<'a> = dyn Fn(&[i32]) -> Option<(i32, Runtime)> + 'a;
+/// A profile as `run` and `attach` configure it: plain values, no
+/// parser's types, from which a [`Profiler`] is built.
+#[derive(Debug, Clone)]
+pub struct ProfileConfig {
+    /// The schedule (rate, duration), the mode, the realtime statistics.
+    pub sample: SampleConfig,
+    /// Stop the target's threads during each sample (`--blocking`).
+    pub blocking: bool,
+    /// How every process of the profile is opened: the first by the
+    /// caller, every one followed after it (the next one, the children)
+    /// by the session.
+    pub opening: Opening,
+    /// `--subprocesses`: profile every Python process that appears below
+    /// the main one.
+    pub children: Option<ChildrenConfig>,
+    /// `run -- COMMAND`: the command's root process. When the main process
+    /// exits, the profile goes on into the command's next Python process
+    /// ([`launch::next_python`]), while the root runs.
+    pub command_root: Option<i32>,
+}
 
-/// Makes the collector of a child's profile (its own file): called on the
-/// child's sampling thread with its pid and runtime. The error is shown to
-/// the user as it is.
-pub type ChildSink<'a> =
-    dyn Fn(i32, &Runtime) -> std::result::Result<Box<dyn Collector>, String> + Sync + 'a;
+/// `--subprocesses`: how children are profiled.
+#[derive(Debug, Clone, Copy)]
+pub struct ChildrenConfig {
+    /// The most child profiles at once ([`MAX_CHILDREN`], the reference's).
+    pub max: usize,
+    /// `--merge`: every process in the main profile (see
+    /// [`Profiler::profile`]), not each child in its own.
+    pub merge: bool,
+    /// Look below this process rather than below the main one: `run --
+    /// COMMAND` profiles every Python process of the command, the main
+    /// one (the first) and the rest, each in its own profile.
+    pub root: Option<i32>,
+}
+
+/// The outputs a profile writes, as the command line makes them.
+pub trait Outputs: Sync {
+    /// The collector of child `pid`'s own profile (its own file), running
+    /// `rt`: called on the child's sampling thread. The error is shown to
+    /// the user as it is.
+    fn child(&self, pid: i32, rt: &Runtime) -> std::result::Result<Box<dyn Collector>, String>;
+}
 
 /// The reference's bound on child profiles at once.
 pub const MAX_CHILDREN: usize = 100;
@@ -96,17 +131,15 @@ pub const CHILDREN_GRACE: Duration = Duration::from_secs(30);
 /// loaded machine finding a 3.11/3.12 runtime alone can take a second.
 const EXEC_GRACE: Duration = Duration::from_secs(10);
 
-/// `--subprocesses`: how children are profiled.
-pub struct Children<'a> {
-    pub sink: &'a ChildSink<'a>,
-    pub max: usize,
-    /// Look below this process rather than below the main one: `run --
-    /// COMMAND` profiles every Python process of the command, the main
-    /// one (the first) and the rest, each in its own profile.
-    pub root: Option<i32>,
+/// `--subprocesses`: the children's configuration, with what the session
+/// was given to profile them.
+struct Children<'a> {
+    outputs: &'a dyn Outputs,
+    max: usize,
+    root: Option<i32>,
     /// The tracer of the program's processes (`run`), which reports each
     /// new one as it starts; without one, `/proc` is scanned often.
-    pub tracer: Option<&'a Follower>,
+    tracer: Option<&'a Follower>,
 }
 
 /// How one child's profile went.
@@ -135,17 +168,25 @@ pub struct Outcome {
     pub unwinder: Unwinder<LinuxProcess>,
     /// The children profiled, in the order they were found.
     pub children: Vec<ChildReport>,
+    /// `--merge`: the one table of every process's frames, which the
+    /// merged profile's samples name (in place of the unwinder's).
+    pub merged: Option<FrameTable>,
+}
+
+impl Outcome {
+    /// The frame table the main profile's samples name: the one to finish
+    /// its collectors with.
+    pub fn frames(&self) -> &FrameTable {
+        self.merged
+            .as_ref()
+            .unwrap_or_else(|| self.unwinder.frames())
+    }
 }
 
 /// A profiling session; see the module documentation.
 pub struct Profiler<'a> {
-    config: SampleConfig,
-    blocking: bool,
-    next: Option<&'a NextProcess<'a>>,
+    config: ProfileConfig,
     children: Option<Children<'a>>,
-    /// How every process after the first is opened (the first is the
-    /// caller's, opened the same way).
-    opening: Opening,
 }
 
 /// What the children's watcher and the main loop share.
@@ -216,64 +257,52 @@ impl Shared {
 }
 
 impl<'a> Profiler<'a> {
-    pub fn new(config: SampleConfig) -> Self {
-        Profiler {
-            config,
-            blocking: false,
-            next: None,
-            children: None,
-            opening: Opening::default(),
-        }
-    }
-
-    /// Stop the target's threads during each sample (`--blocking`).
-    pub fn blocking(mut self, on: bool) -> Self {
-        self.blocking = on;
-        self
-    }
-
-    /// When the main process exits, go on into the one `next` names.
-    pub fn follow(mut self, next: &'a NextProcess<'a>) -> Self {
-        self.next = Some(next);
-        self
-    }
-
-    /// Open every process followed after the first (the next one, the
-    /// children) as `opening` says.
-    pub fn opening(mut self, opening: Opening) -> Self {
-        self.opening = opening;
-        self
-    }
-
-    /// Profile every Python process that appears below the main one.
-    pub fn children(mut self, children: Children<'a>) -> Self {
-        self.children = Some(children);
-        self
+    /// The session `config` describes, writing its children's profiles
+    /// into `outputs`' collectors. `tracer`: the tracer of the program's
+    /// processes (`run --subprocesses`), which reports each new one as it
+    /// starts; without one, `/proc` is scanned often.
+    pub fn new(
+        config: ProfileConfig,
+        outputs: &'a dyn Outputs,
+        tracer: Option<&'a Follower>,
+    ) -> Self {
+        let children = config.children.map(|c| Children {
+            outputs,
+            max: c.max,
+            root: c.root,
+            tracer,
+        });
+        Profiler { config, children }
     }
 
     /// Sample `first` (and the processes after it) into `sinks` until the
     /// duration is over, the last process exits, or a signal; the children
     /// are sampled meanwhile. Returns once every child's profile is over
     /// and written. `sinks` are told of each change of process; finishing
-    /// them is the caller's.
+    /// them (with [`Outcome::frames`]) is the caller's. With `--merge`,
+    /// every process is in the one profile (`profile_merged`).
     pub fn profile(
         &self,
         first: Unwinder<LinuxProcess>,
         sinks: Vec<&mut dyn Collector>,
     ) -> Result<Outcome> {
+        if self.config.children.is_some_and(|c| c.merge) {
+            return self.profile_merged(first, &mut Tee(sinks));
+        }
         self.profile_with(first, sinks, None)
     }
 
     /// [`Profiler::profile`] into one profile of every process
     /// (`--subprocesses --merge`): the main process's samples and every
     /// child's reach `sink` on a thread of its own, each sample with its
-    /// process's pid, their frames in one table (returned, to finish `sink`
-    /// with). The outcome's statistics are every process's together.
-    pub fn profile_merged(
+    /// process's pid, their frames in one table (the outcome's `merged`,
+    /// to finish `sink` with). The outcome's statistics are every
+    /// process's together.
+    fn profile_merged(
         &self,
         first: Unwinder<LinuxProcess>,
         sink: &mut dyn Collector,
-    ) -> Result<(Outcome, FrameTable)> {
+    ) -> Result<Outcome> {
         let (feed, merger) = merge::channel_with(command_line);
         let Some(mut front) = feed.front(first.pid() as u32, Duration::ZERO) else {
             unreachable!("a feed is open until closed");
@@ -293,7 +322,8 @@ impl<'a> Profiler<'a> {
                 .unwrap_or_else(|e| std::panic::resume_unwind(e));
             let mut outcome = outcome?;
             outcome.stats = merged_stats(&outcome.stats, &outcome.children);
-            Ok((outcome, table))
+            outcome.merged = Some(table);
+            Ok(outcome)
         })
     }
 
@@ -315,7 +345,7 @@ impl<'a> Profiler<'a> {
             exec_found: Mutex::new(HashMap::new()),
             started: Instant::now(),
             merge,
-            opening: self.opening,
+            opening: self.config.opening,
         };
         if self.children.is_some() {
             shared.remember_runtime(first.pid(), first.runtime());
@@ -325,7 +355,8 @@ impl<'a> Profiler<'a> {
         let mut sink = Tee(sinks);
         let main = std::thread::scope(|scope| {
             if let Some(children) = &self.children {
-                let (shared, config, blocking) = (&shared, &self.config, self.blocking);
+                let (shared, config, blocking) =
+                    (&shared, &self.config.sample, self.config.blocking);
                 scope.spawn(move || watch(scope, children, shared, config, blocking));
             }
             let main = self.follow_main(first, &mut sink, &shared);
@@ -340,6 +371,7 @@ impl<'a> Profiler<'a> {
             reason,
             unwinder,
             children,
+            merged: None,
         })
     }
 
@@ -350,39 +382,20 @@ impl<'a> Profiler<'a> {
         sink: &mut Tee<'_>,
         shared: &Shared,
     ) -> Result<(RunStats, StopReason, Unwinder<LinuxProcess>)> {
+        let command = self
+            .config
+            .command_root
+            .map(|root| (root, ExitWatch::new(root)));
         let mut unwinder = first;
         let mut seen = vec![unwinder.pid()];
         let mut total = RunStats::default();
         let reason = loop {
-            let pid = unwinder.pid();
-            let cfg = self.remaining(shared.started, None);
-            let stopper = LinuxProcess::open(pid)?;
-            let watch = ExitWatch::new(pid);
-            let alive = || watch.alive();
-            let pause = || -> Result<Box<dyn std::any::Any>> {
-                Ok(Box::new(StoppedThreads::stop(&stopper)?))
-            };
-            let (stats, reason) = sample::run(
-                &mut unwinder,
-                sink,
-                &cfg,
-                &alive,
-                self.blocking.then_some(&pause as sample::Pause<'_>),
-            );
+            let (stats, reason) = self.sample_main(&mut unwinder, sink, shared)?;
             add_stats(&mut total, &stats);
-            let following = match (reason, self.next) {
-                (StopReason::TargetExited, Some(next)) => {
-                    // The children profiled are no next process.
-                    let mut not: Vec<i32> = seen.clone();
-                    if let Ok(profiled) = shared.runtimes.lock() {
-                        not.extend(profiled.keys());
-                    }
-                    // Nor those the watcher is looking at (about to be
-                    // children): a process is in one profile only.
-                    if let Ok(known) = shared.known.lock() {
-                        not.extend(known.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| p));
-                    }
-                    next(&not)
+            let following = match (reason, &command) {
+                (StopReason::TargetExited, Some((root, root_watch))) => {
+                    let not = not_next(&seen, shared);
+                    launch::next_python(*root, &not, &|| root_watch.alive())
                 }
                 _ => None,
             };
@@ -413,7 +426,7 @@ impl<'a> Profiler<'a> {
             let opts = unwinder.opts;
             let table = unwinder.into_frames();
             unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
-            if let Err(e) = self.opening.ready(&mut unwinder) {
+            if let Err(e) = self.config.opening.ready(&mut unwinder) {
                 crate::errln!("tachyon: not following process {pid}: {}", error_chain(&e));
                 break StopReason::TargetExited;
             }
@@ -421,10 +434,33 @@ impl<'a> Profiler<'a> {
         Ok((total, reason, unwinder))
     }
 
+    /// Sample the main process until it exits, or the profile is over.
+    fn sample_main(
+        &self,
+        unwinder: &mut Unwinder<LinuxProcess>,
+        sink: &mut Tee<'_>,
+        shared: &Shared,
+    ) -> Result<(RunStats, StopReason)> {
+        let pid = unwinder.pid();
+        let cfg = self.remaining(shared.started, None);
+        let stopper = LinuxProcess::open(pid)?;
+        let watch = ExitWatch::new(pid);
+        let alive = || watch.alive();
+        let pause =
+            || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
+        Ok(sample::run(
+            unwinder,
+            sink,
+            &cfg,
+            &alive,
+            self.config.blocking.then_some(&pause as sample::Pause<'_>),
+        ))
+    }
+
     /// This session's sampling configuration for a profile starting now:
     /// what is left of the duration, and `cancel` to end it early.
     fn remaining(&self, started: Instant, cancel: Option<Arc<AtomicBool>>) -> SampleConfig {
-        remaining(&self.config, started, cancel)
+        remaining(&self.config.sample, started, cancel)
     }
 
     /// The main profile is over: once the main process exited, its
@@ -453,6 +489,21 @@ impl<'a> Profiler<'a> {
         }
         shared.cancel.store(true, Ordering::SeqCst);
     }
+}
+
+/// The processes a command's next Python process cannot be: those the
+/// main profile went through (`seen`), the children profiled, and those
+/// the watcher is looking at (about to be children): a process is in one
+/// profile only.
+fn not_next(seen: &[i32], shared: &Shared) -> Vec<i32> {
+    let mut not: Vec<i32> = seen.to_vec();
+    if let Ok(profiled) = shared.runtimes.lock() {
+        not.extend(profiled.keys());
+    }
+    if let Ok(known) = shared.known.lock() {
+        not.extend(known.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| p));
+    }
+    not
 }
 
 fn remaining(
