@@ -447,6 +447,111 @@ pub(super) fn sort_widest_first(
     });
 }
 
+/// The nodes of a call tree a page shows: those holding at least the
+/// threshold's share of the samples (and more than nothing).
+struct Kept {
+    /// The threshold, as a share of the root's samples.
+    share: f64,
+    /// The kept nodes (index, depth), in depth-first order.
+    pre: Vec<(u32, u32)>,
+    /// Each node's place among the kept, `u32::MAX` for one left out.
+    out_idx: Vec<u32>,
+    /// Each node's nearest kept ancestor (or itself): where its samples
+    /// are counted.
+    dest: Vec<u32>,
+}
+
+/// A kept node's samples in one series: its own, those of the nodes left
+/// out below it (hidden), then with statuses the GIL, wait, CPU, known and
+/// exception counts.
+type Ends = [u64; 7];
+
+impl Kept {
+    fn select(tree: &CallTree, totals: &[u64]) -> Kept {
+        let share = threshold(tree.nodes.len());
+        let min = ((totals[0] as f64 * share).ceil() as u64).max(1);
+        let pre = tree.preorder(|n| totals[n as usize] >= min);
+        let mut out_idx = vec![u32::MAX; tree.nodes.len()];
+        for (k, &(i, _)) in pre.iter().enumerate() {
+            out_idx[i as usize] = k as u32;
+        }
+        // Nearest kept ancestor (or self); parents come first.
+        let mut dest = vec![0u32; tree.nodes.len()];
+        for i in 1..tree.nodes.len() {
+            dest[i] = if out_idx[i] != u32::MAX {
+                i as u32
+            } else {
+                dest[tree.nodes[i].parent as usize]
+            };
+        }
+        Kept {
+            share,
+            pre,
+            out_idx,
+            dest,
+        }
+    }
+
+    /// Every kept node's samples per series, ordered by node and series.
+    fn ends(
+        &self,
+        tree: &CallTree,
+        status: Option<&IdMap<(u32, u32), StatusCounts>>,
+    ) -> Vec<((u32, u32), Ends)> {
+        let mut entries: IdMap<(u32, u32), Ends> = IdMap::default();
+        for (i, n) in tree.nodes.iter().enumerate() {
+            let d = self.dest[i];
+            for &(s, c) in &n.ends {
+                let e = entries.entry((self.out_idx[d as usize], s)).or_default();
+                e[if d as usize == i { 0 } else { 1 }] += c;
+                if let Some(st) = status.and_then(|m| m.get(&(i as u32, s))) {
+                    for (a, b) in e[2..].iter_mut().zip(st) {
+                        *a += b;
+                    }
+                }
+            }
+        }
+        let mut entries: Vec<((u32, u32), Ends)> = entries.into_iter().collect();
+        entries.sort_unstable_by_key(|e| e.0);
+        entries
+    }
+}
+
+/// `,"w":W,"ends":[node,series,self,hidden(,gil,wait,cpu,known,exception),..]`:
+/// `W` numbers to an entry, the statuses only `with_status`.
+fn write_ends(json: &mut String, ends: &[((u32, u32), Ends)], with_status: bool) {
+    let width = if with_status { 9 } else { 4 };
+    let _ = write!(json, ",\"w\":{width},\"ends\":[");
+    for (k, ((node, series), v)) in ends.iter().enumerate() {
+        let _ = write!(
+            json,
+            "{}{node},{series},{},{}",
+            if k > 0 { "," } else { "" },
+            v[0],
+            v[1]
+        );
+        if with_status {
+            let _ = write!(json, ",{},{},{},{},{}", v[2], v[3], v[4], v[5], v[6]);
+        }
+    }
+    json.push(']');
+}
+
+/// `,"ops":[node,opcode,samples,..]`: the instructions of the kept nodes.
+fn write_ops(json: &mut String, ops: &OpCounts, out_idx: &[u32]) {
+    let mut kept: Vec<(u32, u8, u64)> = ops
+        .iter()
+        .filter(|((n, _), _)| out_idx[*n as usize] != u32::MAX)
+        .map(|(&(n, op), &c)| (out_idx[n as usize], op, c))
+        .collect();
+    kept.sort_unstable();
+    json.push_str(",\"ops\":[");
+    for (k, (n, op, c)) in kept.iter().enumerate() {
+        let _ = write!(json, "{}{n},{op},{c}", if k > 0 { "," } else { "" });
+    }
+    json.push(']');
+}
+
 /// The share of all samples under which a node is left out, by how many
 /// nodes the tree has.
 pub(super) fn threshold(nodes: usize) -> f64 {
@@ -551,86 +656,41 @@ impl<'k> PageData<'k> {
         status: Option<&IdMap<(u32, u32), StatusCounts>>,
         ops: Option<&OpCounts>,
     ) -> String {
-        let share = threshold(tree.nodes.len());
-        let min = ((totals[0] as f64 * share).ceil() as u64).max(1);
-        let pre = tree.preorder(|n| totals[n as usize] >= min);
-        let mut out_idx = vec![u32::MAX; tree.nodes.len()];
-        for (k, &(i, _)) in pre.iter().enumerate() {
-            out_idx[i as usize] = k as u32;
-        }
-        // Nearest kept ancestor (or self); parents come first.
-        let mut dest = vec![0u32; tree.nodes.len()];
-        for i in 1..tree.nodes.len() {
-            dest[i] = if out_idx[i] != u32::MAX {
-                i as u32
-            } else {
-                dest[tree.nodes[i].parent as usize]
-            };
-        }
-        let width = if status.is_some() { 9 } else { 4 };
-        let mut entries: IdMap<(u32, u32), [u64; 7]> = IdMap::default();
-        for (i, n) in tree.nodes.iter().enumerate() {
-            let d = dest[i];
-            for &(s, c) in &n.ends {
-                let e = entries.entry((out_idx[d as usize], s)).or_default();
-                e[if d as usize == i { 0 } else { 1 }] += c;
-                if let Some(st) = status.and_then(|m| m.get(&(i as u32, s))) {
-                    for (a, b) in e[2..].iter_mut().zip(st) {
-                        *a += b;
-                    }
-                }
-            }
-        }
-        let mut entries: Vec<((u32, u32), [u64; 7])> = entries.into_iter().collect();
-        entries.sort_unstable_by_key(|e| e.0);
-        let mut json = String::with_capacity(pre.len() * 12 + entries.len() * 16);
+        let kept = Kept::select(tree, totals);
+        let ends = kept.ends(tree, status);
+        let mut json = String::with_capacity(kept.pre.len() * 12 + ends.len() * 16);
         let _ = write!(
             json,
-            "{{\"threshold\":{},\"dropped\":{},\"nodes\":[",
-            share * 100.0,
-            tree.nodes.len() - pre.len()
+            "{{\"threshold\":{},\"dropped\":{},",
+            kept.share * 100.0,
+            tree.nodes.len() - kept.pre.len()
         );
-        for (k, &(i, _)) in pre.iter().enumerate() {
+        self.write_nodes(&mut json, tree, &kept);
+        write_ends(&mut json, &ends, status.is_some());
+        if let Some(ops) = ops.filter(|o| !o.is_empty()) {
+            write_ops(&mut json, ops, &kept.out_idx);
+        }
+        json.push('}');
+        json
+    }
+
+    /// `"nodes":[parent,frame,..]`: the kept nodes, each as its parent's
+    /// place among them and its frame (-1, -1 for the root).
+    fn write_nodes(&mut self, json: &mut String, tree: &CallTree, kept: &Kept) {
+        json.push_str("\"nodes\":[");
+        for (k, &(i, _)) in kept.pre.iter().enumerate() {
             let node = &tree.nodes[i as usize];
             let (parent, frame) = if i == 0 {
                 (-1, -1)
             } else {
                 (
-                    i64::from(out_idx[node.parent as usize]),
+                    i64::from(kept.out_idx[node.parent as usize]),
                     i64::from(self.frame(node.key)),
                 )
             };
             let _ = write!(json, "{}{parent},{frame}", if k > 0 { "," } else { "" });
         }
-        let _ = write!(json, "],\"w\":{width},\"ends\":[");
-        for (k, ((node, series), v)) in entries.iter().enumerate() {
-            let _ = write!(
-                json,
-                "{}{node},{series},{},{}",
-                if k > 0 { "," } else { "" },
-                v[0],
-                v[1]
-            );
-            if width == 9 {
-                let _ = write!(json, ",{},{},{},{},{}", v[2], v[3], v[4], v[5], v[6]);
-            }
-        }
         json.push(']');
-        if let Some(ops) = ops.filter(|o| !o.is_empty()) {
-            let mut kept: Vec<(u32, u8, u64)> = ops
-                .iter()
-                .filter(|((n, _), _)| out_idx[*n as usize] != u32::MAX)
-                .map(|(&(n, op), &c)| (out_idx[n as usize], op, c))
-                .collect();
-            kept.sort_unstable();
-            json.push_str(",\"ops\":[");
-            for (k, (n, op, c)) in kept.iter().enumerate() {
-                let _ = write!(json, "{}{n},{op},{c}", if k > 0 { "," } else { "" });
-            }
-            json.push(']');
-        }
-        json.push('}');
-        json
     }
 
     /// `,"title":..,"stats":{..}`: the run's numbers for the sidebar.
