@@ -277,84 +277,123 @@ impl Ui {
 /// arrives. `stop` asks the sampling loop to stop.
 pub fn run(shared: Arc<Shared>, stop: &dyn Fn()) -> io::Result<()> {
     let _guard = TerminalGuard::enter()?;
-    let mut term = ratatui::Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let opcodes = shared.lock().opcodes.is_some();
-    let mut ui = Ui::default().with_opcodes(opcodes);
-    let mut trends = Trends::default();
-    let mut snap: Option<Snapshot> = None;
-    let mut next_draw = Instant::now();
-    let mut pid = None;
+    let mut view = Screens::new(&shared)?;
     loop {
         if crate::sample::signals::received().is_some() {
             // SIGTERM or SIGHUP: the sampler stops too; leave now.
             return Ok(());
         }
         let now = Instant::now();
-        if now >= next_draw {
-            let (ended, fresh) = {
-                let agg = shared.lock();
-                let fresh = (!ui.paused || snap.is_none())
-                    .then(|| snapshot(&agg, &ui.opts, now, &mut trends));
-                (agg.ended.map(|(_, how)| how), fresh)
-            };
-            if ended == Some(Ended::Stopped) {
-                return Ok(());
-            }
-            ui.ended = ended.is_some();
-            if let Some(s) = fresh {
-                // Another process: messages about it may have been printed
-                // over the view; draw it all again.
-                if pid.is_some_and(|p| p != s.pid) {
-                    term.clear()?;
-                }
-                pid = Some(s.pid);
-                ui.follow(&row_keys(&s));
-                snap = Some(s);
-            }
-            if let Some(s) = &snap {
-                term.draw(|f| draw(f, &mut ui, s))?;
-            }
-            next_draw = now + ui.refresh;
+        if now >= view.next_draw && !view.show(&shared, now)? {
+            return Ok(());
         }
-        let wait = next_draw.saturating_duration_since(Instant::now());
+        let wait = view.next_draw.saturating_duration_since(Instant::now());
         if !event::poll(wait)? {
             continue;
         }
-        match event::read()? {
-            Event::Key(k) if k.kind != KeyEventKind::Release => {
-                let threads: Vec<u64> = snap
-                    .as_ref()
-                    .map(|s| s.threads.iter().map(|t| t.tid).collect())
-                    .unwrap_or_default();
-                let rows = snap.as_ref().map(row_keys).unwrap_or_default();
-                match ui.key(k, &threads, &rows) {
-                    Command::Quit => {
-                        stop();
-                        return Ok(());
-                    }
-                    Command::Reset => {
-                        let mut agg = shared.lock();
-                        if agg.ended.is_none() {
-                            agg.reset(Instant::now());
-                        }
-                        drop(agg);
-                        ui.paused = false;
-                        next_draw = Instant::now();
-                    }
-                    Command::Redraw => {
-                        if k.code == KeyCode::Char('l')
-                            && k.modifiers.contains(KeyModifiers::CONTROL)
-                        {
-                            term.clear()?;
-                        }
-                        next_draw = Instant::now();
-                    }
-                    Command::Nothing => {}
-                }
+        let quit = match event::read()? {
+            Event::Key(k) if k.kind != KeyEventKind::Release => view.key(k, &shared, stop)?,
+            Event::Resize(..) => {
+                view.next_draw = Instant::now();
+                false
             }
-            Event::Resize(..) => next_draw = Instant::now(),
-            _ => {}
+            _ => false,
+        };
+        if quit {
+            return Ok(());
         }
+    }
+}
+
+/// What the view keeps from one screen to the next.
+struct Screens {
+    term: ratatui::Terminal<CrosstermBackend<io::Stdout>>,
+    ui: Ui,
+    trends: Trends,
+    /// The last snapshot taken (kept while paused).
+    snap: Option<Snapshot>,
+    next_draw: Instant,
+    /// The process the last snapshot was of.
+    pid: Option<i32>,
+}
+
+impl Screens {
+    fn new(shared: &Shared) -> io::Result<Self> {
+        let term = ratatui::Terminal::new(CrosstermBackend::new(io::stdout()))?;
+        let opcodes = shared.lock().opcodes.is_some();
+        Ok(Screens {
+            term,
+            ui: Ui::default().with_opcodes(opcodes),
+            trends: Trends::default(),
+            snap: None,
+            next_draw: Instant::now(),
+            pid: None,
+        })
+    }
+
+    /// Take a snapshot (unless paused) and draw it, the next screen due a
+    /// refresh later. `false`: sampling stopped abruptly, the view is over.
+    fn show(&mut self, shared: &Shared, now: Instant) -> io::Result<bool> {
+        let ui = &mut self.ui;
+        let (ended, fresh) = {
+            let agg = shared.lock();
+            let fresh = (!ui.paused || self.snap.is_none())
+                .then(|| snapshot(&agg, &ui.opts, now, &mut self.trends));
+            (agg.ended.map(|(_, how)| how), fresh)
+        };
+        if ended == Some(Ended::Stopped) {
+            return Ok(false);
+        }
+        ui.ended = ended.is_some();
+        if let Some(s) = fresh {
+            // Another process: messages about it may have been printed
+            // over the view; draw it all again.
+            if self.pid.is_some_and(|p| p != s.pid) {
+                self.term.clear()?;
+            }
+            self.pid = Some(s.pid);
+            ui.follow(&row_keys(&s));
+            self.snap = Some(s);
+        }
+        if let Some(s) = &self.snap {
+            self.term.draw(|f| draw(f, ui, s))?;
+        }
+        self.next_draw = now + ui.refresh;
+        Ok(true)
+    }
+
+    /// Do what key `k` asks. `true`: the user quit (and sampling is asked
+    /// to stop).
+    fn key(&mut self, k: KeyEvent, shared: &Shared, stop: &dyn Fn()) -> io::Result<bool> {
+        let threads: Vec<u64> = self
+            .snap
+            .as_ref()
+            .map(|s| s.threads.iter().map(|t| t.tid).collect())
+            .unwrap_or_default();
+        let rows = self.snap.as_ref().map(row_keys).unwrap_or_default();
+        match self.ui.key(k, &threads, &rows) {
+            Command::Quit => {
+                stop();
+                return Ok(true);
+            }
+            Command::Reset => {
+                let mut agg = shared.lock();
+                if agg.ended.is_none() {
+                    agg.reset(Instant::now());
+                }
+                drop(agg);
+                self.ui.paused = false;
+                self.next_draw = Instant::now();
+            }
+            Command::Redraw => {
+                if k.code == KeyCode::Char('l') && k.modifiers.contains(KeyModifiers::CONTROL) {
+                    self.term.clear()?;
+                }
+                self.next_draw = Instant::now();
+            }
+            Command::Nothing => {}
+        }
+        Ok(false)
     }
 }
 
