@@ -34,6 +34,14 @@ const SPIN: Duration = Duration::from_micros(5);
 /// signal, the end of `-d` or the target's exit is noticed.
 const SLICE: Duration = Duration::from_millis(20);
 
+/// How long a torn sample waits before it is read again (see
+/// [`Run::read`]): time for a target that was preempted in the middle of a
+/// change to finish it.
+const LATE_WAIT: Duration = Duration::from_micros(100);
+
+/// How many times a torn sample is read again late, at most.
+const LATE_TRIES: usize = 2;
+
 /// The lowest sampling rate accepted: one sample every 100 seconds.
 pub const MIN_RATE_HZ: f64 = 0.01;
 
@@ -175,7 +183,7 @@ pub fn run<M: ProcessMemory>(
             }
             continue;
         }
-        if let Some(reason) = run.take(now) {
+        if let Some(reason) = run.take(now, next + interval) {
             break reason;
         }
         rt.tick(now, run.stats.attempts);
@@ -246,16 +254,19 @@ impl<M: ProcessMemory> Run<'_, M> {
         true
     }
 
-    /// Take one sample, due `now`, and give it to the collector (or count
-    /// its failure). `Some`: why the loop stops.
+    /// Take one sample, due `now` (the next is due at `next`), and give it
+    /// to the collector (or count its failure). `Some`: why the loop stops.
     #[inline]
-    fn take(&mut self, now: Instant) -> Option<StopReason> {
-        let stats = &mut self.stats;
-        stats.attempts += 1;
-        let taken = match self.pause {
-            Some(p) => p().and_then(|_guard| self.unwinder.sample(&mut self.sample)),
-            None => self.unwinder.sample(&mut self.sample),
+    fn take(&mut self, now: Instant, next: Instant) -> Option<StopReason> {
+        self.stats.attempts += 1;
+        let (taken, now) = match self.pause {
+            Some(p) => (
+                p().and_then(|_guard| self.unwinder.sample(&mut self.sample)),
+                now,
+            ),
+            None => self.read(now, next),
         };
+        let stats = &mut self.stats;
         match taken {
             // Interpreter shutdown: counted, not the program's profile.
             Ok(()) if self.unwinder.in_shutdown() => stats.shutdown_samples += 1,
@@ -291,6 +302,38 @@ impl<M: ProcessMemory> Run<'_, M> {
             }
         }
         None
+    }
+}
+
+impl<M: ProcessMemory> Run<'_, M> {
+    /// Read one sample of a running target, due `now`, and say when it was
+    /// read. A torn sample whose quick retries (the unwinder's) all failed
+    /// met the target halfway through a change, and most often stopped
+    /// there: preempted by the profiler itself or by other work, it cannot
+    /// finish the change while it is read, and each retry reads the same.
+    /// (3.12.1's generator resume, for one, publishes the generator's frame
+    /// as the current one before linking it to its caller.) Such a sample
+    /// is read again after [`LATE_WAIT`], which lets the target run, at
+    /// most [`LATE_TRIES`] times, and only while that leaves the sample due
+    /// at `next` on time. With `--blocking` the target does not move: no
+    /// late tries.
+    fn read(&mut self, now: Instant, next: Instant) -> (crate::error::Result<()>, Instant) {
+        let mut taken = self.unwinder.sample(&mut self.sample);
+        let mut at = now;
+        for _ in 0..LATE_TRIES {
+            if !matches!(taken, Err(Error::Torn(_))) {
+                break;
+            }
+            let waited = Instant::now() + LATE_WAIT;
+            // Room for the wait and a read as long, before the next sample.
+            if waited + LATE_WAIT > next {
+                break;
+            }
+            std::thread::sleep(LATE_WAIT);
+            at = Instant::now();
+            taken = self.unwinder.sample(&mut self.sample);
+        }
+        (taken, at)
     }
 }
 
