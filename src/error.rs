@@ -147,6 +147,10 @@ pub enum Torn {
         "the frame at {addr:#x} ends at {end:#x}, not where the frame above it in the data stack begins ({expected:#x})"
     )]
     NotContiguous { addr: u64, end: u64, expected: u64 },
+    #[error(
+        "the newest data-stack frame ends at {end:#x}, below the stack's top, and the frame there does not link to the current frame {current:#x}"
+    )]
+    AboveNotLinked { end: u64, current: u64 },
     #[error("the frame at {addr:#x}, below the newest, has no code: a slot being reused")]
     NoCode { addr: u64 },
     #[error("the running task's frame at {addr:#x} is not called from an eval loop's entry")]

@@ -527,13 +527,19 @@ impl Walk<'_> {
 
 /// The data stack is one contiguous stack: a frame begins where its
 /// caller's ends (`co_framesize` words on), in the same chunk, and the
-/// newest ends at or below the thread's `datastack_top` (below while a
-/// frame above it is being pushed, or popped: an exception's unwinding
-/// leaves the current frame to the caller before it clears the dying
-/// frame). A frame whose slot was read at another instant than the state
-/// and the frames around it (a slot a later call took) breaks this,
-/// however whole its links look: a frame would be missing from the
-/// stack, or a stranger spliced in.
+/// newest ends at the thread's `datastack_top`, or below it while a frame
+/// above it is being pushed or popped (an exception's unwinding leaves the
+/// current frame to the caller before it clears the dying frame). Then the
+/// frame above must link to the thread's current frame: the dying frame's
+/// caller became current, and a pushed frame is linked to the frame that
+/// calls it ([`Walk::links_to_current`]). A frame whose slot was read at
+/// another instant than the state and the frames around it (a slot a
+/// later call took) breaks this, however whole its links look: a frame
+/// would be missing from the stack, or a stranger spliced in. (A stale
+/// entry frame on the C stack, read when it still linked to a slot that a
+/// later call, no larger, has taken since, leads the walk to that call: it
+/// ends below the top, and the frame above it is its own callee, which
+/// links to it, not to the thread's current frame.)
 struct Contiguous {
     /// Where the next data-stack frame down must end: (chunk, address).
     above: Option<(usize, u64)>,
@@ -555,16 +561,19 @@ impl Contiguous {
 
     /// The data-stack frame at `addr` in chunk `chunk` (0: the newest),
     /// of `words` words (0: unknown, not checked), is the next one down.
-    fn check(&mut self, chunk: usize, addr: u64, words: u32) -> Result<()> {
+    /// `Some(end)`: it is the newest and ends at `end`, below the top; the
+    /// frame at `end` must link to the thread's current frame.
+    fn check(&mut self, chunk: usize, addr: u64, words: u32) -> Result<Option<u64>> {
         if self.stopped {
-            return Ok(());
+            return Ok(None);
         }
+        let mut below_top = None;
         if let Some((c, expected)) = self.above
             && c == chunk
             && words != 0
         {
             let end = addr.wrapping_add(8 * words as u64);
-            if end != expected && !(self.at_top && end <= expected) {
+            if end != expected && !(self.at_top && end < expected) {
                 return Err(Torn::NotContiguous {
                     addr,
                     end,
@@ -572,10 +581,11 @@ impl Contiguous {
                 }
                 .into());
             }
+            below_top = (end != expected).then_some(end);
         }
         self.above = Some((chunk, addr));
         self.at_top = false;
-        Ok(())
+        Ok(below_top)
     }
 
     /// A data-stack frame with no code to size it by: the next one down is
@@ -865,6 +875,22 @@ impl Walk<'_> {
         }
         t.hit();
         true
+    }
+
+    /// The newest data-stack frame ends at `end`, below the thread's
+    /// `datastack_top`: the frame there (being pushed, or dying) must link
+    /// to the thread's `current` frame (see [`Contiguous`]). One read of
+    /// its `previous`, granted on top of the budget: a thread meets this
+    /// only inside a call or a return.
+    fn links_to_current(&self, end: u64, current: u64) -> Result<()> {
+        let at = end.wrapping_add(self.offs.frame_previous);
+        let mut buf = [0u8; 8];
+        (self.grant)(1, 8);
+        match self.mem.read(at, &mut buf) {
+            Ok(()) if u64::from_le_bytes(buf) == current => Ok(()),
+            Err(e) if e.is_fatal() => Err(e),
+            _ => Err(Torn::AboveNotLinked { end, current }.into()),
+        }
     }
 
     /// The frame of the frame at `addr`, running `executable` at
@@ -1189,14 +1215,19 @@ impl Walk<'_> {
                     self.load_frame(c.last_addr, h.executable, h.instr_ptr)?
                 }
             };
-            if let Some(i) = chunk
-                && let Err(e) = c.contiguous.check(i, c.last_addr, words)
-            {
-                // Torn, most likely; or the size believed for this code
-                // object is wrong (a corrupted load twice alike): load it
-                // afresh, so a wrong size cannot fail every sample.
-                self.code.evict(h.executable);
-                return Err(e);
+            if let Some(i) = chunk {
+                match c.contiguous.check(i, c.last_addr, words) {
+                    Ok(Some(end)) => self.links_to_current(end, c.current)?,
+                    Ok(None) => {}
+                    Err(e) => {
+                        // Torn, most likely; or the size believed for this
+                        // code object is wrong (a corrupted load twice
+                        // alike): load it afresh, so a wrong size cannot
+                        // fail every sample.
+                        self.code.evict(h.executable);
+                        return Err(e);
+                    }
+                }
             }
             // Whichever way the frame was found (the frame table or the
             // code cache), it gets its opcode and may end the walk.
@@ -1285,6 +1316,8 @@ fn decode_opcode(t: &OpTable, a: &OpcodeAt, addr: u64, bytes: &[u8]) -> Option<u
 
 /// Where a walk is, between one frame and the next.
 struct Cursor {
+    /// The thread's current frame, where the walk began.
+    current: u64,
     /// The next frame to visit (0: the chain ended).
     addr: u64,
     /// The frame visited last, and what it was.
@@ -1305,6 +1338,7 @@ struct Cursor {
 impl Cursor {
     fn new(current: u64, newest_end: Option<u64>) -> Self {
         Cursor {
+            current,
             addr: current,
             last_addr: 0,
             last_was_entry: false,
