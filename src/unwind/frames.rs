@@ -877,6 +877,28 @@ impl Walk<'_> {
         true
     }
 
+    /// The data-stack frame just stepped past (in chunk `chunk`, running
+    /// `executable`, `words` long) lies where [`Contiguous`] says it must.
+    fn check_contiguous(
+        &mut self,
+        c: &mut Cursor,
+        chunk: usize,
+        executable: u64,
+        words: u32,
+    ) -> Result<()> {
+        match c.contiguous.check(chunk, c.last_addr, words) {
+            Ok(Some(end)) => self.links_to_current(end, c.current),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                // Torn, most likely; or the size believed for this code
+                // object is wrong (a corrupted load twice alike): load it
+                // afresh, so a wrong size cannot fail every sample.
+                self.code.evict(executable);
+                Err(e)
+            }
+        }
+    }
+
     /// The newest data-stack frame ends at `end`, below the thread's
     /// `datastack_top`: the frame there (being pushed, or dying) must link
     /// to the thread's `current` frame (see [`Contiguous`]). One read of
@@ -1216,18 +1238,7 @@ impl Walk<'_> {
                 }
             };
             if let Some(i) = chunk {
-                match c.contiguous.check(i, c.last_addr, words) {
-                    Ok(Some(end)) => self.links_to_current(end, c.current)?,
-                    Ok(None) => {}
-                    Err(e) => {
-                        // Torn, most likely; or the size believed for this
-                        // code object is wrong (a corrupted load twice
-                        // alike): load it afresh, so a wrong size cannot
-                        // fail every sample.
-                        self.code.evict(h.executable);
-                        return Err(e);
-                    }
-                }
+                self.check_contiguous(c, i, h.executable, words)?;
             }
             // Whichever way the frame was found (the frame table or the
             // code cache), it gets its opcode and may end the walk.
