@@ -403,7 +403,6 @@ impl SampleArgs {
             children: self.subprocesses.then_some(ChildrenConfig {
                 max: session::MAX_CHILDREN,
                 merge: self.merge,
-                root: command_root,
             }),
             command_root,
         }

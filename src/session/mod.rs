@@ -84,7 +84,10 @@ pub struct ProfileConfig {
     pub children: Option<ChildrenConfig>,
     /// `run -- COMMAND`: the command's root process. When the main process
     /// exits, the profile goes on into the command's next Python process
-    /// ([`launch::next_python`]), while the root runs.
+    /// ([`launch::next_python`]), while the root runs; with `children`,
+    /// they are looked for below the root rather than below the main
+    /// process, so every Python process of the command (the main one, the
+    /// first, and the rest) has its own profile.
     pub command_root: Option<i32>,
 }
 
@@ -96,10 +99,6 @@ pub struct ChildrenConfig {
     /// `--merge`: every process in the main profile (see
     /// [`Profiler::profile`]), not each child in its own.
     pub merge: bool,
-    /// Look below this process rather than below the main one: `run --
-    /// COMMAND` profiles every Python process of the command, the main
-    /// one (the first) and the rest, each in its own profile.
-    pub root: Option<i32>,
 }
 
 /// The outputs a profile writes, as the command line makes them.
@@ -269,7 +268,7 @@ impl<'a> Profiler<'a> {
         let children = config.children.map(|c| Children {
             outputs,
             max: c.max,
-            root: c.root,
+            root: config.command_root,
             tracer,
         });
         Profiler { config, children }
