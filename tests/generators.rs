@@ -399,12 +399,19 @@ impl Drop for Apart {
 /// whenever tachyon samples, the target is stopped wherever tachyon's
 /// wake-up preempted it, and nothing else runs in between. Each run is
 /// shorter than the kernel's real-time budget per second (950 ms), so the
-/// two are never throttled together. Before the late reads, 3.12.1 failed
-/// 1.2-2.0% of such samples ("the chain did not end in an entry frame");
-/// it must now fail under 0.5%, and every stack must be whole.
+/// two are never throttled together; a run that got far fewer samples than
+/// due did not have CPU 0 when it asked, and is done again. The rate, 250 Hz, leaves room for
+/// the late reads after a torn sample's quick retries even in a debug
+/// build on a slow machine (here those retries took 0.4-0.6 ms of a 1 ms
+/// interval, and CI, slower, missed the bound at 1 kHz). Before the late reads, 3.12.1 failed 1.2-2.0% of such
+/// samples ("the chain did not end in an entry frame"); it must now fail
+/// under 0.5%, and every stack must be whole.
 #[test]
 fn a_target_preempted_mid_resume_is_read_again_once_it_ran() {
-    const RUNS: usize = 5;
+    const RUNS: usize = 8;
+    // A run's samples when tachyon had CPU 0 whenever it asked: 0.6 s at
+    // 250 Hz.
+    const DUE: u64 = 150;
     let mut problems = Vec::new();
     for it in interpreters() {
         let mut target = spawn(&it, NESTED, &[], &[]);
@@ -412,13 +419,28 @@ fn a_target_preempted_mid_resume_is_read_again_once_it_ran() {
         let dir = common::TempDir::new("preempted");
         let (mut samples, mut failed) = (0u64, 0u64);
         let mut misshapen = Vec::new();
-        for run in 0..RUNS {
+        let (mut counted, mut starved) = (0, Vec::new());
+        for run in 0..RUNS * 2 {
+            if counted == RUNS {
+                break;
+            }
             let out = dir.path().join(format!("run{run}.txt"));
             let stdout = {
                 let _rt = RealTime::on_cpu0(&common::procs::tids(target.pid()), 1);
                 attach_on_cpu0_at_priority_2(target.pid(), &out)
             };
             let (n, rate) = captured(&stdout);
+            // Out of real time for a while: no throttling in the next run.
+            std::thread::sleep(Duration::from_millis(400));
+            // Far fewer samples than due: CPU 0 was not ours (a host
+            // that took the virtual CPU away, real-time throttling), and
+            // a late read's wait may not have let the target run. Such a
+            // run does not test the late reads: it is done again.
+            if n * 10 < DUE * 9 {
+                starved.push(n);
+                continue;
+            }
+            counted += 1;
             samples += n;
             failed += (n as f64 * rate / 100.0).round() as u64;
             for (stack, _) in common::collapsed::read(&out) {
@@ -430,10 +452,18 @@ fn a_target_preempted_mid_resume_is_read_again_once_it_ran() {
                     misshapen.push(stack);
                 }
             }
-            // Out of real time for a while: no throttling in the next run.
-            std::thread::sleep(Duration::from_millis(400));
         }
-        eprintln!("{}: {failed} of {samples} failed", it.name);
+        eprintln!(
+            "{}: {failed} of {samples} failed; runs done again, with their samples: {starved:?}",
+            it.name
+        );
+        if counted < RUNS {
+            problems.push(format!(
+                "{}: only {counted} of {} runs had CPU 0 when they asked; the others took {starved:?} of {DUE} samples",
+                it.name,
+                RUNS * 2
+            ));
+        }
         if failed * 200 > samples {
             problems.push(format!("{}: {failed} of {samples} samples failed", it.name));
         }
@@ -444,12 +474,12 @@ fn a_target_preempted_mid_resume_is_read_again_once_it_ran() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// `tachyon attach -d 0.6 -r 1000 PID --collapsed -o OUT` on CPU 0 at
+/// `tachyon attach -d 0.6 -r 250 PID --collapsed -o OUT` on CPU 0 at
 /// real-time priority 2; its standard output.
 fn attach_on_cpu0_at_priority_2(pid: i32, out: &std::path::Path) -> String {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(common::tachyon_bin());
-    cmd.args(["attach", "-d", "0.6", "-r", "1000", "--collapsed", "-o"])
+    cmd.args(["attach", "-d", "0.6", "-r", "250", "--collapsed", "-o"])
         .arg(out)
         .arg(pid.to_string());
     // SAFETY: only async-signal-safe calls between fork and exec.

@@ -34,13 +34,13 @@ const SPIN: Duration = Duration::from_micros(5);
 /// signal, the end of `-d` or the target's exit is noticed.
 const SLICE: Duration = Duration::from_millis(20);
 
-/// How long a torn sample waits before it is read again (see
+/// How long a torn sample first waits before it is read again (see
 /// [`Run::read`]): time for a target that was preempted in the middle of a
-/// change to finish it.
+/// change to finish it. Each later wait is twice the one before.
 const LATE_WAIT: Duration = Duration::from_micros(100);
 
 /// How many times a torn sample is read again late, at most.
-const LATE_TRIES: usize = 2;
+const LATE_TRIES: usize = 4;
 
 /// The lowest sampling rate accepted: one sample every 100 seconds.
 pub const MIN_RATE_HZ: f64 = 0.01;
@@ -313,23 +313,27 @@ impl<M: ProcessMemory> Run<'_, M> {
     /// finish the change while it is read, and each retry reads the same.
     /// (3.12.1's generator resume, for one, publishes the generator's frame
     /// as the current one before linking it to its caller.) Such a sample
-    /// is read again after [`LATE_WAIT`], which lets the target run, at
-    /// most [`LATE_TRIES`] times, and only while that leaves the sample due
-    /// at `next` on time. With `--blocking` the target does not move: no
-    /// late tries.
+    /// is read again after [`LATE_WAIT`], which lets the target run, then
+    /// after waits twice as long each time, at most [`LATE_TRIES`] times:
+    /// a target let run may stop in the middle of another change, or not
+    /// get the CPU at once. A late read is made only while its wait and the
+    /// read leave the sample due at `next` on time.
+    /// With `--blocking` the target does not move: no late tries.
     fn read(&mut self, now: Instant, next: Instant) -> (crate::error::Result<()>, Instant) {
         let mut taken = self.unwinder.sample(&mut self.sample);
         let mut at = now;
+        let mut wait = LATE_WAIT;
         for _ in 0..LATE_TRIES {
             if !matches!(taken, Err(Error::Torn(_))) {
                 break;
             }
-            let waited = Instant::now() + LATE_WAIT;
-            // Room for the wait and a read as long, before the next sample.
-            if waited + LATE_WAIT > next {
+            // Room for the wait and a late read (one walk, no longer than
+            // the first wait), before the next sample.
+            if Instant::now() + wait + LATE_WAIT > next {
                 break;
             }
-            std::thread::sleep(LATE_WAIT);
+            std::thread::sleep(wait);
+            wait *= 2;
             at = Instant::now();
             taken = self.unwinder.sample(&mut self.sample);
         }
