@@ -33,7 +33,7 @@ pub enum Error {
     UnsupportedVersion { pid: i32, found: String },
 
     #[error(
-        "process {pid} runs a free-threaded build of Python {version}; tachyon does not read free-threaded interpreters yet"
+        "process {pid} runs a free-threaded build of Python {version}; tachyon reads free-threaded builds of 3.13 only, not yet those of 3.14 and later (they run per-thread copies of bytecode)"
     )]
     FreeThreaded { pid: i32, version: String },
 

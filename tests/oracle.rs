@@ -10,8 +10,9 @@
 //! from `exec`/`compile` (`<string>` and a non-ASCII file name), names in
 //! every string width (Latin-1, Cyrillic/CJK, outside the BMP), recursion
 //! 300 and 2000 deep (many data-stack chunks), lambdas and a class body.
-//! The interpreters: sid's 3.13-3.15 (release and debug), pyenv 3.13, and
-//! the 3.11/3.12 ones read through carried layouts (Debian 3.11.2 static,
+//! The interpreters: sid's 3.13-3.15 (release and debug), pyenv 3.13, the
+//! free-threaded 3.13t builds (static and shared libpython), and the
+//! 3.11/3.12 ones read through carried layouts (Debian 3.11.2 static,
 //! pyenv 3.11.7 and 3.12.1 shared).
 
 mod common;
@@ -20,7 +21,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{
-    Interp, machine_old_interpreters, machine_supported_interpreters, sid_interpreters, spawn,
+    Interp, free_threaded_interpreters, machine_old_interpreters, machine_supported_interpreters,
+    sid_interpreters, spawn,
 };
 use tachyon::model::{FrameKind, Sample, status};
 use tachyon::unwind::{UnwindOptions, Unwinder};
@@ -308,6 +310,7 @@ fn check_interpreter(interp: &Interp) {
 fn stacks_equal_the_interpreters_own_record() {
     let mut interps = sid_interpreters();
     interps.extend(machine_supported_interpreters());
+    interps.extend(free_threaded_interpreters());
     // 3.11 and 3.12, through the layouts tachyon carries.
     interps.extend(machine_old_interpreters());
     // One interpreter at a time on its own thread, so a failure in one

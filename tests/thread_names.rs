@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    Interp, RootDir, Target, machine_old_interpreters, machine_supported_interpreters,
-    sid_interpreters, sid_root, spawn, tachyon_bin,
+    Interp, RootDir, Target, free_threaded_interpreters, machine_old_interpreters,
+    machine_supported_interpreters, sid_interpreters, sid_root, spawn, tachyon_bin,
 };
 use tachyon::binfmt::reader::BinaryReader;
 
@@ -164,6 +164,7 @@ fn check_dump(it: &Interp) -> Vec<String> {
 fn dump_shows_full_names_on_313_314_315() {
     let mut interps = sid_interpreters();
     interps.extend(machine_supported_interpreters());
+    interps.extend(free_threaded_interpreters());
     let problems: Vec<String> = interps.iter().flat_map(check_dump).collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -29,6 +29,6 @@ impl From<AsyncModeArg> for AsyncMode {
 pub fn open_error(e: OpenError) -> anyhow::Error {
     match e {
         OpenError::Read(e) => e.into(),
-        OpenError::Async(why) => anyhow::Error::msg(why),
+        OpenError::Unsuitable(why) => anyhow::Error::msg(why),
     }
 }

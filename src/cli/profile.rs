@@ -319,6 +319,7 @@ impl SampleArgs {
             asyncio: self
                 .async_aware
                 .then(|| self.async_mode.unwrap_or(AsyncModeArg::Running).into()),
+            needs_gil: self.mode == ModeArg::Gil,
         }
     }
 

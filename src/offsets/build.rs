@@ -63,6 +63,8 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
     let g = |name: &str| c.get(name);
     let mut o = Offsets {
         version: raw.version,
+        free_threaded: raw.free_threaded,
+        interp_gil_enabled: gil_enabled(&c, raw.free_threaded)?,
         runtime_interpreters_head: g("runtime_state.interpreters_head")?,
         runtime_finalizing: g("runtime_state.finalizing")?,
         interp_size: g("interpreter_state.size")?,
@@ -156,6 +158,19 @@ fn threads_main(c: &Checked, q: &Quirks) -> Result<u64> {
         );
     }
     c.get("interpreter_state.threads_main")
+}
+
+/// Free-threaded builds: where the interpreter's `gil.enabled` flag is.
+/// 3.13's tables give 0 for it (GIL builds' tables do on every version);
+/// 3.13's `enabled` is the first field of the GIL state (gdb, 3.13.15t).
+fn gil_enabled(c: &Checked, free_threaded: bool) -> Result<Option<u64>> {
+    if !free_threaded {
+        return Ok(None);
+    }
+    match c.get("interpreter_state.gil_runtime_state_enabled")? {
+        0 => Ok(Some(c.get("interpreter_state.gil_runtime_state")?)),
+        at => Ok(Some(at)),
+    }
 }
 
 /// Where the GIL's locked flag and holder are.

@@ -115,6 +115,13 @@ impl FrameOwners {
 #[derive(Debug, Clone)]
 pub struct Offsets {
     pub version: PyVersion,
+    /// A free-threaded build (PEP 703): no GIL unless it was enabled again
+    /// at run time (see `interp_gil_enabled`).
+    pub free_threaded: bool,
+    /// Free-threaded builds: the interpreter's `gil.enabled` flag (an
+    /// `int`), set when the GIL was turned on at run time (`PYTHON_GIL=1`,
+    /// an extension that needs it).
+    pub interp_gil_enabled: Option<u64>,
 
     pub runtime_interpreters_head: u64,
     /// `_PyRuntime._finalizing`: the thread state finalizing the runtime
@@ -256,7 +263,10 @@ impl RawTable {
                 });
             }
         };
-        if free_threaded {
+        // 3.14t and later run per-thread copies of bytecode, which a frame's
+        // instruction pointer points into: not read yet, refused by name
+        // rather than shown with wrong lines.
+        if free_threaded && version.minor > 13 {
             return Err(Error::FreeThreaded {
                 pid,
                 version: version.to_string(),
@@ -365,6 +375,8 @@ mod tests {
             RawTable::decode(1, &table(0x030e0af0, 1)),
             Err(Error::FreeThreaded { .. })
         ));
+        let ft = RawTable::decode(1, &table(0x030d0ff0, 1)).expect("3.13t is read");
+        assert!(ft.free_threaded);
         let mut bad = table(0x030e0af0, 0);
         bad[0] = b'y';
         assert!(matches!(

@@ -15,6 +15,9 @@
 //!   entries (24-byte `{hash, key, value}` for general keys, 16-byte
 //!   `{key, value}` for unicode and split keys). Same in 3.11-3.15.
 //! - `PyModuleObject.md_dict` at 16; `tp_basicsize` at 32; `tp_flags` at 168.
+//!   Free-threaded builds have a 32-byte object header (16 in GIL builds):
+//!   what follows it moves by 16, so such offsets are counted from the
+//!   header's size (`md_dict` right after it, `tp_basicsize` 16 after).
 //! - `PyHeapTypeObject.ht_cached_keys` (the keys instances share) is 464
 //!   bytes after the end of `PyTypeObject` (five method suites and three
 //!   pointers): 872 in 3.11, 880 in 3.12-3.14, 888 in 3.15.
@@ -34,7 +37,8 @@ pub enum ManagedDict {
     Split311,
     /// 3.12: one word at -24: `values - 1` (odd) or a dict.
     Tagged312,
-    /// 3.13+: dict pointer at -24; inline values at `tp_basicsize`.
+    /// 3.13+: dict pointer at -24 (free-threaded: -8); inline values at
+    /// `tp_basicsize`.
     Inline313,
 }
 
@@ -43,6 +47,8 @@ pub enum ManagedDict {
 pub struct ObjectOffsets {
     /// `PyInterpreterState` → `sys.modules` (a dict pointer).
     pub interp_modules: u64,
+    /// `ma_used`, the dict's item count, right after the object header.
+    pub dict_used: u64,
     pub dict_keys: u64,
     pub dict_values: u64,
     /// Where the values start in a `PyDictValues` (0 before 3.13, which
@@ -58,6 +64,12 @@ pub struct ObjectOffsets {
     pub type_flags: u64,
     pub heap_cached_keys: u64,
     pub managed: ManagedDict,
+    /// How many bytes before a managed-dict object its dict pointer (3.12:
+    /// its one word) sits: 24 in GIL builds, where the garbage collector's
+    /// 16-byte head comes right before the object; 8 in free-threaded
+    /// builds, which keep that state in the object header (3.13.15t,
+    /// measured).
+    pub managed_dict_before: u64,
 }
 
 /// `Py_TPFLAGS_*` bits used here.
@@ -88,22 +100,25 @@ impl ObjectOffsets {
             )));
         }
         let type_size = c.get("type_object.size")?;
+        let header = object_header(c)?;
         let (type_basicsize, heap_cached_keys) = match minor {
             15.. => (
                 c.get("type_object.tp_basicsize")?,
                 c.get("heap_type_object.ht_cached_keys")?,
             ),
-            _ => (32, type_size + CACHED_KEYS_AFTER_TYPE),
+            // After the variable-size header's `ob_size` and `tp_name`.
+            _ => (header + 16, type_size + CACHED_KEYS_AFTER_TYPE),
         };
         Ok(ObjectOffsets {
             interp_modules: c.get("interpreter_state.imports_modules")?,
+            dict_used: header,
             dict_keys: c.get("dict_object.ma_keys")?,
             dict_values: c.get("dict_object.ma_values")?,
             values_header: if minor >= 13 { 8 } else { 0 },
             long_tag,
             long_size_is_signed_count: signed,
             long_digit,
-            module_dict: 16,
+            module_dict: header,
             type_basicsize,
             type_flags: c.get("type_object.tp_flags")?,
             heap_cached_keys,
@@ -112,6 +127,7 @@ impl ObjectOffsets {
                 12 => ManagedDict::Tagged312,
                 _ => ManagedDict::Inline313,
             },
+            managed_dict_before: if header == 16 { 24 } else { 8 },
         })
     }
 }
@@ -150,7 +166,7 @@ impl ValueOffsets {
     pub(super) fn from_checked(c: &Checked) -> Result<Self> {
         // Each after the fields it must follow: object headers first, a
         // frame's local slots last.
-        let header = c.get("pyobject.size")?;
+        let header = object_header(c)?;
         for (field, after) in [
             ("tuple_object.ob_size", header),
             ("list_object.ob_size", header),
@@ -186,17 +202,20 @@ impl ValueOffsets {
             4,
             code_size,
         )?;
+        // `fill`, `used`, `mask`, `table` after the header.
         let (set_used, set_mask, set_table) = match c.minor() {
             14.. => (
                 c.get("set_object.used")?,
                 c.get("set_object.mask")?,
                 c.get("set_object.table")?,
             ),
-            _ => (24, 32, 40),
+            _ => (header + 8, header + 16, header + 24),
         };
+        // `co_flags` after the variable-size header and three pointers.
+        let flags = header + 32;
         Ok(ValueOffsets {
             frame_localsplus: c.get("interpreter_frame.localsplus")?,
-            code_flags: c.check("code_object.flags (48)", 48, 4, code_size)?,
+            code_flags: c.check(&format!("code_object.flags ({flags})"), flags, 4, code_size)?,
             code_argcount: argcount,
             code_kwonlyargcount: kwonly,
             code_localsplusnames: c.get("code_object.localsplusnames")?,
@@ -209,13 +228,28 @@ impl ValueOffsets {
             set_mask,
             set_table,
             float_value: c.get("float_object.ob_fval")?,
-            cell_ref: 16,
+            cell_ref: header,
             frame_stackpointer: match c.minor() {
                 14.. => Some(stackpointer(c)?),
                 _ => None,
             },
         })
     }
+}
+
+/// `sizeof(PyObject)`, where every object's own fields begin: 16 in GIL
+/// builds, 32 in free-threaded ones (thread id, flags, mutex, GC bits and
+/// two reference counts before `ob_type`). The offsets these files know
+/// from the headers rather than from a table are counted from it.
+fn object_header(c: &Checked) -> Result<u64> {
+    let header = c.get("pyobject.size")?;
+    let ob_type = c.get("pyobject.ob_type")?;
+    if header != ob_type + 8 || !(16..=64).contains(&header) {
+        return Err(c.err(format!(
+            "pyobject.size = {header} does not end just after ob_type ({ob_type})"
+        )));
+    }
+    Ok(header)
 }
 
 /// `interpreter_frame.stackpointer` (3.14+): a pointer in the frame's

@@ -151,6 +151,11 @@ const SECTIONS: &[Section] = &[
             at("initial_thread", 8).until(12),
             at("gil_runtime_state_locked", 4).since(12),
             at("gil_runtime_state_holder", 8).since(12),
+            // Free-threaded builds: whether the GIL was enabled at run
+            // time. 3.13's tables give 0 for it; there `enabled` is the
+            // first field of the GIL state (gdb, 3.13.15t).
+            at("gil_runtime_state", 4).since(13),
+            at("gil_runtime_state_enabled", 4).since(13),
             at("ceval_gil", 8).only(12),
             at("code_object_generation", 8).since(14),
             at("gc", 8),

@@ -18,6 +18,9 @@ pub struct Opening {
     pub unwind: UnwindOptions,
     /// `--async-aware`: sample asyncio tasks, in this mode.
     pub asyncio: Option<AsyncMode>,
+    /// `--mode gil`: only the GIL holder counts, so a process must have a
+    /// GIL (a free-threaded build has none unless enabled at run time).
+    pub needs_gil: bool,
 }
 
 /// Open `pid`, find and validate its runtime, and build an unwinder for
@@ -31,8 +34,9 @@ pub fn attach(pid: i32, opts: UnwindOptions) -> Result<Unwinder<LinuxProcess>> {
 /// Why a process cannot be opened as asked.
 #[derive(Debug)]
 pub enum OpenError {
-    /// Its asyncio tasks cannot be sampled (its Python, or no asyncio yet).
-    Async(String),
+    /// It cannot be sampled as asked: its asyncio tasks (its Python, or
+    /// no asyncio yet), or the GIL holder of a build without a GIL.
+    Unsuitable(String),
     /// Reading the process failed, or it is no Python tachyon reads.
     Read(Error),
 }
@@ -40,7 +44,7 @@ pub enum OpenError {
 impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OpenError::Async(why) => f.write_str(why),
+            OpenError::Unsuitable(why) => f.write_str(why),
             OpenError::Read(e) => e.fmt(f),
         }
     }
@@ -49,7 +53,7 @@ impl std::fmt::Display for OpenError {
 impl std::error::Error for OpenError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            OpenError::Async(_) => None,
+            OpenError::Unsuitable(_) => None,
             OpenError::Read(e) => std::error::Error::source(e),
         }
     }
@@ -87,14 +91,14 @@ pub fn enable_async<M: ProcessMemory>(
     let rt = u.runtime().clone();
     let v = rt.offsets.version;
     if v.minor < 14 {
-        return Err(OpenError::Async(format!(
+        return Err(OpenError::Unsuitable(format!(
             "--async-aware needs Python 3.14 or newer: process {pid} runs Python {v}, whose asyncio keeps no task table (AsyncioDebug) for a profiler to read; profile it without --async-aware"
         )));
     }
     let proc = LinuxProcess::open(pid)?;
     let found = runtime::asyncio::locate(&proc, &rt)?;
     if need_now && found.is_none() {
-        return Err(OpenError::Async(format!(
+        return Err(OpenError::Unsuitable(format!(
             "process {pid} has not imported asyncio (no AsyncioDebug section is mapped): there are no tasks to show; dump it without --async-aware"
         )));
     }
@@ -129,6 +133,13 @@ impl Opening {
     /// Ready an unwinder built by hand (a process a profile goes on
     /// into, its frames added to the profile's table) as the others.
     pub fn ready(&self, u: &mut Unwinder<LinuxProcess>) -> std::result::Result<(), OpenError> {
+        if self.needs_gil && !u.has_gil()? {
+            return Err(OpenError::Unsuitable(format!(
+                "process {} runs a free-threaded build of Python {} with its GIL disabled: no thread holds a GIL, so --mode gil has nothing to count; use --mode cpu for the threads running on a CPU",
+                u.pid(),
+                u.offsets().version
+            )));
+        }
         if let Some(mode) = self.asyncio {
             enable_async(u, mode, false)?;
         }

@@ -261,6 +261,8 @@ mod tests {
     fn oo(signed: bool) -> ObjectOffsets {
         ObjectOffsets {
             interp_modules: 0,
+            dict_used: 16,
+            managed_dict_before: 24,
             dict_keys: 32,
             dict_values: 40,
             values_header: 8,

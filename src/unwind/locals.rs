@@ -570,8 +570,9 @@ impl Objects<'_> {
     }
 
     fn dict(&self, obj: u64, depth: usize) -> Result<Value> {
-        // `ma_used` follows the object header.
-        let len = self.mem.read_u64(obj.wrapping_add(16))?;
+        let len = self
+            .mem
+            .read_u64(obj.wrapping_add(self.o.objects.dict_used))?;
         if len > i64::MAX as u64 {
             return Err(Error::corrupt("negative dict size"));
         }

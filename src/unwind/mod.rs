@@ -492,6 +492,24 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.mem.inner()
     }
 
+    /// Whether the target has a GIL for a thread to hold: always in a GIL
+    /// build; in a free-threaded build only when it was enabled at run
+    /// time (the main interpreter's `gil.enabled`, read now).
+    pub fn has_gil(&self) -> Result<bool> {
+        let o = &self.runtime.offsets;
+        let Some(enabled) = o.interp_gil_enabled else {
+            return Ok(true);
+        };
+        let mem = self.mem.inner();
+        let interp = mem.read_u64(self.runtime.address + o.runtime_interpreters_head)?;
+        if interp == 0 {
+            return Err(Error::corrupt("no interpreter in the runtime's list"));
+        }
+        let mut flag = [0u8; 4];
+        mem.read(interp.wrapping_add(enabled), &mut flag)?;
+        Ok(i32::from_le_bytes(flag) != 0)
+    }
+
     /// Reads (calls, bytes) the last sample asked of the target.
     pub fn reads_used(&self) -> (u32, u64) {
         self.mem.used()

@@ -257,8 +257,9 @@ impl Heads {
         if tf.flags & TPFLAGS_MANAGED_DICT == 0 {
             return None;
         }
+        // 3.11's values pointer, 8 bytes before the dict pointer.
         let w32 = h.u64_at(0).unwrap_or(0);
-        let w24 = h.u64_at(8).unwrap_or(0);
+        let w24 = h.u64_at(Self::PRE - oo.managed_dict_before).unwrap_or(0);
         let (values, dict) = match oo.managed {
             ManagedDict::Split311 => (w32, w24),
             ManagedDict::Tagged312 if w24 & 1 == 1 => (w24.wrapping_add(1), 0),

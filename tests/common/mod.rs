@@ -135,6 +135,43 @@ pub fn machine_old_interpreters() -> Vec<Interp> {
     ])
 }
 
+impl Interp {
+    /// A free-threaded build (`python3.13t`).
+    pub fn free_threaded(&self) -> bool {
+        self.exe
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with('t'))
+    }
+}
+
+/// The free-threaded 3.13 builds (3.13t, PEP 703) that
+/// scripts/provision-ft.sh builds inside the sid root: one with a static
+/// libpython, one with a shared one. Every one must be there.
+pub fn free_threaded_interpreters() -> Vec<Interp> {
+    let root = ensure_sid_root();
+    let mut v = Vec::new();
+    for (name, prefix) in [
+        ("ft-3.13t", "/opt/python3.13t"),
+        ("ft-3.13t-shared", "/opt/python3.13t-shared"),
+    ] {
+        let exe = PathBuf::from(format!("{prefix}/bin/python3.13t"));
+        let outside = root.join(exe.strip_prefix("/").unwrap());
+        assert!(
+            outside.exists(),
+            "MISSING INTERPRETER: {name} ({}): run scripts/provision-ft.sh",
+            outside.display()
+        );
+        v.push(Interp {
+            name: name.to_string(),
+            minor: 13,
+            debug: false,
+            root: Some(root.clone()),
+            exe,
+        });
+    }
+    v
+}
+
 /// A machine interpreter older than any layout tachyon has (pyenv 3.10),
 /// which it must refuse with a message that names its version.
 pub fn machine_too_old_interpreters() -> Vec<Interp> {
@@ -249,6 +286,18 @@ fn unique_name(kind: &str) -> String {
 /// inside the interpreter's root so it runs there exactly as a containerised
 /// program would; stdout is line-buffered back to the test.
 pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str]) -> Target {
+    spawn_with_options(interp, &[], script, extra, args)
+}
+
+/// [`spawn`], with options for the interpreter itself (`-X gil=1`) before
+/// the script.
+pub fn spawn_with_options(
+    interp: &Interp,
+    options: &[&str],
+    script: &str,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> Target {
     let name = unique_name("test");
     let (dir, inside_dir) = match &interp.root {
         Some(root) => (
@@ -274,7 +323,7 @@ pub fn spawn(interp: &Interp, script: &str, extra: &[(&str, &str)], args: &[&str
         }
         None => Command::new(&interp.exe),
     };
-    cmd.arg("-u").arg(&script_inside).args(args);
+    cmd.arg("-u").args(options).arg(&script_inside).args(args);
     cmd.env("PYTHONDONTWRITEBYTECODE", "1");
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
