@@ -471,7 +471,7 @@ fn profile(
     attached: bool,
 ) -> Result<StopReason> {
     let first_pid = first.pid();
-    let mut outputs = MainOutputs::open(args, first_pid, first.offsets().version)?;
+    let mut outputs = MainOutputs::open(args, first_pid, first.offsets())?;
     if args.blocking && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
             "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
@@ -506,14 +506,15 @@ struct MainOutputs {
 }
 
 impl MainOutputs {
-    /// The outputs of the profile of `pid`, which runs Python `version`.
-    fn open(args: &SampleArgs, pid: i32, version: tachyon::offsets::PyVersion) -> Result<Self> {
+    /// The outputs of the profile of `pid`, which runs the Python these
+    /// `offsets` describe.
+    fn open(args: &SampleArgs, pid: i32, offsets: &tachyon::offsets::Offsets) -> Result<Self> {
         let file = if !args.live || args.live_with_output() {
-            Some(args.collector(pid, version)?.0)
+            Some(args.collector(pid, offsets.version)?.0)
         } else {
             None
         };
-        let live = start_live(args, pid, version)?;
+        let live = start_live(args, pid, offsets)?;
         Ok(MainOutputs { file, live })
     }
 
@@ -548,8 +549,9 @@ fn print_summary(outcome: &Outcome, first_pid: i32, attached: bool, merged: bool
 fn start_live(
     args: &SampleArgs,
     pid: i32,
-    version: tachyon::offsets::PyVersion,
+    offsets: &tachyon::offsets::Offsets,
 ) -> Result<Option<(LiveSession, LiveCollector)>> {
+    let version = offsets.version;
     if !args.live {
         return Ok(None);
     }
@@ -559,7 +561,7 @@ fn start_live(
         args.opcodes.then(|| super::opcode_table(version)).flatten(),
         args.async_aware,
     )?;
-    view.target_version(version);
+    view.target_python(offsets);
     Ok(Some((session, view)))
 }
 

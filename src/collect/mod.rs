@@ -78,10 +78,11 @@ pub trait Collector: Send {
     /// Python process, once the first has exited).
     fn target_changed(&mut self, _pid: i32) {}
 
-    /// The samples that follow come from a process running Python
-    /// `version` (told after [`Collector::target_changed`]): the live
-    /// view names its instructions with that version's opcode table.
-    fn target_version(&mut self, _version: crate::offsets::PyVersion) {}
+    /// The samples that follow come from a process running the Python
+    /// these `offsets` describe (told after [`Collector::target_changed`]):
+    /// the live view names its instructions with that version's opcode
+    /// table, and knows whether its threads can wait for a GIL.
+    fn target_python(&mut self, _offsets: &crate::offsets::Offsets) {}
 
     /// In a merged profile (`--subprocesses --merge`), the samples with
     /// `pid` come from the process that runs `command` (its command line,

@@ -32,9 +32,9 @@ impl Collector for Tee<'_> {
         }
     }
 
-    fn target_version(&mut self, version: crate::offsets::PyVersion) {
+    fn target_python(&mut self, offsets: &crate::offsets::Offsets) {
         for c in &mut self.0 {
-            c.target_version(version);
+            c.target_python(offsets);
         }
     }
 

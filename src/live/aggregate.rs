@@ -159,16 +159,25 @@ pub struct LeafOp {
 #[derive(Debug, Clone, Copy)]
 pub struct PythonInfo {
     pub opcodes: Option<&'static OpTable>,
-    /// 3.13+ report a thread waiting for the GIL; 3.11 and 3.12 cannot.
+    /// 3.13+ report a thread waiting for the GIL; 3.11 and 3.12 cannot,
+    /// nor can a free-threaded build, which has no GIL.
     pub gil_wait: bool,
 }
 
 impl PythonInfo {
-    pub fn of(major: u8, minor: u8) -> PythonInfo {
+    /// What a Python of `version` (free-threaded or not) reports.
+    pub fn new(version: crate::offsets::PyVersion, free_threaded: bool) -> PythonInfo {
+        let (major, minor) = (version.major, version.minor);
         PythonInfo {
             opcodes: crate::opcodes::table(major as u32, minor as u32),
-            gil_wait: (major, minor) >= (3, 13),
+            // A free-threaded build has no GIL to wait for (unless turned
+            // on at run time, which the view does not follow): n/a.
+            gil_wait: (major, minor) >= (3, 13) && !free_threaded,
         }
+    }
+
+    pub fn of(offsets: &crate::offsets::Offsets) -> PythonInfo {
+        PythonInfo::new(offsets.version, offsets.free_threaded)
     }
 }
 
@@ -362,6 +371,19 @@ mod tests {
             file: "a.py".into(),
             line,
         }
+    }
+
+    #[test]
+    fn only_gil_builds_of_313_and_later_report_gil_waits() {
+        use crate::offsets::PyVersion;
+        let v = |minor: u64| PyVersion::from_hex(0x0300_00f0 | (minor << 16));
+        assert!(PythonInfo::new(v(13), false).gil_wait);
+        assert!(PythonInfo::new(v(15), false).gil_wait);
+        assert!(!PythonInfo::new(v(12), false).gil_wait);
+        // Free-threaded: no GIL to wait for; its opcodes are still named.
+        let ft = PythonInfo::new(v(13), true);
+        assert!(!ft.gil_wait);
+        assert!(ft.opcodes.is_some());
     }
 
     #[test]

@@ -184,10 +184,8 @@ impl Collector for LiveCollector {
         self.pending.pid = Some(pid);
     }
 
-    fn target_version(&mut self, version: crate::offsets::PyVersion) {
-        self.pending
-            .pythons
-            .push(PythonInfo::of(version.major, version.minor));
+    fn target_python(&mut self, offsets: &crate::offsets::Offsets) {
+        self.pending.pythons.push(PythonInfo::of(offsets));
         self.table = self.table.saturating_add(1);
     }
 

@@ -801,11 +801,15 @@ mod tests {
             line: 3,
         });
         p.ops.push(Some(byte));
-        p.pythons
-            .push(crate::live::aggregate::PythonInfo::of(3, 13));
+        p.pythons.push(crate::live::aggregate::PythonInfo::new(
+            crate::offsets::PyVersion::from_hex(0x030d00f0),
+            false,
+        ));
         stack(&mut p, 1, &[0], 5, 1);
-        p.pythons
-            .push(crate::live::aggregate::PythonInfo::of(3, 15));
+        p.pythons.push(crate::live::aggregate::PythonInfo::new(
+            crate::offsets::PyVersion::from_hex(0x030f00f0),
+            false,
+        ));
         stack(&mut p, 1, &[0], 3, 2);
         p.good = 8;
         a.merge(&mut p);
@@ -850,8 +854,10 @@ mod tests {
             d.last_sample = 10;
         }
         p.good = 10;
-        p.pythons
-            .push(crate::live::aggregate::PythonInfo::of(3, 11));
+        p.pythons.push(crate::live::aggregate::PythonInfo::new(
+            crate::offsets::PyVersion::from_hex(0x030b00f0),
+            false,
+        ));
         a.merge(&mut p);
         let s = snapshot(
             &a,

@@ -421,7 +421,7 @@ impl<'a> Profiler<'a> {
             }
             shared.main.store(pid, Ordering::SeqCst);
             sink.target_changed(pid);
-            sink.target_version(rt.offsets.version);
+            sink.target_python(&rt.offsets);
             let opts = unwinder.opts;
             let table = unwinder.into_frames();
             unwinder = Unwinder::with_frames(LinuxProcess::open(pid)?, pid, rt, opts, table);
