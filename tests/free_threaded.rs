@@ -275,3 +275,56 @@ fn dump_names_the_threads() {
         }
     }
 }
+
+/// A recording of a 3.13t (`--binary`) replays in tachyon and in the
+/// reference's reader, and both give the same stacks and counts.
+#[test]
+fn a_recording_replays_in_tachyon_and_the_reference() {
+    for it in free_threaded_interpreters() {
+        let mut target = spawn(&it, BUSY8, &[], &[]);
+        target.wait_for("READY", Duration::from_secs(30));
+        let dir = common::RootDir::new(&[]);
+        let rec = dir.outside("rec.bin");
+        let pid = target.pid().to_string();
+        let (ok, _, stderr) = tachyon(&[
+            "attach",
+            "-a",
+            "-d",
+            "0.5",
+            "--binary",
+            "-o",
+            rec.to_str().unwrap(),
+            &pid,
+        ]);
+        assert!(ok, "[{}] recording failed: {stderr}", it.name);
+        drop(target);
+        let ours = dir.outside("ours.txt");
+        let (ok, _, stderr) = tachyon(&[
+            "replay",
+            "--collapsed",
+            "-o",
+            ours.to_str().unwrap(),
+            rec.to_str().unwrap(),
+        ]);
+        assert!(ok, "[{}] tachyon's replay failed: {stderr}", it.name);
+        common::reference_replays(&dir);
+        let mine = common::collapsed::by_stack(&common::collapsed::read(&ours));
+        let theirs = common::collapsed::by_stack(&common::collapsed::read(&dir.outside("ref.txt")));
+        assert!(!mine.is_empty(), "[{}] the replay holds no stack", it.name);
+        assert_eq!(
+            mine, theirs,
+            "[{}] tachyon's replay and the reference's differ",
+            it.name
+        );
+        for stack in mine.keys() {
+            let names: Vec<&str> = common::collapsed::frames(stack)
+                .filter_map(|f| common::collapsed::frame_parts(f).map(|p| p.1))
+                .collect();
+            assert!(
+                busy8_whole(&names),
+                "[{}] replayed stack not whole: {stack}",
+                it.name
+            );
+        }
+    }
+}
