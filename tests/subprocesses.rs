@@ -126,7 +126,11 @@ fn assert_not_stopped(pids: &[i32], what: &str) {
 #[test]
 fn run_profiles_every_pool_worker_fork_and_spawn() {
     let _serial = one_at_a_time();
-    for it in release(sid_interpreters()) {
+    // Free-threaded 3.13 too: the launcher, the tracer and the children's
+    // watcher find its runtime as any other's.
+    let mut interps = release(sid_interpreters());
+    interps.extend(common::free_threaded_interpreters());
+    for it in interps {
         for method in ["fork", "spawn"] {
             let dir = RootDir::new(&[("pool.py", children::POOL)]);
             let (stdout, stderr) = run_profiled(&it, &dir, "pool.py", &[method]);
