@@ -952,3 +952,43 @@ fn dump_offsets() {
         }
     }
 }
+
+/// The tables free-threaded 3.14 and 3.15 would carry, made from their
+/// headers (scripts/probe-ft-tables.sh; these interpreters cannot be built
+/// here). tachyon refuses them by name rather than show wrong lines: their
+/// frames execute per-thread copies of bytecode (`co_tlbc`, selected by
+/// the frame's `tlbc_index`, which pushes the frame's owner byte from 74
+/// to 78), which it does not follow yet.
+#[test]
+fn free_threaded_314_and_315_are_refused_by_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/offsets-ft");
+    for minor in [14u8, 15] {
+        let bytes = std::fs::read(dir.join(format!("3.{minor}t-headers.bin")))
+            .expect("fixtures/offsets-ft is missing (scripts/probe-ft-tables.sh)");
+        let names = layout::layout(minor).unwrap();
+        assert_eq!(bytes.len(), names.len() * 8, "3.{minor}t: table size");
+        let field = |name: &str| -> u64 {
+            let i = names.iter().position(|n| *n == name).unwrap();
+            u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())
+        };
+        // What the headers say, and what the refusal is about.
+        assert_eq!(field("free_threaded"), 1, "3.{minor}t");
+        assert_eq!(field("pyobject.ob_type"), 24, "3.{minor}t");
+        let tlbc_index = field("interpreter_frame.tlbc_index");
+        assert!(
+            tlbc_index != 0 && field("code_object.co_tlbc") != 0,
+            "3.{minor}t"
+        );
+        assert!(field("interpreter_frame.owner") > tlbc_index, "3.{minor}t");
+        match RawTable::decode(PID, &bytes) {
+            Err(e @ Error::FreeThreaded { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("Python 3.{minor}.")) && text.contains("per-thread"),
+                    "3.{minor}t: {text}"
+                );
+            }
+            other => panic!("3.{minor}t: {other:?}"),
+        }
+    }
+}
