@@ -210,7 +210,7 @@ fn gil_mode_needs_a_gil() {
         let mut target = common::spawn_with_options(&it, &["-X", "gil=1"], BUSY8, &[], &[]);
         target.wait_for("READY", Duration::from_secs(30));
         let pid = target.pid().to_string();
-        let (ok, _, stderr) = tachyon(&[
+        let (ok, stdout, stderr) = tachyon(&[
             "attach",
             "-a",
             "-d",
@@ -225,6 +225,11 @@ fn gil_mode_needs_a_gil() {
         assert!(
             ok,
             "[{}] --mode gil with -X gil=1 failed: {stderr}",
+            it.name
+        );
+        assert!(
+            stdout.contains("its GIL enabled at run time"),
+            "[{}] the summary does not say the GIL is on: {stdout}",
             it.name
         );
         let got = stacks(&out);
@@ -256,6 +261,22 @@ fn dump_names_the_threads() {
         let pid = target.pid().to_string();
         let (ok, stdout, stderr) = tachyon(&["dump", "-a", &pid]);
         assert!(ok, "[{}] dump failed: {stderr}", it.name);
+        // The header says there is no GIL, before any thread's state.
+        let first = stdout.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("Free-threaded Python 3.13.") && first.contains("no GIL"),
+            "[{}] first line: {first}",
+            it.name
+        );
+        let (ok, json, stderr) = tachyon(&["dump", "--json", &pid]);
+        assert!(ok, "[{}] dump --json failed: {stderr}", it.name);
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let python = doc["python"].as_str().unwrap_or_default();
+        assert!(
+            python.starts_with("3.13.") && python.ends_with('t'),
+            "[{}] python: {python}",
+            it.name
+        );
         assert!(
             !stderr.contains("thread names are the kernel's"),
             "[{}] thread names were not read: {stderr}",

@@ -273,9 +273,11 @@ fn render<M: tachyon::process::ProcessMemory>(
         .opcodes
         .then(|| opcode_table(unwinder.offsets().version))
         .flatten();
+    let o = unwinder.offsets();
     let d = Dumped {
         pid: unwinder.pid(),
-        python: unwinder.offsets().version.to_string(),
+        python: format!("{}{}", o.version, if o.free_threaded { "t" } else { "" }),
+        free_threaded_gil: o.free_threaded.then(|| unwinder.has_gil().unwrap_or(false)),
         threads: &sample.threads,
         table: unwinder.frames(),
         leaves: unwinder.task_leaves(),

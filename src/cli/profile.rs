@@ -537,6 +537,15 @@ fn print_summary(outcome: &Outcome, first_pid: i32, attached: bool, merged: bool
     let total = &outcome.stats;
     say_how_it_ended(first_pid, attached, outcome.reason, total.duration_s);
     sample::print_summary(total);
+    let o = outcome.unwinder.offsets();
+    if o.free_threaded {
+        // Read at the end: the GIL may have been turned on meanwhile.
+        let gil = outcome.unwinder.has_gil().unwrap_or(false);
+        tachyon::outln!(
+            "{}",
+            tachyon::dump::free_threaded_line(&format!("{}t", o.version), gil)
+        );
+    }
     // A profile reads names every second: a few failures, none read,
     // is a program whose threading cannot be read, not a passing moment.
     super::say_why_no_names(outcome.unwinder.names_unavailable(3));

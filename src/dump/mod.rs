@@ -151,8 +151,10 @@ pub use crate::unwind::locks::{LockKind, Waited};
 /// What one dump read: the process, its stacks, and what goes with them.
 pub struct Dumped<'a> {
     pub pid: i32,
-    /// The target's Python version.
+    /// The target's Python version (`3.13.15t` for a free-threaded build).
     pub python: String,
+    /// A free-threaded build: whether its GIL was enabled at run time.
+    pub free_threaded_gil: Option<bool>,
     /// Frames leaf first, as sampled.
     pub threads: &'a [ThreadSample],
     pub table: &'a FrameTable,
@@ -201,9 +203,24 @@ impl Dumped<'_> {
 /// aware) per leaf task. `ops` names the frames' opcodes (`--opcodes`),
 /// like the reference: `  opcode=NAME (BASE)` after the frame's line.
 pub fn format_text(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) -> String {
-    match d.leaves {
+    let text = match d.leaves {
         Some(leaves) => format_task_dump(d, leaves, src, ops),
         None => format_dump(d, src, ops),
+    };
+    match d.free_threaded_gil {
+        // The threads' GIL states mean nothing without a GIL: say so first.
+        Some(gil) => format!("{}\n{text}", free_threaded_line(&d.python, gil)),
+        None => text,
+    }
+}
+
+/// The line that opens the dump of a free-threaded build (and follows a
+/// profile's summary).
+pub fn free_threaded_line(python: &str, gil: bool) -> String {
+    if gil {
+        format!("Free-threaded Python {python}, its GIL enabled at run time")
+    } else {
+        format!("Free-threaded Python {python}: no GIL, so no thread holds or waits for one")
     }
 }
 
