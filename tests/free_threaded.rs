@@ -16,7 +16,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Interp, free_threaded_interpreters, release, sid_interpreters, spawn};
+use common::{Interp, free_threaded_interpreters, release, sid_interpreters};
 
 /// Eight threads, each busy in a function of its own (`f0` ... `f7`) three
 /// calls below `work`, and the main thread parked.
@@ -33,6 +33,15 @@ for i in range(8):
 print("READY", flush=True)
 time.sleep(1000)
 "#;
+
+/// [`BUSY8`] under `it` (with interpreter `options`), its threads
+/// started; the target and its pid as an argument.
+fn busy8(it: &Interp, options: &[&str]) -> (common::Target, String) {
+    let mut target = common::spawn_with_options(it, options, BUSY8, &[], &[]);
+    target.wait_for("READY", Duration::from_secs(30));
+    let pid = target.pid().to_string();
+    (target, pid)
+}
 
 /// tachyon with `args`; (success, stdout, stderr).
 fn tachyon(args: &[&str]) -> (bool, String, String) {
@@ -137,8 +146,7 @@ fn eight_busy_threads_are_read_whole() {
     );
     let mut problems = Vec::new();
     for it in &interps {
-        let mut target = spawn(it, BUSY8, &[], &[]);
-        target.wait_for("READY", Duration::from_secs(30));
+        let (target, _) = busy8(it, &[]);
         for (rate, extra) in [
             ("1000", &[][..]),
             ("10000", &[][..]),
@@ -174,9 +182,7 @@ fn eight_busy_threads_are_read_whole() {
 #[test]
 fn gil_mode_needs_a_gil() {
     for it in free_threaded_interpreters() {
-        let mut target = spawn(&it, BUSY8, &[], &[]);
-        target.wait_for("READY", Duration::from_secs(30));
-        let pid = target.pid().to_string();
+        let (target, pid) = busy8(&it, &[]);
         let dir = common::TempDir::new("ft-gil");
         let out = dir.path().join("gil.txt");
         let out_s = out.to_str().unwrap();
@@ -207,9 +213,7 @@ fn gil_mode_needs_a_gil() {
         );
         drop(target);
 
-        let mut target = common::spawn_with_options(&it, &["-X", "gil=1"], BUSY8, &[], &[]);
-        target.wait_for("READY", Duration::from_secs(30));
-        let pid = target.pid().to_string();
+        let (_target, pid) = busy8(&it, &["-X", "gil=1"]);
         let (ok, stdout, stderr) = tachyon(&[
             "attach",
             "-a",
@@ -256,9 +260,7 @@ fn gil_mode_needs_a_gil() {
 #[test]
 fn dump_names_the_threads() {
     for it in free_threaded_interpreters() {
-        let mut target = spawn(&it, BUSY8, &[], &[]);
-        target.wait_for("READY", Duration::from_secs(30));
-        let pid = target.pid().to_string();
+        let (_target, pid) = busy8(&it, &[]);
         let (ok, stdout, stderr) = tachyon(&["dump", "-a", &pid]);
         assert!(ok, "[{}] dump failed: {stderr}", it.name);
         // The header says there is no GIL, before any thread's state.
@@ -302,11 +304,9 @@ fn dump_names_the_threads() {
 #[test]
 fn a_recording_replays_in_tachyon_and_the_reference() {
     for it in free_threaded_interpreters() {
-        let mut target = spawn(&it, BUSY8, &[], &[]);
-        target.wait_for("READY", Duration::from_secs(30));
+        let (target, pid) = busy8(&it, &[]);
         let dir = common::RootDir::new(&[]);
         let rec = dir.outside("rec.bin");
-        let pid = target.pid().to_string();
         let (ok, _, stderr) = tachyon(&[
             "attach",
             "-a",
