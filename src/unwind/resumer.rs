@@ -61,7 +61,8 @@
 //! `co_framesize` reaches exactly the top, is one. A dead frame's header
 //! left in the unused part of a live frame's value stack can look like
 //! that too, so the newest frame is taken only when exactly one place
-//! qualifies (the live newest frame always does).
+//! qualifies (the live newest frame always does), and not at all when a
+//! place's code object cannot be read.
 //!
 //! Everything here reads untrusted memory: every read is bounded and
 //! granted from a per-sample allowance ([`MAX_GRANTED_READS`],
@@ -227,7 +228,7 @@ impl Walk<'_> {
             return Ok(if found { Probe::Resumes } else { Probe::No });
         }
         // Its depth stored: the top, above the locals.
-        if stacktop <= locals || stacktop > locals + stack {
+        if stacktop <= locals || stacktop as i64 > locals as i64 + stack as i64 {
             return Ok(Probe::No);
         }
         let top = match self.chunks.find(slot(stacktop - 1), 8) {
@@ -379,8 +380,8 @@ impl Walk<'_> {
             else {
                 break;
             };
-            let f = &bytes[at as usize..(at + o.frame_size) as usize];
-            if let Some(code) = could_be_frame(o, s.r, f, words) {
+            let f = bytes.get(at as usize..(at + o.frame_size) as usize);
+            if let Some(code) = f.and_then(|f| could_be_frame(o, s.r, f, words)) {
                 if places.len() == MAX_PLACES {
                     return Ok(None);
                 }
