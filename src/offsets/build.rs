@@ -9,7 +9,7 @@
 
 use super::objects::{ObjectOffsets, ValueOffsets};
 use super::spec::{self, Checked};
-use super::{FrameOwners, GilFlag, Offsets, RawTable};
+use super::{FrameOwners, GEN_EXC_VALUE_BEFORE_FRAME, GilFlag, Offsets, RawTable, ResumeOffsets};
 use crate::error::Result;
 
 /// What differs between versions beyond which fields their table has.
@@ -116,6 +116,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         code_linetable: g("code_object.linetable")?,
         code_firstlineno: g("code_object.firstlineno")?,
         code_adaptive: bytecode(&c, framesize.words)?,
+        resume: resume(&c)?,
         ob_type: g("pyobject.ob_type")?,
         type_tp_name: g("type_object.tp_name")?,
         bytes_ob_size: g("bytes_object.ob_size")?,
@@ -418,6 +419,43 @@ fn bytecode(c: &Checked, framesize: Option<u64>) -> Result<u64> {
         )));
     }
     Ok(adaptive)
+}
+
+/// 3.12: where a generator's state lies before its frame (within the
+/// bytes read before every frame outside the data stack), and the value
+/// stack's fields of a frame and a code object; `FRAME_EXECUTING` is 0
+/// (`pycore_frame.h`).
+fn resume(c: &Checked) -> Result<Option<ResumeOffsets>> {
+    if c.minor() != 12 {
+        return Ok(None);
+    }
+    let iframe = c.get("gen_object.gi_iframe")?;
+    let state = c.get("gen_object.gi_frame_state")?;
+    let before = iframe
+        .checked_sub(state)
+        .filter(|b| (1..=GEN_EXC_VALUE_BEFORE_FRAME).contains(b));
+    let Some(state_before_frame) = before else {
+        return Err(c.err(format!(
+            "gen_object.gi_frame_state = {state} is not within {GEN_EXC_VALUE_BEFORE_FRAME} bytes before gen_object.gi_iframe ({iframe})"
+        )));
+    };
+    let stacktop = c.get("interpreter_frame.stacktop")?;
+    let localsplus = c.get("interpreter_frame.localsplus")?;
+    if stacktop + 4 > localsplus {
+        return Err(c.err(format!(
+            "interpreter_frame.stacktop = {stacktop} does not lie before interpreter_frame.localsplus ({localsplus})"
+        )));
+    }
+    Ok(Some(ResumeOffsets {
+        gen_iframe: iframe,
+        state_before_frame,
+        executing: 0,
+        frame_stacktop: stacktop,
+        frame_localsplus: localsplus,
+        code_units: c.get("code_object.ob_size")?,
+        code_stacksize: c.get("code_object.stacksize")?,
+        code_nlocalsplus: c.get("code_object.nlocalsplus")?,
+    }))
 }
 
 /// A bytes object's data follows its size, inside the struct (which ends

@@ -191,8 +191,20 @@ const PY312: Carried = Carried {
         ("interpreter_frame.instr_ptr", 56),
         ("interpreter_frame.owner", 70),
         ("interpreter_frame.localsplus", 72),
+        // `stacktop` (an int): the value stack's depth, in `localsplus`
+        // slots, as of the frame's last call or suspension.
+        ("interpreter_frame.stacktop", 64),
+        // PyGenObject (and PyCoroObject, laid out alike): its frame, and
+        // `gi_frame_state` (an int8) five bytes before it.
+        ("gen_object.size", 80),
+        ("gen_object.gi_iframe", 72),
+        ("gen_object.gi_frame_state", 67),
         // PyCodeObject
         ("code_object.size", 200),
+        // `ob_size`: the bytecode's length in code units.
+        ("code_object.ob_size", 16),
+        ("code_object.stacksize", 64),
+        ("code_object.nlocalsplus", 72),
         ("code_object.argcount", 52),
         ("code_object.localsplusnames", 96),
         ("code_object.localspluskinds", 104),

@@ -110,6 +110,31 @@ impl FrameOwners {
     }
 }
 
+/// 3.12: what proves which frame resumed a generator whose frame is
+/// already the thread's current one but not yet linked to that frame
+/// (see `unwind::resumer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeOffsets {
+    /// `PyGenObject.gi_iframe`: a generator's frame lies this far into
+    /// the object.
+    pub gen_iframe: u64,
+    /// How far before its frame a generator's `gi_frame_state` (an int8)
+    /// lies: inside the bytes read before every frame outside the data
+    /// stack ([`GEN_EXC_VALUE_BEFORE_FRAME`]).
+    pub state_before_frame: u64,
+    /// `gi_frame_state` while the generator runs (`FRAME_EXECUTING`).
+    pub executing: i8,
+    /// `_PyInterpreterFrame.stacktop` (an int) and `localsplus`: the value
+    /// stack's top is slot `stacktop - 1` of `localsplus`.
+    pub frame_stacktop: u64,
+    pub frame_localsplus: u64,
+    /// `PyCodeObject`: `ob_size` (code units), `co_stacksize` and
+    /// `co_nlocalsplus` (ints).
+    pub code_units: u64,
+    pub code_stacksize: u64,
+    pub code_nlocalsplus: u64,
+}
+
 /// Everything the unwinder needs, normalised over versions. All offsets are
 /// relative to the start of their struct and have been validated.
 #[derive(Debug, Clone)]
@@ -211,6 +236,9 @@ pub struct Offsets {
     pub code_linetable: u64,
     pub code_firstlineno: u64,
     pub code_adaptive: u64,
+    /// 3.12: finding the resumer of a generator whose frame is current
+    /// before it is linked (see [`ResumeOffsets`]).
+    pub resume: Option<ResumeOffsets>,
 
     pub ob_type: u64,
     pub type_tp_name: u64,

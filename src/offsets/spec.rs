@@ -224,7 +224,17 @@ const SECTIONS: &[Section] = &[
             // `dump --locals`: the value stack's end (a waited-for lock).
             at("localsplus", 8),
             at("stackpointer", 8).since(14),
+            // 3.12: a resumer's value stack (`unwind::resumer`).
+            at("stacktop", 4).only(12),
         ],
+    },
+    Section {
+        // 3.12: a generator whose frame is current before it is linked
+        // to its resumer (`unwind::resumer`).
+        name: "gen_object",
+        size: Size::Between(24, MAX_SMALL),
+        minors: (12, 12),
+        fields: &[at("gi_iframe", 8), at("gi_frame_state", 1)],
     },
     Section {
         name: "code_object",
@@ -236,8 +246,10 @@ const SECTIONS: &[Section] = &[
             at("linetable", 8),
             at("firstlineno", 4),
             at("framesize", 4).only(12),
-            at("nlocalsplus", 4).only(11),
-            at("stacksize", 4).only(11),
+            // 3.11: a frame's size; 3.12: a resumer's value stack.
+            at("nlocalsplus", 4).until(12),
+            at("stacksize", 4).until(12),
+            at("ob_size", 8).only(12),
             related("co_code_adaptive"),
             // `dump --locals`.
             at("argcount", 4),

@@ -57,6 +57,11 @@ impl OpTable {
         }
     }
 
+    /// The byte of the instruction named `name`, if this version has it.
+    pub fn opcode(&self, name: &str) -> Option<u8> {
+        self.names.iter().position(|n| *n == name).map(|i| i as u8)
+    }
+
     /// The base instruction of a specialised form, `None` for a base one.
     pub fn base_of(&self, op: u8) -> Option<u8> {
         let b = self.base[op as usize];

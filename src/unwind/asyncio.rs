@@ -1258,6 +1258,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             .load(mem, first, t.current_frame, o.frame_size, &[], &grant_chunk)?;
         let grant = |calls, bytes| metered.grant(calls, bytes);
         let grant_frame = super::frame_grant(metered, &self.frame_grants, o.frame_size);
+        let grant_resume = super::resume_grant(metered, &self.resume_grants);
         st.run_frames.clear();
         st.run_outside.clear();
         st.run_places.clear();
@@ -1266,6 +1267,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             mem,
             grant: &grant,
             grant_frame: &grant_frame,
+            grant_resume: &grant_resume,
             seen: &mut self.seen,
             offs: o,
             code: &mut self.code,

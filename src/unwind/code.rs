@@ -228,6 +228,12 @@ impl CodeCache {
             .is_some_and(|c| c.trusted || c.loaded_in == self.sample)
     }
 
+    /// The address of `PyCode_Type`, once a code object's type was named
+    /// "code": an object of another type is no code object.
+    pub fn code_type(&self) -> Option<u64> {
+        self.code_type
+    }
+
     pub fn clear(&mut self) {
         self.codes.clear();
         self.invalidate_fast();

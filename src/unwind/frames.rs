@@ -17,7 +17,7 @@ use crate::opcodes::OpTable;
 use crate::process::{LocalBytes, ProcessMemory, RANGES_PER_CALL, ReadReq};
 
 /// `_PyStackChunk`: previous@0, size@8, top@16, data@24.
-const CHUNK_HEADER: u64 = 24;
+pub(super) const CHUNK_HEADER: u64 = 24;
 /// The interpreter's chunk size; most chunks are exactly this.
 pub const CHUNK_GUESS: usize = 16 * 1024;
 /// Largest chunk we believe: CPython's chunks are 16 KiB unless one frame
@@ -51,7 +51,7 @@ pub const MAX_FRAME_BYTES: u64 = 512;
 /// generator's frame they hold its handled exception
 /// ([`GEN_EXC_VALUE_BEFORE_FRAME`] before the frame), so the thread's
 /// exception status costs no read of its own.
-const PREFIX: usize = GEN_EXC_VALUE_BEFORE_FRAME as usize;
+pub(super) const PREFIX: usize = GEN_EXC_VALUE_BEFORE_FRAME as usize;
 
 /// Local copies of one thread's data-stack chunks, and of frames that live
 /// elsewhere but were seen last time (entry frames on the C stack,
@@ -385,6 +385,12 @@ impl Chunks {
         self.extra_buf.get(off..off + len as usize)
     }
 
+    /// The addresses of the prefetched frames, in the order the last
+    /// walks met them.
+    pub fn prefetched_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.extra.iter().map(|&(a, _)| a)
+    }
+
     /// The [`PREFIX`] bytes before a prefetched frame at `addr`, read in
     /// the same instant as the frame.
     pub fn before_prefetched(&self, addr: u64) -> Option<&[u8]> {
@@ -636,12 +642,12 @@ pub const READS_PER_CODE_LOAD: u32 = 16;
 pub const BYTES_PER_CODE_LOAD: u64 = 128 * 1024;
 
 /// A frame's bytes as a walk has them.
-struct FrameBytes<'b> {
-    frame: &'b [u8],
+pub(super) struct FrameBytes<'b> {
+    pub(super) frame: &'b [u8],
     /// From the thread state's copy.
     in_tstate: bool,
     /// The [`PREFIX`] bytes before a frame outside the data stack.
-    before: Option<&'b [u8]>,
+    pub(super) before: Option<&'b [u8]>,
 }
 
 impl<'b> FrameBytes<'b> {
@@ -664,6 +670,10 @@ pub struct Walk<'a> {
     /// stack is read alone; the caller caps these per sample
     /// ([`MAX_GRANTED_FRAMES`]).
     pub grant_frame: &'a dyn Fn(),
+    /// Adds reads (calls, bytes) to the budget for the proof of a 3.12
+    /// generator's resumer ([`super::resumer`]), if the sample has
+    /// [`super::resumer::MAX_GRANTED_READS`] left: false once it has not.
+    pub grant_resume: &'a dyn Fn(u32, u64) -> bool,
     pub offs: &'a Offsets,
     pub code: &'a mut CodeCache,
     pub table: &'a mut FrameTable,
@@ -762,7 +772,7 @@ impl Walk<'_> {
     /// Where the thread's newest data-stack frame ends (its
     /// `datastack_top`, read with its state), when the version tells and
     /// this walk is a thread's whole stack.
-    fn newest_end(&self) -> Option<u64> {
+    pub(super) fn newest_end(&self) -> Option<u64> {
         if self.stop_at != 0 {
             return None;
         }
@@ -789,7 +799,7 @@ impl Walk<'_> {
     /// the thread state's copy (`in_tstate` says so), a prefetched copy,
     /// or else read now into `local`. Frames outside the data stack come
     /// with the [`PREFIX`] bytes before them, when they were read.
-    fn frame_bytes<'b>(
+    pub(super) fn frame_bytes<'b>(
         &'b self,
         addr: u64,
         in_chunk: Option<&'b [u8]>,
@@ -995,9 +1005,30 @@ impl Walk<'_> {
         at: &mut Vec<OpcodeAt>,
         mut tail: Option<&mut Tail>,
     ) -> Result<bool> {
-        let mut local = [0u8; PREFIX + MAX_FRAME_BYTES as usize];
         let mut c = Cursor::new(current, self.newest_end());
         self.seen.clear();
+        let before = out.len();
+        match self.follow(&mut c, current, base_frame, out, at, tail.as_deref_mut()) {
+            Err(Error::Torn(Torn::NoEntryFrame))
+                if self.unlinked_generator(&c, out.len() - before) =>
+            {
+                self.walk_below_resumer(current, base_frame, out, at, tail)
+            }
+            r => r,
+        }
+    }
+
+    /// The walk from where `c` is to the chain's end (see [`Walk::run`]).
+    fn follow(
+        &mut self,
+        c: &mut Cursor,
+        current: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+        at: &mut Vec<OpcodeAt>,
+        mut tail: Option<&mut Tail>,
+    ) -> Result<bool> {
+        let mut local = [0u8; PREFIX + MAX_FRAME_BYTES as usize];
         while c.addr != 0 {
             if c.visited == 1
                 && !c.truncated
@@ -1008,25 +1039,70 @@ impl Walk<'_> {
             }
             c.visited += 1;
             let addr = c.addr;
-            let pos = self.place(&mut c, addr)?;
+            let pos = self.place(c, addr)?;
             let h = self.header(addr, pos, &mut local, tail.as_deref_mut())?;
             let chunk = pos.map(|(i, _)| i);
             self.check_header(addr, current, &h)?;
             if h.owner == self.offs.owners.thread && chunk.is_none() {
-                return self.thread_frame_outside(&c, addr, out, tail.as_deref_mut());
+                return self.thread_frame_outside(c, addr, out, tail.as_deref_mut());
             }
-            self.step(&mut c, addr, chunk, &h);
+            self.step(c, addr, chunk, &h);
             if c.truncated {
                 // Frames past the depth are not decoded, so not sized.
                 c.contiguous.stop();
                 continue;
             }
-            if self.emit(&mut c, chunk, &h, out, at, tail.as_deref_mut())? {
+            if self.emit(c, chunk, &h, out, at, tail.as_deref_mut())? {
                 // A part of the stack (`stop_at`), not checked to its root.
                 return Ok(false);
             }
         }
-        self.finish(&c, current, base_frame, out)
+        self.finish(c, current, base_frame, out)
+    }
+
+    /// 3.12: did the walk `c` of a thread's stack, which showed `shown`
+    /// frames, find only its current frame, a generator's frame outside
+    /// the data stack with no previous frame? Then it may have been read
+    /// while its resumer was linking it (see [`super::resumer`]).
+    fn unlinked_generator(&self, c: &Cursor, shown: usize) -> bool {
+        self.offs.resume.is_some()
+            && self.stop_at == 0
+            && c.visited == 1
+            && shown == 1
+            && !c.truncated
+            && c.last_pos.is_none()
+            && c.last_owner == Some(self.offs.owners.generator)
+    }
+
+    /// 3.12: the walk found only `current`, an unlinked generator's frame
+    /// (see [`Walk::unlinked_generator`]), and showed it. If its resumer is
+    /// proven, the stack is that frame over the resumer's whole chain,
+    /// walked with every check of a walk (and never kept for reuse);
+    /// otherwise the walk fails as it did.
+    fn walk_below_resumer(
+        &mut self,
+        current: u64,
+        base_frame: Option<u64>,
+        out: &mut Vec<FrameId>,
+        at: &mut Vec<OpcodeAt>,
+        tail: Option<&mut Tail>,
+    ) -> Result<bool> {
+        let Some(resumer) = self.resumer_of(current)? else {
+            return Err(Torn::NoEntryFrame.into());
+        };
+        if let Some(t) = tail {
+            t.spoil();
+        }
+        let mut c = Cursor::new(resumer, self.newest_end());
+        // The generator's frame above was pushed by the resumer's eval
+        // loop (`--opcodes`: the resumer's `prev_instr` may be in caches).
+        c.callee_inline = true;
+        match self.follow(&mut c, current, base_frame, out, at, None) {
+            Err(e) if !(e.is_fatal() || matches!(e, Error::ReadBudget { .. })) => {
+                Err(Torn::NoEntryFrame.into())
+            }
+            r => r,
+        }
     }
 
     /// Past the leaf: reuse the last walk from here (`leaf_previous`) if

@@ -19,6 +19,7 @@ pub mod locals;
 pub mod locks;
 pub mod names;
 pub mod objects;
+pub mod resumer;
 pub mod reuse;
 pub mod shutdown;
 pub mod threads;
@@ -121,6 +122,7 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
 pub fn max_reads(code_loads: u64) -> u64 {
     read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
         + MAX_GRANTED_FRAMES as u64
+        + resumer::MAX_GRANTED_READS as u64
         + NAME_READS as u64
         + frames::OPCODE_READS_PER_WALK as u64 * MAX_THREADS as u64
 }
@@ -132,6 +134,7 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
         + BYTES_PER_CODE_LOAD * code_loads
         + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
         + frames::MAX_FRAME_BYTES * MAX_GRANTED_FRAMES as u64
+        + resumer::MAX_GRANTED_BYTES
         + NAME_BYTES
         + frames::OPCODE_BYTES_PER_WALK * MAX_THREADS as u64
 }
@@ -167,6 +170,9 @@ pub struct Unwinder<M: ProcessMemory> {
     chunk_grants: Cell<usize>,
     /// Frames read alone this sample with a grant (see [`frame_grant`]).
     frame_grants: Cell<usize>,
+    /// Reads (calls, bytes) granted this sample for 3.12 resumer proofs
+    /// (see [`resume_grant`]).
+    resume_grants: Cell<(u32, u64)>,
     /// Thread names, resolved after a sample, rarely.
     names: ThreadNames,
     /// Per thread of the sample being taken, what its name is keyed by.
@@ -324,6 +330,25 @@ fn frame_grant<'a, M: ProcessMemory>(
     }
 }
 
+/// The grant of reads for a 3.12 resumer proof (see
+/// [`frames::Walk::grant_resume`]): up to [`resumer::MAX_GRANTED_READS`]
+/// reads and [`resumer::MAX_GRANTED_BYTES`] bytes a sample, then none.
+fn resume_grant<'a, M: ProcessMemory>(
+    mem: &'a Metered<M>,
+    granted: &'a Cell<(u32, u64)>,
+) -> impl Fn(u32, u64) -> bool + 'a {
+    move |calls, bytes| {
+        let (c, b) = granted.get();
+        let (c, b) = (c.saturating_add(calls), b.saturating_add(bytes));
+        if c > resumer::MAX_GRANTED_READS || b > resumer::MAX_GRANTED_BYTES {
+            return false;
+        }
+        granted.set((c, b));
+        mem.grant(calls, bytes);
+        true
+    }
+}
+
 fn chunk_grant<'a, M: ProcessMemory>(
     mem: &'a Metered<M>,
     granted: &'a Cell<usize>,
@@ -437,6 +462,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             scratch: ThreadScratch::default(),
             chunk_grants: Cell::new(0),
             frame_grants: Cell::new(0),
+            resume_grants: Cell::new((0, 0)),
             names: ThreadNames::new(),
             name_keys: Vec::new(),
             asyncio: None,
@@ -533,6 +559,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.mem.start(READ_BUDGET, BYTE_BUDGET);
         self.chunk_grants.set(0);
         self.frame_grants.set(0);
+        self.resume_grants.set((0, 0));
         let mut r = self.sample_checked(out);
         let mut tries = 1;
         let mut before = (0, 0);
@@ -1231,6 +1258,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mem = &self.mem;
         let grant = |calls, bytes| mem.grant(calls, bytes);
         let grant_frame = frame_grant(mem, &self.frame_grants, o.frame_size);
+        let grant_resume = resume_grant(mem, &self.resume_grants);
         let places = self.places.as_mut().map(|p| {
             p.resize_with(p.len().max(*n + 1), Vec::new);
             let v = &mut p[*n];
@@ -1241,6 +1269,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             mem,
             grant: &grant,
             grant_frame: &grant_frame,
+            grant_resume: &grant_resume,
             seen: &mut self.seen,
             offs: o,
             code: &mut self.code,
@@ -1268,6 +1297,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             slot.status |= crate::model::status::HAS_EXCEPTION;
         }
         drop(grant_frame);
+        drop(grant_resume);
         self.spec.prefetch.replace(
             tstate,
             &mut self.outside,
