@@ -332,8 +332,11 @@ fn a_torn_code_object_load_does_not_stay_cached() {
 }
 
 /// A frame size read wrong in every load (so believed: two loads agree)
-/// fails the data stack's contiguity check; it is not believed for the
-/// rest of the run: once loads are right, so are the stacks.
+/// fails the data stack's checks; it is not believed for the rest of the
+/// run: once loads are right, so are the stacks. Too long, the newest
+/// frame overlaps the stack's top or its caller; too short, it seems to
+/// end below the top, where no frame links to it (under load, pyenv 3.11
+/// once failed 65% of a run's samples so: that size was kept).
 #[test]
 fn a_frame_size_read_wrong_twice_is_unlearnt() {
     let mut interps = sid_interpreters();
@@ -349,29 +352,31 @@ fn a_frame_size_read_wrong_twice_is_unlearnt() {
             .code_framesize
             .or(o.code_framesize_sum.map(|(_, stack)| stack))
             .expect("every version sizes its frames") as usize;
-        let mem = TornCode {
-            inner: LinuxProcess::open(t.pid()).unwrap(),
-            code_size: o.code_size as usize,
-            field,
-            by: 3,
-            on: Cell::new(true),
-        };
-        let mut u = Unwinder::new(mem, t.pid(), rt, UnwindOptions::default());
-        let mut s = Sample::default();
-        for n in 1..=4 {
+        for (by, wrong) in [(3, "long"), (-3, "short")] {
+            let mem = TornCode {
+                inner: LinuxProcess::open(t.pid()).unwrap(),
+                code_size: o.code_size as usize,
+                field,
+                by,
+                on: Cell::new(true),
+            };
+            let mut u = Unwinder::new(mem, t.pid(), rt.clone(), UnwindOptions::default());
+            let mut s = Sample::default();
+            for n in 1..=4 {
+                assert!(
+                    u.sample(&mut s).is_err(),
+                    "{}: sample {n} with frames 3 words too {wrong} passed the data stack's checks",
+                    it.name
+                );
+            }
+            u.memory().on.set(false);
+            let good = (0..10).filter(|_| u.sample(&mut s).is_ok()).count();
             assert!(
-                u.sample(&mut s).is_err(),
-                "{}: sample {n} with frames 3 words too long passed the contiguity check",
+                good >= 8,
+                "{}: {good}/10 samples after frame sizes 3 words too {wrong} were right again",
                 it.name
             );
         }
-        u.memory().on.set(false);
-        let good = (0..10).filter(|_| u.sample(&mut s).is_ok()).count();
-        assert!(
-            good >= 8,
-            "{}: {good}/10 samples after the frame sizes were right again",
-            it.name
-        );
     }
 }
 

@@ -42,6 +42,8 @@ fn quick_start(path: &str) {
     let mut cmd = Command::new(tachyon_bin());
     cmd.args(["run", "app.py"])
         .env("PATH", path)
+        // Why samples failed, should the table miss a function.
+        .env("TACHYON_LOG_FAILED_SAMPLES", "1")
         .current_dir(&dir);
     let out = Running::start(cmd).finish(Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -60,7 +62,12 @@ fn quick_start(path: &str) {
     ] {
         assert!(
             stdout.contains(needle),
-            "with {found}: no {needle:?} in\n{stdout}"
+            "with {found}: no {needle:?} in\n{stdout}\nfailed samples, first lines:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     println!("with {found}{stdout}");

@@ -896,17 +896,20 @@ impl Walk<'_> {
         executable: u64,
         words: u32,
     ) -> Result<()> {
-        match c.contiguous.check(chunk, c.last_addr, words) {
+        let checked = match c.contiguous.check(chunk, c.last_addr, words) {
             Ok(Some(end)) => self.links_to_current(end, c.current),
             Ok(None) => Ok(()),
-            Err(e) => {
-                // Torn, most likely; or the size believed for this code
-                // object is wrong (a corrupted load twice alike): load it
-                // afresh, so a wrong size cannot fail every sample.
-                self.code.evict(executable);
-                Err(e)
-            }
+            Err(e) => Err(e),
+        };
+        if checked.is_err() {
+            // Torn, most likely; or the size believed for this code
+            // object is wrong (a corrupted load twice alike): too long, the
+            // frame overlaps the next; too short, it seems to end below
+            // the stack's top, where nothing links to it. Load it afresh,
+            // so a wrong size cannot fail every sample.
+            self.code.evict(executable);
         }
+        checked
     }
 
     /// The newest data-stack frame ends at `end`, below the thread's
