@@ -277,7 +277,7 @@ fn render<M: tachyon::process::ProcessMemory>(
     let d = Dumped {
         pid: unwinder.pid(),
         python: format!("{}{}", o.version, if o.free_threaded { "t" } else { "" }),
-        free_threaded_gil: o.free_threaded.then(|| unwinder.has_gil().unwrap_or(false)),
+        free_threaded_gil: o.free_threaded.then(|| unwinder.has_gil().ok()),
         threads: &sample.threads,
         table: unwinder.frames(),
         leaves: unwinder.task_leaves(),

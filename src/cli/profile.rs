@@ -540,7 +540,7 @@ fn print_summary(outcome: &Outcome, first_pid: i32, attached: bool, merged: bool
     let o = outcome.unwinder.offsets();
     if o.free_threaded {
         // Read at the end: the GIL may have been turned on meanwhile.
-        let gil = outcome.unwinder.has_gil().unwrap_or(false);
+        let gil = outcome.unwinder.has_gil().ok();
         tachyon::outln!(
             "{}",
             tachyon::dump::free_threaded_line(&format!("{}t", o.version), gil)

@@ -153,8 +153,9 @@ pub struct Dumped<'a> {
     pub pid: i32,
     /// The target's Python version (`3.13.15t` for a free-threaded build).
     pub python: String,
-    /// A free-threaded build: whether its GIL was enabled at run time.
-    pub free_threaded_gil: Option<bool>,
+    /// A free-threaded build: whether its GIL was enabled at run time
+    /// (`None` inside: the flag could not be read).
+    pub free_threaded_gil: Option<Option<bool>>,
     /// Frames leaf first, as sampled.
     pub threads: &'a [ThreadSample],
     pub table: &'a FrameTable,
@@ -216,11 +217,15 @@ pub fn format_text(d: &Dumped, src: &mut SourceReader, ops: Option<&OpTable>) ->
 
 /// The line that opens the dump of a free-threaded build (and follows a
 /// profile's summary).
-pub fn free_threaded_line(python: &str, gil: bool) -> String {
-    if gil {
-        format!("Free-threaded Python {python}, its GIL enabled at run time")
-    } else {
-        format!("Free-threaded Python {python}: no GIL, so no thread holds or waits for one")
+/// `gil`: whether its GIL was enabled at run time; `None` when that could
+/// not be read (the process gone), which is said rather than guessed.
+pub fn free_threaded_line(python: &str, gil: Option<bool>) -> String {
+    match gil {
+        Some(true) => format!("Free-threaded Python {python}, its GIL enabled at run time"),
+        Some(false) => {
+            format!("Free-threaded Python {python}: no GIL, so no thread holds or waits for one")
+        }
+        None => format!("Free-threaded Python {python} (whether its GIL is on could not be read)"),
     }
 }
 
@@ -372,6 +377,17 @@ fn format_task_dump(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_free_threaded_line_never_guesses_the_gil() {
+        let on = free_threaded_line("3.13.15t", Some(true));
+        let off = free_threaded_line("3.13.15t", Some(false));
+        let unknown = free_threaded_line("3.13.15t", None);
+        assert!(on.contains("enabled at run time") && !on.contains("no GIL"));
+        assert!(off.contains("no GIL"));
+        assert!(!unknown.contains("no GIL") && !unknown.contains("enabled"));
+        assert!(unknown.contains("could not be read"));
+    }
 
     #[test]
     fn labels_follow_the_reference() {

@@ -527,7 +527,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             return Ok(true);
         };
         let mem = self.mem.inner();
-        let interp = mem.read_u64(self.runtime.address + o.runtime_interpreters_head)?;
+        let interp = mem.read_u64(
+            self.runtime
+                .address
+                .wrapping_add(o.runtime_interpreters_head),
+        )?;
         if interp == 0 {
             return Err(Error::corrupt("no interpreter in the runtime's list"));
         }
