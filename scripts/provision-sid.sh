@@ -23,12 +23,15 @@ STAMP="$ROOT/.tachyon-root-ok"
 # Bump when PKGS or the recipe changes so cached roots are rebuilt.
 RECIPE="v1 $PKGS"
 
-EXTRA="gdb"
+# gdb for gcore (core files); the -dev headers to build test C extensions
+# against each interpreter (native frames).
+EXTRA="gdb python3.13-dev python3.14-dev python3.15-dev"
 
 log() { printf 'provision-sid: %s\n' "$*" >&2; }
 
 ensure_extra() {
-    if [ ! -x "$ROOT/usr/bin/gcore" ]; then
+    if [ ! -x "$ROOT/usr/bin/gcore" ] || [ ! -e "$ROOT/usr/include/python3.13/Python.h" ] \
+        || [ ! -e "$ROOT/usr/include/python3.15/Python.h" ]; then
         log "installing $EXTRA into $ROOT"
         chroot "$ROOT" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $EXTRA" >/dev/null
     fi

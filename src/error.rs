@@ -70,6 +70,24 @@ pub enum Error {
     #[error("process {pid} has exited")]
     ProcessExited { pid: i32 },
 
+    /// `--native-frames`: a thread's native stack ran the eval loop a
+    /// different number of times than its Python stack has entry frames,
+    /// so the two were not read at one instant (a thread entering or
+    /// leaving the loop) or the native walk was cut short. Costs the
+    /// sample; never spliced.
+    #[error(
+        "thread {tid}: its native stack runs the eval loop {eval_frames} times, its Python stack has {python_groups} entries"
+    )]
+    NativeMismatch {
+        tid: u64,
+        eval_frames: usize,
+        python_groups: usize,
+    },
+
+    /// `--native-frames`: a thread's native stack could not be walked.
+    #[error("thread {tid}: its native stack cannot be walked: {why}")]
+    NativeWalk { tid: u64, why: String },
+
     /// A read of target memory failed. Usually transient (the target moved on
     /// while we read); the sampler counts it as a failed sample.
     // The cause is part of the message (and deliberately not a `source`,

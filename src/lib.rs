@@ -20,6 +20,7 @@ pub mod dump;
 pub mod error;
 pub mod live;
 pub mod model;
+pub mod native;
 pub mod offsets;
 pub mod opcodes;
 pub mod process;

@@ -175,7 +175,9 @@ fn frame_text(t: &FrameTable, id: u32) -> String {
         Some(l) => (l.line, l.end_line, l.col, l.end_col),
     };
     let kind = match f.kind {
-        FrameKind::Python | FrameKind::Unreadable => "py",
+        // A native function is written as a frame whose file is its
+        // module and which has no line; read back, it is such a frame.
+        FrameKind::Python | FrameKind::Unreadable | FrameKind::NativeFunction => "py",
         FrameKind::Gc => "gc",
         FrameKind::Native => "native",
         FrameKind::Truncated => "truncated",

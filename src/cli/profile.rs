@@ -24,7 +24,9 @@ use tachyon::sample::{self, SampleConfig, StopReason, signals};
 use tachyon::session::follow::Follower;
 use tachyon::session::launch;
 use tachyon::session::open::Opening;
-use tachyon::session::{self, ChildReport, ChildrenConfig, Outcome, ProfileConfig, Profiler};
+use tachyon::session::{
+    self, ChildReport, ChildrenConfig, Outcome, ProfileConfig, Profiler, Stopping,
+};
 use tachyon::unwind::{UnwindOptions, Unwinder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -37,6 +39,25 @@ pub enum ModeArg {
     Gil,
     /// Only threads raising or handling an exception
     Exception,
+}
+
+/// Which native frames `--native-frames` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NativeFramesArg {
+    /// Extensions' and libraries' frames, and the interpreter's own at the
+    /// leaf
+    Useful,
+    /// Every native frame
+    All,
+}
+
+impl From<NativeFramesArg> for tachyon::native::Keep {
+    fn from(a: NativeFramesArg) -> Self {
+        match a {
+            NativeFramesArg::Useful => tachyon::native::Keep::Useful,
+            NativeFramesArg::All => tachyon::native::Keep::All,
+        }
+    }
 }
 
 impl From<ModeArg> for Mode {
@@ -78,6 +99,13 @@ pub struct SampleArgs {
     /// Show <native> where C code called back into Python
     #[arg(long)]
     native: bool,
+    /// Show the real C, C++ and Rust frames (extensions, libraries, the
+    /// interpreter's own C at the leaf) between the Python frames, like
+    /// py-spy's --native; =all keeps every native frame, the interpreter's
+    /// call machinery and the thread's start included. Stops the threads
+    /// for each sample, as --blocking does
+    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, require_equals = true, default_missing_value = "useful")]
+    native_frames: Option<NativeFramesArg>,
     /// Do not show <GC> while the garbage collector runs
     #[arg(long)]
     no_gc: bool,
@@ -229,6 +257,18 @@ impl SampleArgs {
                 "--blocking cannot be combined with --mode cpu: a thread stopped for the sample is on no CPU",
             );
         }
+        if self.native_frames.is_some() && self.mode == ModeArg::Cpu {
+            super::usage_error(
+                sub,
+                "--native-frames cannot be combined with --mode cpu: it stops the threads for each sample, and a stopped thread is on no CPU",
+            );
+        }
+        if self.native_frames.is_some() && self.async_aware {
+            super::usage_error(
+                sub,
+                "--native-frames cannot be combined with --async-aware: task stacks span tasks that run on no thread, so no native stack belongs to them",
+            );
+        }
         if self.opcodes
             && !(self.live
                 || self.binary
@@ -290,7 +330,7 @@ impl SampleArgs {
             native: self.native,
             gc: !self.no_gc,
             opcodes: self.opcodes,
-            blocking: self.blocking,
+            blocking: self.stopping().stops(),
         }
     }
 
@@ -323,11 +363,23 @@ impl SampleArgs {
         }
     }
 
+    /// Whether the threads are stopped for each sample, and what is read
+    /// while they are.
+    fn stopping(&self) -> Stopping {
+        Stopping {
+            blocking: self.blocking,
+            native_frames: self.native_frames.map(Into::into),
+        }
+    }
+
     fn unwind_options(&self) -> UnwindOptions {
+        let native_frames = self.native_frames.is_some();
         UnwindOptions {
             all_threads: self.all_threads,
-            native: self.native,
-            gc: !self.no_gc,
+            // Native frames are merged at the eval loop's entries, which
+            // the walk marks; `<GC>` is the collector's own C frames then.
+            native: self.native || native_frames,
+            gc: !self.no_gc && !native_frames,
             // The gecko timeline shows CPU state: read it (the reference's
             // mode ALL).
             cpu_status: self.mode == ModeArg::Cpu || self.out.gecko,
@@ -399,7 +451,7 @@ impl SampleArgs {
     fn profile_config(&self, command_root: Option<i32>) -> ProfileConfig {
         ProfileConfig {
             sample: self.config(),
-            blocking: self.blocking,
+            stopping: self.stopping(),
             opening: self.opening(),
             children: self.subprocesses.then_some(ChildrenConfig {
                 max: session::MAX_CHILDREN,
@@ -472,9 +524,9 @@ fn profile(
 ) -> Result<StopReason> {
     let first_pid = first.pid();
     let mut outputs = MainOutputs::open(args, first_pid, first.offsets())?;
-    if args.blocking && args.rate < Duration::from_micros(100) {
+    if args.stopping().stops() && args.rate < Duration::from_micros(100) {
         tachyon::errln!(
-            "tachyon: warning: --blocking at intervals under 100 us stops the target most of the time"
+            "tachyon: warning: --blocking and --native-frames at intervals under 100 us stop the target most of the time"
         );
     }
     let outcome = Profiler::new(config, args, tracer).profile(first, outputs.sinks())?;
@@ -721,7 +773,7 @@ pub fn attach(a: AttachArgs) -> Result<ExitCode> {
         .map_err(open_error)?;
     // A target that --blocking cannot stop fails now, in one line, rather
     // than as an empty profile.
-    if args.blocking {
+    if args.stopping().stops() {
         drop(StoppedThreads::stop(unwinder.memory())?);
     }
     profile(unwinder, args, config, None, true)?;
@@ -807,7 +859,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let (io, program_errors) = program_io(args.live)?;
     // With --subprocesses (and not --blocking, whose own ptrace would
     // clash), a tracer follows every process the program starts.
-    let follow = args.subprocesses && !args.blocking;
+    let follow = args.subprocesses && !args.stopping().stops();
     if args.live {
         tachyon::live::waiting_for_python();
     }

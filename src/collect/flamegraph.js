@@ -123,7 +123,8 @@
     ["<GC> garbage collection", function () { return [60, 170, 90]; }],
     ["<native> C calling Python", function () { return [120, 140, 215]; }],
     ["unreadable", function () { return [175, 175, 175]; }],
-    ["process", function () { return [150, 160, 200]; }]
+    ["process", function () { return [150, 160, 200]; }],
+    ["C, C++ and Rust (--native-frames)", function (v, w) { return [150 + 40 * w, 110 + 40 * v, 190 + 50 * v]; }]
   ];
   function rgb(c) { return "rgb(" + (c[0] | 0) + "," + (c[1] | 0) + "," + (c[2] | 0) + ")"; }
   var colorCache = {};

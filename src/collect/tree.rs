@@ -28,6 +28,8 @@ pub(crate) enum Kind {
     Unreadable,
     /// A process's root in a merged profile (`--subprocesses --merge`).
     Process,
+    /// A C, C++ or Rust function (`--native-frames`), its file the module.
+    NativeCode,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             Kind::Native => 4,
             Kind::Unreadable => 5,
             Kind::Process => 6,
+            Kind::NativeCode => 7,
         }
     }
 }
@@ -151,9 +154,14 @@ pub(crate) fn name(frames: &FrameTable, id: FrameId) -> Named<'_> {
         // `<task>`: no code of its own, coloured like other markers.
         FrameKind::Task => Kind::Native,
         FrameKind::Python => classify(file),
+        FrameKind::NativeFunction => Kind::NativeCode,
     };
-    // A `<task>` frame keeps its file (`<task>`), as the reference shows it.
-    let plain = matches!(f.kind, FrameKind::Python | FrameKind::Task);
+    // A `<task>` frame keeps its file (`<task>`), as the reference shows
+    // it; a native function its module.
+    let plain = matches!(
+        f.kind,
+        FrameKind::Python | FrameKind::Task | FrameKind::NativeFunction
+    );
     Named {
         func,
         file: plain.then_some(file),

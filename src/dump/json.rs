@@ -124,6 +124,7 @@ fn kind_name(k: FrameKind) -> &'static str {
         FrameKind::Truncated => "truncated",
         FrameKind::Unreadable => "unreadable",
         FrameKind::Task => "task",
+        FrameKind::NativeFunction => "native_function",
     }
 }
 

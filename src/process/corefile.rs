@@ -463,6 +463,7 @@ impl super::Target for CoreFile {
                     inode: std::fs::metadata(self.local_path(&f.path)).map_or(0, |m| m.ino()),
                     path: Some(f.path.clone()),
                     deleted: false,
+                    label: None,
                 }
             })
             .collect())

@@ -17,6 +17,9 @@ pub struct MapEntry {
     pub path: Option<String>,
     /// The file was deleted (or replaced) after it was mapped.
     pub deleted: bool,
+    /// The kernel's name of a mapping without a file (`[vdso]`,
+    /// `[stack]`, `[heap]`).
+    pub label: Option<String>,
 }
 
 impl MapEntry {
@@ -53,6 +56,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
     let raw_path = rest.trim_start();
+    let label = raw_path.starts_with('[').then(|| raw_path.to_string());
     let (path, deleted) = if raw_path.is_empty() || raw_path.starts_with('[') {
         (None, false)
     } else if let Some(p) = raw_path.strip_suffix(" (deleted)") {
@@ -68,6 +72,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         inode,
         path,
         deleted,
+        label,
     })
 }
 

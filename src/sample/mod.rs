@@ -126,6 +126,39 @@ pub fn parse_rate(s: &str) -> Result<Duration, String> {
 /// (`--blocking`): it returns a guard that resumes the target when dropped.
 pub type Pause<'a> = &'a dyn Fn() -> crate::Result<Box<dyn std::any::Any>>;
 
+/// What more is read of a stopped target after its Python stacks (native
+/// frames), before it runs again.
+pub trait WhileStopped {
+    /// `entries`: per stack of `sample`, its entry frames' addresses
+    /// ([`Unwinder::keep_entry_frames`]).
+    fn complete(
+        &mut self,
+        sample: &mut Sample,
+        frames: &mut crate::model::FrameTable,
+        entries: &[Vec<u64>],
+    ) -> crate::Result<()>;
+}
+
+impl<T: crate::process::Target + crate::native::stack::ThreadRegisters> WhileStopped
+    for crate::native::NativeStacks<T>
+{
+    fn complete(
+        &mut self,
+        sample: &mut Sample,
+        frames: &mut crate::model::FrameTable,
+        entries: &[Vec<u64>],
+    ) -> crate::Result<()> {
+        crate::native::NativeStacks::complete(self, sample, frames, entries)
+    }
+}
+
+/// How the target is stopped for each sample (`--blocking`,
+/// `--native-frames`), and what is read while it is.
+pub struct Blocking<'a> {
+    pub pause: Pause<'a>,
+    pub also: Option<&'a mut dyn WhileStopped>,
+}
+
 /// Run the loop until one of the stop conditions; returns the statistics
 /// and why it stopped. `alive` tells whether the target still exists (asked
 /// only after a failed sample).
@@ -134,7 +167,7 @@ pub fn run<M: ProcessMemory>(
     collector: &mut dyn Collector,
     cfg: &SampleConfig,
     alive: &dyn Fn() -> bool,
-    pause: Option<Pause<'_>>,
+    blocking: Option<Blocking<'_>>,
 ) -> (RunStats, StopReason) {
     let interval = cfg.interval;
     // Precise sleeps: the default 50 µs timer slack would make us either
@@ -159,7 +192,7 @@ pub fn run<M: ProcessMemory>(
         collector,
         cfg,
         alive,
-        pause,
+        blocking,
         start,
         epoch_start,
         sample,
@@ -198,12 +231,12 @@ pub fn run<M: ProcessMemory>(
 
 /// The sampling loop's state: what it samples with, into, on what
 /// schedule, and what it counted so far.
-struct Run<'a, M: ProcessMemory> {
+struct Run<'a, 'b, M: ProcessMemory> {
     unwinder: &'a mut Unwinder<M>,
     collector: &'a mut dyn Collector,
     cfg: &'a SampleConfig,
     alive: &'a dyn Fn() -> bool,
-    pause: Option<Pause<'a>>,
+    blocking: Option<Blocking<'b>>,
     start: Instant,
     /// `start` on the wall clock, in microseconds since the epoch.
     epoch_start: u64,
@@ -213,7 +246,7 @@ struct Run<'a, M: ProcessMemory> {
     log_errors: bool,
 }
 
-impl<M: ProcessMemory> Run<'_, M> {
+impl<M: ProcessMemory> Run<'_, '_, M> {
     /// A signal, or the session, asks the loop to stop.
     #[inline]
     fn stop_asked(&self) -> Option<StopReason> {
@@ -259,11 +292,21 @@ impl<M: ProcessMemory> Run<'_, M> {
     #[inline]
     fn take(&mut self, now: Instant, next: Instant) -> Option<StopReason> {
         self.stats.attempts += 1;
-        let (taken, now) = match self.pause {
-            Some(p) => (
-                p().and_then(|_guard| self.unwinder.sample(&mut self.sample)),
-                now,
-            ),
+        let (taken, now) = match self.blocking.as_mut() {
+            Some(b) => {
+                let (unwinder, sample) = (&mut *self.unwinder, &mut self.sample);
+                let taken = (b.pause)().and_then(|_guard| {
+                    unwinder.sample(sample)?;
+                    match b.also.as_deref_mut() {
+                        Some(also) => {
+                            let (table, entries) = unwinder.table_and_entries();
+                            also.complete(sample, table, entries)
+                        }
+                        None => Ok(()),
+                    }
+                });
+                (taken, now)
+            }
             None => self.read(now, next),
         };
         let stats = &mut self.stats;
@@ -305,7 +348,7 @@ impl<M: ProcessMemory> Run<'_, M> {
     }
 }
 
-impl<M: ProcessMemory> Run<'_, M> {
+impl<M: ProcessMemory> Run<'_, '_, M> {
     /// Read one sample of a running target, due `now`, and say when it was
     /// read. A torn sample whose quick retries (the unwinder's) all failed
     /// met the target halfway through a change, and most often stopped

@@ -9,14 +9,12 @@ use std::time::{Duration, Instant};
 use super::follow::{Event, Follower};
 use super::probe::{Probe, probe_image};
 use super::{
-    ChildReport, Children, EXEC_GRACE, SAFETY_SCAN_EVERY, SCAN_EVERY, Shared, add_stats,
+    ChildReport, Children, EXEC_GRACE, SAFETY_SCAN_EVERY, SCAN_EVERY, Shared, Stopping, add_stats,
     error_chain, remaining,
 };
 use crate::collect::Collector;
-use crate::error::Result;
 use crate::model::RunStats;
 use crate::process::linux::LinuxProcess;
-use crate::process::ptrace::StoppedThreads;
 use crate::process::tree::{self, ProcessTree};
 use crate::runtime::Runtime;
 use crate::sample::{self, SampleConfig, StopReason};
@@ -36,14 +34,14 @@ pub(super) fn watch<'scope>(
     children: &'scope Children<'_>,
     shared: &'scope Shared,
     config: &'scope SampleConfig,
-    blocking: bool,
+    stopping: Stopping,
 ) {
     let w = Watcher {
         scope,
         children,
         shared,
         config,
-        blocking,
+        stopping,
     };
     let mut scans = Scans {
         procs: ProcessTree::new(),
@@ -148,7 +146,7 @@ struct Watcher<'scope, 'env> {
     children: &'scope Children<'scope>,
     shared: &'scope Shared,
     config: &'scope SampleConfig,
-    blocking: bool,
+    stopping: Stopping,
 }
 
 impl<'scope, 'env> Watcher<'scope, 'env> {
@@ -313,7 +311,7 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
             return Look::Busy;
         }
         shared.probing.fetch_add(1, Ordering::SeqCst);
-        let (children, config, blocking) = (self.children, self.config, self.blocking);
+        let (children, config, stopping) = (self.children, self.config, self.stopping);
         let look = match inherited {
             Some(_) => Look::Profiling,
             None => Look::Done,
@@ -326,7 +324,7 @@ impl<'scope, 'env> Watcher<'scope, 'env> {
             {
                 tracer.release(pid);
             }
-            let report = look_at_child(pid, inherited, image, children, shared, config, blocking);
+            let report = look_at_child(pid, inherited, image, children, shared, config, stopping);
             // A held fork is let go once its profile began (or if it has
             // none): this is a no-op for the first.
             if let Some(tracer) = children.tracer {
@@ -364,7 +362,7 @@ fn look_at_child(
     children: &Children<'_>,
     shared: &Shared,
     config: &SampleConfig,
-    blocking: bool,
+    stopping: Stopping,
 ) -> Option<ChildReport> {
     let deadline = Instant::now() + EXEC_GRACE;
     let found = if let Some(rt) = inherited {
@@ -410,7 +408,7 @@ fn look_at_child(
     }
     crate::errln!("tachyon: profiling child process {pid}");
     shared.remember_runtime_of(pid, &image, &rt);
-    let report = profile_child(pid, rt, image, children, shared, config, blocking);
+    let report = profile_child(pid, rt, image, children, shared, config, stopping);
     shared.active.fetch_sub(1, Ordering::SeqCst);
     Some(report)
 }
@@ -444,14 +442,14 @@ fn profile_child(
     children: &Children<'_>,
     shared: &Shared,
     config: &SampleConfig,
-    blocking: bool,
+    stopping: Stopping,
 ) -> ChildReport {
     let child = ChildRun {
         pid,
         children,
         shared,
         config,
-        blocking,
+        stopping,
     };
     let mut report = ChildReport {
         pid,
@@ -478,7 +476,7 @@ struct ChildRun<'a, 'c> {
     children: &'a Children<'c>,
     shared: &'a Shared,
     config: &'a SampleConfig,
-    blocking: bool,
+    stopping: Stopping,
 }
 
 impl ChildRun<'_, '_> {
@@ -590,16 +588,7 @@ impl ChildRun<'_, '_> {
             }
             image.is_some() && now == *image
         };
-        let stopper = LinuxProcess::open(pid).ok()?;
-        let pause =
-            || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
-        Some(sample::run(
-            unwinder,
-            collector,
-            cfg,
-            &alive,
-            self.blocking.then_some(&pause as sample::Pause<'_>),
-        ))
+        super::run_loop(unwinder, collector, cfg, &alive, self.stopping).ok()
     }
 }
 

@@ -73,8 +73,9 @@ pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
 pub struct ProfileConfig {
     /// The schedule (rate, duration), the mode, the realtime statistics.
     pub sample: SampleConfig,
-    /// Stop the target's threads during each sample (`--blocking`).
-    pub blocking: bool,
+    /// Whether the target is stopped for each sample, and what is read
+    /// while it is.
+    pub stopping: Stopping,
     /// How every process of the profile is opened: the first by the
     /// caller, every one followed after it (the next one, the children)
     /// by the session.
@@ -89,6 +90,54 @@ pub struct ProfileConfig {
     /// process, so every Python process of the command (the main one, the
     /// first, and the rest) has its own profile.
     pub command_root: Option<i32>,
+}
+
+/// Whether the target is stopped for each sample, and what is read while
+/// it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stopping {
+    /// Stop the target's threads during each sample (`--blocking`).
+    pub blocking: bool,
+    /// `--native-frames`: read each thread's native frames while it is
+    /// stopped (so the threads are stopped, with or without `blocking`).
+    pub native_frames: Option<crate::native::Keep>,
+}
+
+impl Stopping {
+    /// The threads are stopped for each sample.
+    pub fn stops(&self) -> bool {
+        self.blocking || self.native_frames.is_some()
+    }
+}
+
+/// Run the sampling loop on `unwinder`'s process, stopping its threads
+/// for each sample as `stopping` says.
+pub(crate) fn run_loop(
+    unwinder: &mut Unwinder<LinuxProcess>,
+    collector: &mut dyn Collector,
+    cfg: &SampleConfig,
+    alive: &dyn Fn() -> bool,
+    stopping: Stopping,
+) -> Result<(RunStats, StopReason)> {
+    let pid = unwinder.pid();
+    let stopper = LinuxProcess::open(pid)?;
+    let pause =
+        || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
+    let mut native = match stopping.native_frames {
+        Some(keep) => {
+            unwinder.keep_entry_frames();
+            Some(crate::native::NativeStacks::new(
+                LinuxProcess::open(pid)?,
+                keep,
+            ))
+        }
+        None => None,
+    };
+    let blocking = stopping.stops().then(|| sample::Blocking {
+        pause: &pause,
+        also: native.as_mut().map(|n| n as &mut dyn sample::WhileStopped),
+    });
+    Ok(sample::run(unwinder, collector, cfg, alive, blocking))
 }
 
 /// `--subprocesses`: how children are profiled.
@@ -354,9 +403,9 @@ impl<'a> Profiler<'a> {
         let mut sink = Tee(sinks);
         let main = std::thread::scope(|scope| {
             if let Some(children) = &self.children {
-                let (shared, config, blocking) =
-                    (&shared, &self.config.sample, self.config.blocking);
-                scope.spawn(move || watch(scope, children, shared, config, blocking));
+                let (shared, config, stopping) =
+                    (&shared, &self.config.sample, self.config.stopping);
+                scope.spawn(move || watch(scope, children, shared, config, stopping));
             }
             let main = self.follow_main(first, &mut sink, &shared);
             shared.done.store(true, Ordering::SeqCst);
@@ -442,18 +491,9 @@ impl<'a> Profiler<'a> {
     ) -> Result<(RunStats, StopReason)> {
         let pid = unwinder.pid();
         let cfg = self.remaining(shared.started, None);
-        let stopper = LinuxProcess::open(pid)?;
         let watch = ExitWatch::new(pid);
         let alive = || watch.alive();
-        let pause =
-            || -> Result<Box<dyn std::any::Any>> { Ok(Box::new(StoppedThreads::stop(&stopper)?)) };
-        Ok(sample::run(
-            unwinder,
-            sink,
-            &cfg,
-            &alive,
-            self.config.blocking.then_some(&pause as sample::Pause<'_>),
-        ))
+        run_loop(unwinder, sink, &cfg, &alive, self.config.stopping)
     }
 
     /// This session's sampling configuration for a profile starting now:

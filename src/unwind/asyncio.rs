@@ -1285,6 +1285,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             none_addr: self.runtime.none_addr,
             handles_exception: false,
             places,
+            entries: None,
             opcodes: self.opts.opcode_table(o),
         };
         walk.run(t.current_frame, t.base_frame, &mut st.run_frames)

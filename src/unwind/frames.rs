@@ -715,6 +715,10 @@ pub struct Walk<'a> {
     /// Out, when asked for (`dump --locals`): where each Python frame of
     /// the output is in the target. Such walks are never kept (`tail`).
     pub places: Option<&'a mut Vec<FramePlace>>,
+    /// Out, when asked for (`--native-frames`): the address of each entry
+    /// frame met, leaf first (3.12+: on the C stack, inside its eval
+    /// loop's native frame). Such walks are never kept (`tail`).
+    pub entries: Option<&'a mut Vec<u64>>,
 }
 
 /// Where the Python frame at `index` of a walk's output (leaf first) is
@@ -1350,6 +1354,11 @@ impl Walk<'_> {
         }
         if native {
             out.push(self.markers.native);
+        }
+        if h.entry
+            && let Some(e) = self.entries.as_deref_mut()
+        {
+            e.push(c.last_addr);
         }
         if shown || h.entry {
             c.callee_inline = !h.entry;

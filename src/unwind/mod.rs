@@ -185,6 +185,9 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Per thread of the last sample, where its Python frames are (`dump
     /// --locals`); `None` unless asked for.
     places: Option<Vec<Vec<frames::FramePlace>>>,
+    /// Per thread of the last sample, its entry frames' addresses, when
+    /// kept ([`Unwinder::keep_entry_frames`]).
+    entries: Option<Vec<Vec<u64>>>,
 }
 
 /// All-threads mode: per-sample lists, kept so that their allocations are
@@ -468,7 +471,22 @@ impl<M: ProcessMemory> Unwinder<M> {
             asyncio: None,
             in_shutdown: false,
             places: None,
+            entries: None,
         }
+    }
+
+    /// From now on, note where each entry frame of a thread's stack is
+    /// ([`Unwinder::entry_frames`]), as native frames need to find the
+    /// eval loop on the C stack; such walks are never reused.
+    pub fn keep_entry_frames(&mut self) {
+        self.entries.get_or_insert_with(Vec::new);
+    }
+
+    /// The frame table to add frames to, and where the entry frames of
+    /// each stack of the last sample are (leaf first; empty when not
+    /// kept, see [`Unwinder::keep_entry_frames`]).
+    pub fn table_and_entries(&mut self) -> (&mut FrameTable, &[Vec<u64>]) {
+        (&mut self.table, self.entries.as_deref().unwrap_or_default())
     }
 
     /// From now on, note where each Python frame of a thread's stack is in
@@ -1269,6 +1287,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             v.clear();
             v
         });
+        let entries = self.entries.as_mut().map(|p| {
+            p.resize_with(p.len().max(*n + 1), Vec::new);
+            let v = &mut p[*n];
+            v.clear();
+            v
+        });
         let mut walk = Walk {
             mem,
             grant: &grant,
@@ -1288,11 +1312,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: t.entry_previous,
             opcodes,
-            tail: (opcodes.is_none() && places.is_none() && idx < reuse::MAX_KEPT_THREADS)
+            tail: (opcodes.is_none()
+                && places.is_none()
+                && entries.is_none()
+                && idx < reuse::MAX_KEPT_THREADS)
                 .then_some(&mut ts.tail),
             none_addr: self.runtime.none_addr,
             handles_exception: false,
             places,
+            entries,
         };
         let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         if walk.handles_exception {

@@ -1,0 +1,268 @@
+//! Native frames (`--native-frames`): each sampled thread's C, C++ and
+//! Rust frames, read from its registers and stack while it is stopped,
+//! merged with its Python frames in true call order.
+//!
+//! A stage after the Python walk, for targets stopped for the sample:
+//! 1. the thread's registers ([`stack::ThreadRegisters`]);
+//! 2. its native frames, walked by framehop over the modules' unwind
+//!    tables ([`modules`]), the stack read a page at a time
+//!    ([`stack::StackPages`]);
+//! 3. each frame named by its module's symbols ([`symbols`]);
+//! 4. the eval loop's frames replaced by the Python frames they ran
+//!    ([`merge`]).
+//!
+//! Native frames are [`FrameKind::NativeFunction`] frames: the function
+//! as their name, the module's file name as their file, no line.
+
+pub mod merge;
+pub mod modules;
+pub mod stack;
+pub mod symbols;
+
+use std::time::{Duration, Instant};
+
+use foldhash::HashMap;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{FrameAddress, Unwinder as _};
+
+use crate::error::{Error, Result};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample};
+use crate::process::Target;
+pub use merge::Keep;
+use merge::Role;
+use modules::{Bytes, EVAL_LOOP, Modules};
+use stack::{StackPages, ThreadRegisters};
+
+/// Native frames walked per thread at most.
+pub const MAX_NATIVE_FRAMES: usize = 512;
+/// The memory map is read again at most this often, when a walk meets an
+/// address in no mapping we know of (a library loaded since).
+const RESCAN_EVERY: Duration = Duration::from_millis(10);
+/// Addresses named so far, kept at most (then forgotten all at once).
+const MAX_NAMED: usize = 1 << 16;
+
+/// The name given to a frame no symbol covers.
+pub const UNKNOWN: &str = "<unknown native>";
+
+/// Reads and merges native frames for one process.
+pub struct NativeStacks<T> {
+    target: T,
+    keep: Keep,
+    modules: Modules,
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: CacheX86_64,
+    last_scan: Option<Instant>,
+    /// Frame and role by lookup address.
+    named: HashMap<u64, (FrameId, Role)>,
+    addrs: Vec<u64>,
+    sps: Vec<u64>,
+    walked: Vec<(FrameId, Role)>,
+    merged: Vec<FrameId>,
+}
+
+impl<T: Target + ThreadRegisters> NativeStacks<T> {
+    /// Native frames of `target`, keeping what `keep` says. Its modules
+    /// are loaded now.
+    pub fn new(target: T, keep: Keep) -> Self {
+        let mut n = NativeStacks {
+            target,
+            keep,
+            modules: Modules::default(),
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            last_scan: None,
+            named: HashMap::default(),
+            addrs: Vec::new(),
+            sps: Vec::new(),
+            walked: Vec::new(),
+            merged: Vec::new(),
+        };
+        n.rescan();
+        n
+    }
+
+    /// The modules loaded so far.
+    pub fn modules(&self) -> &Modules {
+        &self.modules
+    }
+
+    /// Give every thread of `sample` (read while the target is stopped)
+    /// its native frames, merged with its Python frames. A thread whose
+    /// two stacks do not match fails the sample.
+    ///
+    /// `entries`: per thread, the addresses of its entry frames, which
+    /// 3.12 and later keep on the C stack inside their eval loop's native
+    /// frame: that frame is the eval loop's whatever its symbol (stripped
+    /// builds name only part of the loop). 3.11's entries are Python
+    /// frames; there the loop is known by its symbol.
+    pub fn complete(
+        &mut self,
+        sample: &mut Sample,
+        table: &mut FrameTable,
+        entries: &[Vec<u64>],
+    ) -> Result<()> {
+        let boundary = table.synthetic(FrameKind::Native, "<native>");
+        for (i, t) in sample.threads.iter_mut().enumerate() {
+            self.walk(t.tid)?;
+            self.name(table);
+            self.mark_eval_frames(entries.get(i).map_or(&[], Vec::as_slice));
+            merge::merge(
+                &self.walked,
+                &t.frames,
+                boundary,
+                self.keep,
+                &mut self.merged,
+            )
+            .map_err(|m| Error::NativeMismatch {
+                tid: t.tid,
+                eval_frames: m.eval_frames,
+                python_groups: m.python_groups,
+            })?;
+            std::mem::swap(&mut t.frames, &mut self.merged);
+        }
+        Ok(())
+    }
+
+    /// The native frames of thread `tid`, leaf first, as addresses to look
+    /// up. A walk that meets an address in no known mapping reads the map
+    /// again (a library loaded since) and walks again, once.
+    fn walk(&mut self, tid: u64) -> Result<()> {
+        let regs = self.target.registers(tid)?;
+        for attempt in 0..2 {
+            let complete = self.walk_once(regs)?;
+            let unmapped = self.addrs.iter().any(|&a| !self.modules.known(a));
+            if attempt == 0 && unmapped && self.rescan() {
+                continue;
+            }
+            if !complete && self.keep == Keep::All {
+                return Err(Error::NativeWalk {
+                    tid,
+                    why: "the walk stopped before the stack's end".into(),
+                });
+            }
+            break;
+        }
+        Ok(())
+    }
+
+    /// One walk from `regs` into `self.addrs` and `self.sps` (each
+    /// frame's stack pointer); true when it reached the stack's end (not
+    /// an unreadable frame or the frame limit).
+    fn walk_once(&mut self, regs: stack::Regs) -> Result<bool> {
+        self.addrs.clear();
+        self.sps.clear();
+        let mut pages = StackPages::new(&self.target);
+        let mut read = |a: u64| pages.word(a).ok_or(());
+        let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut at = FrameAddress::from_instruction_pointer(regs.ip);
+        loop {
+            if self.addrs.len() >= MAX_NATIVE_FRAMES {
+                return Ok(false);
+            }
+            self.addrs.push(at.address_for_lookup());
+            self.sps.push(uregs.sp());
+            match self
+                .unwinder
+                .unwind_frame(at, &mut uregs, &mut self.cache, &mut read)
+            {
+                Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                    Some(next) => at = next,
+                    None => return Ok(false),
+                },
+                Ok(None) => return Ok(true),
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+
+    /// Mark as the eval loop's every native frame whose stack holds one
+    /// of `entries` (a frame's stack runs from its own stack pointer to
+    /// its caller's).
+    fn mark_eval_frames(&mut self, entries: &[u64]) {
+        // The outermost frame's stack has no known end: never the loop's.
+        for (i, w) in self.walked.iter_mut().enumerate() {
+            let (Some(&lo), Some(&hi)) = (self.sps.get(i), self.sps.get(i + 1)) else {
+                break;
+            };
+            if entries.iter().any(|e| (lo..hi).contains(e)) {
+                w.1 = Role::EvalLoop;
+            }
+        }
+    }
+
+    /// Name the walked addresses: `self.walked` from `self.addrs`.
+    fn name(&mut self, table: &mut FrameTable) {
+        if self.named.len() > MAX_NAMED {
+            self.named.clear();
+        }
+        self.walked.clear();
+        for &a in &self.addrs {
+            let named = match self.named.get(&a) {
+                Some(&n) => n,
+                None => {
+                    let n = name_of(&self.modules, a, table);
+                    // An address in no module may be in one loaded later.
+                    if self.modules.find(a).is_some() {
+                        self.named.insert(a, n);
+                    }
+                    n
+                }
+            };
+            self.walked.push(named);
+        }
+    }
+
+    /// Read the memory map again, if not done in the last
+    /// [`RESCAN_EVERY`]; true when it was.
+    fn rescan(&mut self) -> bool {
+        if self.last_scan.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+            return false;
+        }
+        self.last_scan = Some(Instant::now());
+        let (added, removed) = self.modules.rescan(&self.target);
+        if !removed.is_empty() || !added.is_empty() {
+            self.named.clear();
+        }
+        for start in removed {
+            self.unwinder.remove_module(start);
+        }
+        for m in added {
+            self.unwinder.add_module(m);
+        }
+        true
+    }
+}
+
+/// The frame and role of the native frame at lookup address `addr`.
+fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Role) {
+    let Some(m) = modules.find(addr) else {
+        return (native_frame(table, "<anonymous>", UNKNOWN), Role::Other);
+    };
+    let svma = addr.wrapping_sub(m.bias);
+    let func = m.symbols.lookup(svma);
+    let role = if m.eval.as_ref().is_some_and(|r| r.contains(&svma))
+        || func.is_some_and(|f| f.starts_with(EVAL_LOOP))
+    {
+        Role::EvalLoop
+    } else if !m.interpreter {
+        Role::Other
+    } else if func.is_some_and(|f| f.to_ascii_lowercase().contains("call")) {
+        Role::Plumbing
+    } else {
+        Role::Interpreter
+    };
+    (native_frame(table, &m.name, func.unwrap_or(UNKNOWN)), role)
+}
+
+/// A native function's frame: its module as the file, no location.
+fn native_frame(table: &mut FrameTable, module: &str, func: &str) -> FrameId {
+    let file = table.intern_str(module);
+    let func = table.intern_str(func);
+    table.intern(Frame {
+        kind: FrameKind::NativeFunction,
+        file,
+        func,
+        location: None,
+        opcode: None,
+    })
+}

@@ -1,0 +1,285 @@
+//! `--native-frames`: real C frames between the Python frames, in true
+//! call order, on every interpreter the machine has.
+//!
+//! A C extension is built in the test with gcc against each interpreter's
+//! own headers: `spin_c(n)` loops in C, `call_back(fn)` calls a Python
+//! function. The program's stack while it spins is `<module>` → `outer`
+//! → `call_back` (C) → `inner` → `spin_c` (C): every stack tachyon
+//! reports must be a whole, unspliced piece of that chain.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{
+    Interp, RootDir, machine_old_interpreters, machine_supported_interpreters, sid_interpreters,
+    spawn, tachyon_ok,
+};
+
+const EXTENSION: &str = r#"#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static volatile unsigned long sink;
+static PyObject *spin_c(PyObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    for (long i = 0; i < n; i++) sink += i * 7;
+    Py_RETURN_NONE;
+}
+static PyObject *call_back(PyObject *self, PyObject *fn) {
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL) return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {
+    {"spin_c", spin_c, METH_O, "spin in C"},
+    {"call_back", call_back, METH_O, "call fn from C"},
+    {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "spinext", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_spinext(void) { return PyModule_Create(&mod); }
+"#;
+
+/// The main thread spins through the chain; a second thread sleeps.
+const PROGRAM: &str = r#"import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import spinext
+def inner():
+    spinext.spin_c(200000)
+def outer():
+    spinext.call_back(inner)
+def sleeper():
+    while True:
+        time.sleep(10)
+threading.Thread(target=sleeper, daemon=True).start()
+print("ready", flush=True)
+while True:
+    outer()
+"#;
+
+/// Run `interp` with `args` (under chroot when it lives in a root): its
+/// standard output.
+fn run_python(interp: &Interp, args: &[&str]) -> String {
+    let mut cmd = match &interp.root {
+        Some(root) => {
+            let mut c = Command::new("chroot");
+            c.arg(root).arg(&interp.exe);
+            c
+        }
+        None => Command::new(&interp.exe),
+    };
+    let out = cmd.args(args).output().expect("cannot run the interpreter");
+    assert!(out.status.success(), "{}: {:?}", interp.name, out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Build the extension for `interp` into `dir`; the directory to put on
+/// its `sys.path`, as the interpreter sees it.
+fn build_extension(interp: &Interp, dir: &RootDir) -> String {
+    let info = run_python(
+        interp,
+        &[
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))",
+        ],
+    );
+    let mut lines = info.lines();
+    let (include, suffix) = (lines.next().unwrap(), lines.next().unwrap());
+    let outside = |p: &str| match &interp.root {
+        Some(root) => root.join(p.trim_start_matches('/')),
+        None => PathBuf::from(p),
+    };
+    let include = outside(include);
+    assert!(
+        include.join("Python.h").exists(),
+        "{}: no Python.h in {} (the sid root's python3.X-dev: scripts/provision-sid.sh)",
+        interp.name,
+        include.display()
+    );
+    std::fs::write(dir.outside("spinext.c"), EXTENSION).unwrap();
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-shared", "-fPIC", "-O2", "-I"]).arg(&include);
+    if let Some(root) = &interp.root {
+        // pyconfig.h includes its platform's copy by a path below the
+        // root's /usr/include; the machine's own C headers come first.
+        gcc.arg("-idirafter").arg(root.join("usr/include"));
+    }
+    let so = dir.outside(&format!("spinext{suffix}"));
+    let out = gcc
+        .arg(dir.outside("spinext.c"))
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .expect("cannot run gcc");
+    assert!(
+        out.status.success(),
+        "{}: gcc failed: {}",
+        interp.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match &interp.root {
+        Some(_) => dir.inside.to_string_lossy().into_owned(),
+        None => dir.outside.to_string_lossy().into_owned(),
+    }
+}
+
+/// Each line of a collapsed profile as its frames (`file:func:line`, root
+/// first) and its count.
+fn stacks(collapsed: &str) -> Vec<(Vec<String>, u64)> {
+    collapsed
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let frames = stack.split(';').skip(1).map(str::to_string).collect();
+            Some((frames, n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The function of a collapsed frame `file:func:line`.
+fn func(frame: &str) -> &str {
+    let mut parts = frame.rsplitn(3, ':');
+    let _line = parts.next();
+    parts.next().unwrap_or(frame)
+}
+
+/// The positions of the chain's frames in `frames`, in order, checked to
+/// be a whole piece of `<module>` → `outer` → `call_back` → `inner` →
+/// `spin_c`, nothing spliced between them but hidden frames.
+fn check_chain(who: &str, frames: &[String]) -> usize {
+    let chain = ["<module>", "outer", "call_back", "inner", "spin_c"];
+    let found: Vec<&str> = frames
+        .iter()
+        .map(|f| func(f))
+        .filter(|f| chain.contains(f))
+        .collect();
+    assert!(
+        chain.starts_with(&found),
+        "{who}: the stack is not a piece of the program's chain: {frames:?}"
+    );
+    for f in frames {
+        if func(f) == "call_back" || func(f) == "spin_c" {
+            assert!(
+                f.starts_with("spinext"),
+                "{who}: {f} is not named with its module: {frames:?}"
+            );
+        }
+    }
+    found.len()
+}
+
+fn interpreters() -> Vec<Interp> {
+    let mut v = machine_old_interpreters();
+    v.extend(machine_supported_interpreters());
+    v.extend(sid_interpreters());
+    v
+}
+
+#[test]
+fn c_frames_sit_between_the_python_frames_that_call_them() {
+    let mut failures = Vec::new();
+    for interp in interpreters() {
+        let dir = RootDir::new(&[]);
+        let path = build_extension(&interp, &dir);
+        let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
+        target.wait_for("ready", Duration::from_secs(60));
+        let out = dir.outside("native.txt");
+        let pid = target.pid().to_string();
+        let stdout = tachyon_ok(
+            &[
+                "attach",
+                "--native-frames",
+                "-a",
+                "-d",
+                "2",
+                "-r",
+                "200",
+                "--collapsed",
+                "-o",
+                out.to_str().unwrap(),
+                &pid,
+            ],
+            &dir.outside,
+        );
+        let collapsed = std::fs::read_to_string(&out).unwrap();
+        let who = &interp.name;
+        let all = stacks(&collapsed);
+        let whole: u64 = all
+            .iter()
+            .filter(|(f, _)| check_chain(who, f) == 5)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            whole > 0,
+            "{who}: no stack shows the whole chain:\n{collapsed}\n{stdout}"
+        );
+        // The sleeping thread: the sleep's own C frames above it.
+        // (A stripped libc may add unnamed frames of its own above it.)
+        let sleeps = all.iter().any(|(f, _)| {
+            f.iter()
+                .position(|x| func(x) == "sleeper")
+                .is_some_and(|at| {
+                    f[at + 1..].iter().any(|l| {
+                        let n = func(l);
+                        l.starts_with("libc") && n.contains("nanosleep")
+                            || n.contains("select")
+                            || n.contains("poll")
+                    })
+                })
+        });
+        if !sleeps {
+            failures.push(format!(
+                "{who}: no sleeping stack ends in the sleep's C call:\n{collapsed}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn all_keeps_the_interpreters_own_frames_and_the_threads_start() {
+    let interp = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 14 && !i.debug)
+        .unwrap();
+    let dir = RootDir::new(&[]);
+    let path = build_extension(&interp, &dir);
+    let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
+    target.wait_for("ready", Duration::from_secs(60));
+    let out = dir.outside("all.txt");
+    let pid = target.pid().to_string();
+    tachyon_ok(
+        &[
+            "attach",
+            "--native-frames=all",
+            "-d",
+            "1",
+            "-r",
+            "200",
+            "--collapsed",
+            "-o",
+            out.to_str().unwrap(),
+            &pid,
+        ],
+        &dir.outside,
+    );
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    let all = stacks(&collapsed);
+    let full = all
+        .iter()
+        .find(|(f, _)| check_chain("all", f) == 5)
+        .unwrap_or_else(|| panic!("no whole chain:\n{collapsed}"));
+    let names: Vec<&str> = full.0.iter().map(|f| func(f)).collect();
+    // The process's start, below the outermost Python frame.
+    assert!(
+        names.contains(&"Py_BytesMain") && names.contains(&"__libc_start_main"),
+        "{names:?}"
+    );
+    // The interpreter's call machinery between call_back and inner.
+    let cb = names.iter().position(|&n| n == "call_back").unwrap();
+    let inner = names.iter().position(|&n| n == "inner").unwrap();
+    assert!(
+        names[cb + 1..inner].contains(&"PyObject_CallNoArgs"),
+        "{names:?}"
+    );
+}
