@@ -283,3 +283,93 @@ fn all_keeps_the_interpreters_own_frames_and_the_threads_start() {
         "{names:?}"
     );
 }
+
+/// Two threads deadlocked on two locks, and the main thread spinning.
+const DEADLOCK: &str = r#"import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import spinext
+a = threading.Lock()
+b = threading.Lock()
+def t1():
+    with a:
+        time.sleep(0.2)
+        with b:
+            pass
+def t2():
+    with b:
+        time.sleep(0.2)
+        with a:
+            pass
+threading.Thread(target=t1, daemon=True).start()
+threading.Thread(target=t2, daemon=True).start()
+time.sleep(0.5)
+print("ready", flush=True)
+def inner():
+    spinext.spin_c(200000)
+def outer():
+    spinext.call_back(inner)
+while True:
+    outer()
+"#;
+
+#[test]
+fn dump_shows_both_deadlocked_threads_waiting_in_c() {
+    let mut interps = machine_old_interpreters();
+    interps.retain(|i| i.name == "pyenv-3.12");
+    interps.extend(sid_interpreters().into_iter().filter(|i| i.minor == 15));
+    for interp in interps {
+        let dir = RootDir::new(&[]);
+        let path = build_extension(&interp, &dir);
+        let mut target = spawn(&interp, DEADLOCK, &[], &[&path]);
+        target.wait_for("ready", Duration::from_secs(60));
+        let pid = target.pid().to_string();
+        let who = &interp.name;
+        let text = tachyon_ok(&["dump", "--native-frames", "-a", &pid], &dir.outside);
+        // Each stack, most recent call last: its lines after the header.
+        let stacks: Vec<&str> = text.split("Stack dump").skip(1).collect();
+        for t in ["in t1", "in t2"] {
+            let s = stacks
+                .iter()
+                .find(|s| s.contains(t))
+                .unwrap_or_else(|| panic!("{who}: no stack {t}:\n{text}"));
+            let after = &s[s.find(t).unwrap()..];
+            // The lock's wait in the interpreter's C: 3.11/3.12 through
+            // PyThread_acquire_lock_timed, 3.13+ through its parking lot.
+            assert!(
+                [
+                    "[native] PyThread_acquire_lock_timed (",
+                    "[native] _PySemaphore_Wait ("
+                ]
+                .iter()
+                .any(|w| after.contains(w)),
+                "{who}: the thread {t} does not show its wait in C:\n{s}"
+            );
+        }
+        let main = stacks
+            .iter()
+            .find(|s| s.contains("in outer"))
+            .unwrap_or_else(|| panic!("{who}: no main stack:\n{text}"));
+        let (o, c, i) = (
+            main.find("in outer").unwrap(),
+            main.find("[native] call_back (spinext").unwrap_or(0),
+            main.find("in inner").unwrap_or(0),
+        );
+        assert!(
+            o < c && c < i,
+            "{who}: call_back is not between outer and inner:\n{main}"
+        );
+        // As JSON, the native frames have their kind and module.
+        let json = tachyon_ok(&["dump", "--native-frames", "--json", &pid], &dir.outside);
+        let file = dir.outside("dump.json");
+        std::fs::write(&file, &json).unwrap();
+        common::validate_schema("docs/dump.schema.json", &[&file]);
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let frames = doc["threads"][0]["frames"].as_array().unwrap();
+        assert!(
+            frames.iter().any(|f| f["kind"] == "native_function"
+                && f["function"] == "spin_c"
+                && f["file"].as_str().unwrap_or("").starts_with("spinext")),
+            "{who}: {json}"
+        );
+    }
+}

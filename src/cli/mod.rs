@@ -72,6 +72,11 @@ struct DumpArgs {
     /// Show <native> where C code called back into Python
     #[arg(long)]
     native: bool,
+    /// Show the real C, C++ and Rust frames between the Python frames,
+    /// marked [native] (like py-spy's --native); =all keeps every native
+    /// frame. Stops the threads while reading, as --blocking does
+    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, require_equals = true, default_missing_value = "useful", conflicts_with_all = ["core", "async_aware"])]
+    native_frames: Option<profile::NativeFramesArg>,
     /// Do not show <GC> while the garbage collector runs
     #[arg(long)]
     no_gc: bool,
@@ -200,10 +205,13 @@ fn dump(a: DumpArgs) -> Result<ExitCode> {
 
 /// What every dump reads, from the flags.
 fn unwind_options(a: &DumpArgs) -> UnwindOptions {
+    let native_frames = a.native_frames.is_some();
     UnwindOptions {
         all_threads: a.all_threads,
-        native: a.native,
-        gc: !a.no_gc,
+        // Native frames are merged at the eval loop's entries, which the
+        // walk marks; the collector shows as its own C frames then.
+        native: a.native || native_frames,
+        gc: !a.no_gc && !native_frames,
         cpu_status: true,
         opcodes: a.opcodes,
     }
@@ -221,6 +229,9 @@ fn dump_one(a: &DumpArgs, pid: i32) -> Result<String> {
         .map_err(async_aware::open_error)?;
     if a.locals {
         unwinder.keep_frame_places();
+    }
+    if a.native_frames.is_some() {
+        unwinder.keep_entry_frames();
     }
     let mut sample = Sample::default();
     let (before, locals) = read_dump(a, &mut unwinder, &mut sample)?;
@@ -318,7 +329,7 @@ fn read_dump(
     sample: &mut Sample,
 ) -> Result<DumpRead> {
     let mut before = Vec::new();
-    let _stopped = if a.blocking {
+    let _stopped = if a.blocking || a.native_frames.is_some() {
         let (stopped, states) = session_dump::stop(unwinder.memory().inner())?;
         before = states;
         Some(stopped)
@@ -335,11 +346,67 @@ fn read_dump(
             ));
         }
     }
-    let locals = a.locals.then(|| read_locals(unwinder, sample));
+    let mut locals = a.locals.then(|| read_locals(unwinder, sample));
+    if let Some(keep) = a.native_frames {
+        add_native_frames(a, unwinder, sample, keep.into(), locals.as_mut())?;
+    }
     if let Some(path) = &a.snapshot {
         save_snapshot(unwinder, path)?;
     }
     Ok((before, locals))
+}
+
+/// `dump --native-frames`: merge each stopped thread's native frames into
+/// its stack, and move the locals and lock waits read for its Python
+/// frames with them. A thread whose native stack does not match keeps its
+/// Python stack alone, and the dump says why.
+fn add_native_frames(
+    a: &DumpArgs,
+    unwinder: &mut Unwinder<Recorder<LinuxProcess>>,
+    sample: &mut Sample,
+    keep: tachyon::native::Keep,
+    mut locals: Option<&mut Locals>,
+) -> Result<()> {
+    let proc = LinuxProcess::open(unwinder.pid())?;
+    let mut native = tachyon::native::NativeStacks::new(proc, keep);
+    let (table, entries) = unwinder.table_and_entries();
+    let boundary = table.synthetic(tachyon::model::FrameKind::Native, "<native>");
+    let mut scratch = (Vec::new(), Vec::new());
+    for (i, t) in sample.threads.iter_mut().enumerate() {
+        let e = entries.get(i).map_or(&[][..], Vec::as_slice);
+        let moved = match native.complete_thread(t, table, e) {
+            Ok(()) => native.moved(),
+            Err(err) => {
+                tachyon::errln!(
+                    "tachyon: thread {} is shown without native frames: {err}",
+                    t.tid
+                );
+                let (out, moved) = &mut scratch;
+                let keep_markers = a.native;
+                if !keep_markers {
+                    tachyon::native::merge::without_boundaries(&t.frames, boundary, out, moved);
+                    std::mem::swap(&mut t.frames, out);
+                } else {
+                    *moved = (0..t.frames.len()).map(Some).collect();
+                }
+                &scratch.1
+            }
+        };
+        if let Some((frame_locals, waits)) = locals.as_deref_mut() {
+            if let Some(l) = frame_locals.get_mut(i) {
+                *l = l
+                    .drain()
+                    .filter_map(|(k, v)| Some((moved.get(k).copied().flatten()?, v)))
+                    .collect();
+            }
+            if let Some(Some(w)) = waits.get_mut(i)
+                && let Some(Some(to)) = moved.get(w.frame)
+            {
+                w.frame = *to;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The opcode names of a target of `version`.

@@ -94,7 +94,8 @@ impl Status {
 /// One frame; absent facts are `null`.
 #[derive(Serialize)]
 struct Frame<'a> {
-    /// `python`, `native`, `gc`, `truncated`, `unreadable` or `task`.
+    /// `python`, `native`, `native_function` (`--native-frames`; its file
+    /// is its module), `gc`, `truncated`, `unreadable` or `task`.
     kind: &'static str,
     /// The function's qualified name, or the task's name.
     function: &'a str,

@@ -296,6 +296,10 @@ fn write_frames(
             let _ = writeln!(out, "  {name}");
             continue;
         }
+        if f.kind == FrameKind::NativeFunction {
+            let _ = writeln!(out, "  [native] {name} ({file})");
+            continue;
+        }
         let shown = display_filename(file, cwd);
         let line = f.line();
         if line > 0 {

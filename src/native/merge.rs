@@ -46,15 +46,19 @@ pub struct Mismatch {
 }
 
 /// Merge `native` (leaf first, each with its role) and `python` (leaf
-/// first, groups split by `boundary` frames) into `out`, leaf first.
+/// first, groups split by `boundary` frames) into `out`, leaf first;
+/// `moved[i]` says where `python[i]` went (`None`: a boundary, gone).
 pub fn merge(
     native: &[(FrameId, Role)],
     python: &[FrameId],
     boundary: FrameId,
     keep: Keep,
     out: &mut Vec<FrameId>,
+    moved: &mut Vec<Option<usize>>,
 ) -> Result<(), Mismatch> {
     out.clear();
+    moved.clear();
+    moved.resize(python.len(), None);
     let evals = native.iter().filter(|f| f.1 == Role::EvalLoop).count();
     if python.is_empty() {
         // No Python on this thread: its native stack is all there is.
@@ -76,9 +80,16 @@ pub fn merge(
         });
     }
     let mut seen = 0;
+    // Where the next group starts in `python`.
+    let mut at = 0;
     for &(id, role) in native {
         if role == Role::EvalLoop {
-            out.extend(groups.next().unwrap_or_default());
+            let group = groups.next().unwrap_or_default();
+            for (k, &f) in group.iter().enumerate() {
+                moved[at + k] = Some(out.len());
+                out.push(f);
+            }
+            at += group.len() + 1;
             seen += 1;
             continue;
         }
@@ -97,6 +108,26 @@ pub fn merge(
         }
     }
     Ok(())
+}
+
+/// The stack `python` without its `boundary` frames, into `out`, as when
+/// the native frames could not be merged; `moved` as [`merge`] gives it.
+pub fn without_boundaries(
+    python: &[FrameId],
+    boundary: FrameId,
+    out: &mut Vec<FrameId>,
+    moved: &mut Vec<Option<usize>>,
+) {
+    out.clear();
+    moved.clear();
+    for &f in python {
+        if f == boundary {
+            moved.push(None);
+        } else {
+            moved.push(Some(out.len()));
+            out.push(f);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -123,29 +154,36 @@ mod tests {
             (9, Other),
         ];
         let python = [20, B, 21, 22];
-        let mut out = Vec::new();
-        merge(&native, &python, B, Keep::Useful, &mut out).unwrap();
+        let (mut out, mut moved) = (Vec::new(), Vec::new());
+        merge(&native, &python, B, Keep::Useful, &mut out, &mut moved).unwrap();
         assert_eq!(out, [1, 2, 20, 6, 21, 22]);
+        assert_eq!(moved, [Some(2), None, Some(4), Some(5)]);
         // The same below a base frame (a boundary at the root).
-        merge(&native, &[20, B, 21, 22, B], B, Keep::Useful, &mut out).unwrap();
+        let based = [20, B, 21, 22, B];
+        merge(&native, &based, B, Keep::Useful, &mut out, &mut moved).unwrap();
         assert_eq!(out, [1, 2, 20, 6, 21, 22]);
-        merge(&native, &python, B, Keep::All, &mut out).unwrap();
+        assert_eq!(moved, [Some(2), None, Some(4), Some(5), None]);
+        merge(&native, &python, B, Keep::All, &mut out, &mut moved).unwrap();
         assert_eq!(out, [1, 2, 3, 20, 5, 6, 21, 22, 8, 9]);
+        assert_eq!(moved, [Some(3), None, Some(6), Some(7)]);
+        without_boundaries(&python, B, &mut out, &mut moved);
+        assert_eq!(out, [20, 21, 22]);
+        assert_eq!(moved, [Some(0), None, Some(1), Some(2)]);
     }
 
     #[test]
     fn counts_that_differ_are_a_mismatch() {
         let native = [(1, Other), (4, EvalLoop), (9, Other)];
-        let mut out = Vec::new();
+        let (mut out, mut moved) = (Vec::new(), Vec::new());
         assert_eq!(
-            merge(&native, &[20, B, 21], B, Keep::Useful, &mut out),
+            merge(&native, &[20, B, 21], B, Keep::Useful, &mut out, &mut moved),
             Err(Mismatch {
                 eval_frames: 1,
                 python_groups: 2
             })
         );
         assert_eq!(
-            merge(&native, &[], B, Keep::Useful, &mut out),
+            merge(&native, &[], B, Keep::Useful, &mut out, &mut moved),
             Ok(()),
             "a thread without Python frames keeps its native stack"
         );

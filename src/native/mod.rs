@@ -26,7 +26,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 
 use crate::error::{Error, Result};
-use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample, ThreadSample};
 use crate::process::Target;
 pub use merge::Keep;
 use merge::Role;
@@ -58,6 +58,7 @@ pub struct NativeStacks<T> {
     sps: Vec<u64>,
     walked: Vec<(FrameId, Role)>,
     merged: Vec<FrameId>,
+    moved: Vec<Option<usize>>,
 }
 
 impl<T: Target + ThreadRegisters> NativeStacks<T> {
@@ -76,6 +77,7 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             sps: Vec::new(),
             walked: Vec::new(),
             merged: Vec::new(),
+            moved: Vec::new(),
         };
         n.rescan();
         n
@@ -101,26 +103,48 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         table: &mut FrameTable,
         entries: &[Vec<u64>],
     ) -> Result<()> {
-        let boundary = table.synthetic(FrameKind::Native, "<native>");
         for (i, t) in sample.threads.iter_mut().enumerate() {
-            self.walk(t.tid)?;
-            self.name(table);
-            self.mark_eval_frames(entries.get(i).map_or(&[], Vec::as_slice));
-            merge::merge(
-                &self.walked,
-                &t.frames,
-                boundary,
-                self.keep,
-                &mut self.merged,
-            )
-            .map_err(|m| Error::NativeMismatch {
-                tid: t.tid,
-                eval_frames: m.eval_frames,
-                python_groups: m.python_groups,
-            })?;
-            std::mem::swap(&mut t.frames, &mut self.merged);
+            let e = entries.get(i).map_or(&[][..], Vec::as_slice);
+            self.complete_thread(t, table, e)?;
         }
         Ok(())
+    }
+
+    /// [`NativeStacks::complete`] for one thread, whose entry frames are
+    /// `entries`. After it, [`NativeStacks::moved`] says where each of
+    /// its Python frames went.
+    pub fn complete_thread(
+        &mut self,
+        t: &mut ThreadSample,
+        table: &mut FrameTable,
+        entries: &[u64],
+    ) -> Result<()> {
+        let boundary = table.synthetic(FrameKind::Native, "<native>");
+        self.walk(t.tid)?;
+        self.name(table);
+        self.mark_eval_frames(entries);
+        merge::merge(
+            &self.walked,
+            &t.frames,
+            boundary,
+            self.keep,
+            &mut self.merged,
+            &mut self.moved,
+        )
+        .map_err(|m| Error::NativeMismatch {
+            tid: t.tid,
+            eval_frames: m.eval_frames,
+            python_groups: m.python_groups,
+        })?;
+        std::mem::swap(&mut t.frames, &mut self.merged);
+        Ok(())
+    }
+
+    /// Where each frame of the last thread's Python stack went in its
+    /// merged stack, by index (leaf first); `None` for the boundaries,
+    /// which merging removes.
+    pub fn moved(&self) -> &[Option<usize>] {
+        &self.moved
     }
 
     /// The native frames of thread `tid`, leaf first, as addresses to look
