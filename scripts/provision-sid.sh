@@ -24,14 +24,15 @@ STAMP="$ROOT/.tachyon-root-ok"
 RECIPE="v1 $PKGS"
 
 # gdb for gcore (core files); the -dev headers to build test C extensions
-# against each interpreter (native frames).
-EXTRA="gdb python3.13-dev python3.14-dev python3.15-dev"
+# against each interpreter, and numpy (for 3.14 and 3.15), for native frames.
+EXTRA="gdb python3.13-dev python3.14-dev python3.15-dev python3-numpy"
 
 log() { printf 'provision-sid: %s\n' "$*" >&2; }
 
 ensure_extra() {
     if [ ! -x "$ROOT/usr/bin/gcore" ] || [ ! -e "$ROOT/usr/include/python3.13/Python.h" ] \
-        || [ ! -e "$ROOT/usr/include/python3.15/Python.h" ]; then
+        || [ ! -e "$ROOT/usr/include/python3.15/Python.h" ] \
+        || [ ! -d "$ROOT/usr/lib/python3/dist-packages/numpy" ]; then
         log "installing $EXTRA into $ROOT"
         chroot "$ROOT" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $EXTRA" >/dev/null
     fi

@@ -373,3 +373,72 @@ fn dump_shows_both_deadlocked_threads_waiting_in_c() {
         );
     }
 }
+
+/// numpy's C under the Python lines that call it: a matrix product in
+/// BLAS, a sort in numpy's SIMD sort.
+const NUMPY: &str = r#"import numpy as np
+a = np.random.rand(300, 300)
+x = np.random.rand(1_000_000)
+def dot():
+    return a @ a
+def sort():
+    return np.sort(x)
+print("ready", flush=True)
+while True:
+    dot()
+    sort()
+"#;
+
+#[test]
+fn numpy_shows_blas_under_dot_and_its_sort_under_sort() {
+    // The sid root's numpy is built for 3.14 and 3.15.
+    for interp in sid_interpreters()
+        .into_iter()
+        .filter(|i| i.minor >= 14 && !i.debug)
+    {
+        let who = &interp.name;
+        let mut target = spawn(&interp, NUMPY, &[], &[]);
+        target.wait_for("ready", Duration::from_secs(60));
+        let dir = RootDir::new(&[]);
+        let out = dir.outside("numpy.txt");
+        let pid = target.pid().to_string();
+        let stdout = tachyon_ok(
+            &[
+                "attach",
+                "--native-frames",
+                "-d",
+                "3",
+                "-r",
+                "200",
+                "--collapsed",
+                "-o",
+                out.to_str().unwrap(),
+                &pid,
+            ],
+            &dir.outside,
+        );
+        let collapsed = std::fs::read_to_string(&out).unwrap();
+        let all = stacks(&collapsed);
+        // Below the Python function `py`, a native frame of a module
+        // starting `module` whose name satisfies `named`.
+        let under = |py: &str, module: &str, named: &dyn Fn(&str) -> bool| {
+            all.iter().any(|(f, _)| {
+                f.iter().position(|x| func(x) == py).is_some_and(|at| {
+                    f[at + 1..]
+                        .iter()
+                        .any(|x| x.starts_with(module) && named(func(x)))
+                })
+            })
+        };
+        assert!(
+            under("dot", "libblas", &|n| n.contains("gemm")),
+            "{who}: no BLAS gemm under dot:\n{collapsed}\n{stdout}"
+        );
+        assert!(
+            under("sort", "_multiarray_umath", &|n| n
+                .to_lowercase()
+                .contains("sort")),
+            "{who}: no numpy sort under sort:\n{collapsed}\n{stdout}"
+        );
+    }
+}

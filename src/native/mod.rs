@@ -16,6 +16,7 @@
 
 pub mod merge;
 pub mod modules;
+pub mod realigned;
 pub mod stack;
 pub mod symbols;
 
@@ -54,6 +55,10 @@ pub struct NativeStacks<T> {
     last_scan: Option<Instant>,
     /// Frame and role by lookup address.
     named: HashMap<u64, (FrameId, Role)>,
+    /// The rule of each lookup address framehop cannot unwind (a
+    /// realigned frame), or `None` for one it can.
+    realigned: HashMap<u64, Option<realigned::Realigned>>,
+    cfi_context: Box<gimli::UnwindContext<usize>>,
     addrs: Vec<u64>,
     sps: Vec<u64>,
     walked: Vec<(FrameId, Role)>,
@@ -73,6 +78,8 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             cache: CacheX86_64::new(),
             last_scan: None,
             named: HashMap::default(),
+            realigned: HashMap::default(),
+            cfi_context: Box::new(gimli::UnwindContext::new()),
             addrs: Vec::new(),
             sps: Vec::new(),
             walked: Vec::new(),
@@ -185,6 +192,22 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             }
             self.addrs.push(at.address_for_lookup());
             self.sps.push(uregs.sp());
+            let addr = at.address_for_lookup();
+            let rule = realigned_rule(
+                &mut self.realigned,
+                &self.modules,
+                &mut self.cfi_context,
+                addr,
+            );
+            if let Some(rule) = rule {
+                match unwind_realigned(rule, &mut uregs, &mut read) {
+                    Some(next) => {
+                        at = next;
+                        continue;
+                    }
+                    None => return Ok(false),
+                }
+            }
             match self
                 .unwinder
                 .unwind_frame(at, &mut uregs, &mut self.cache, &mut read)
@@ -246,6 +269,7 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         let (added, removed) = self.modules.rescan(&self.target);
         if !removed.is_empty() || !added.is_empty() {
             self.named.clear();
+            self.realigned.clear();
         }
         for start in removed {
             self.unwinder.remove_module(start);
@@ -255,6 +279,53 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         }
         true
     }
+}
+
+/// The rule of the frame at lookup address `addr` when it realigns its
+/// stack (framehop cannot unwind it), found once per address.
+fn realigned_rule(
+    known: &mut HashMap<u64, Option<realigned::Realigned>>,
+    modules: &Modules,
+    ctx: &mut gimli::UnwindContext<usize>,
+    addr: u64,
+) -> Option<realigned::Realigned> {
+    if let Some(&r) = known.get(&addr) {
+        return r;
+    }
+    let m = modules.find(addr)?;
+    let cfi = m.cfi.as_ref()?;
+    let rule = cfi.realigned(addr.wrapping_sub(m.bias), ctx);
+    if known.len() > MAX_NAMED {
+        known.clear();
+    }
+    known.insert(addr, rule);
+    rule
+}
+
+/// Unwind one realigned frame by `rule`: the caller's registers into
+/// `regs`, and the caller's address; `None` when the stack cannot be read
+/// or the result goes nowhere (the walk ends there, incomplete).
+fn unwind_realigned(
+    rule: realigned::Realigned,
+    regs: &mut UnwindRegsX86_64,
+    read: &mut impl FnMut(u64) -> std::result::Result<u64, ()>,
+) -> Option<FrameAddress> {
+    use realigned::SavedBp;
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let cfa = read(bp.wrapping_add_signed(rule.cfa_at_bp)).ok()?;
+    // The caller's stack lies above ours.
+    if cfa <= sp {
+        return None;
+    }
+    let ra = read(cfa.wrapping_add_signed(rule.ra_at_cfa)).ok()?;
+    let caller_bp = match rule.bp {
+        SavedBp::AtCfa(n) => read(cfa.wrapping_add_signed(n)).ok()?,
+        SavedBp::AtBp(n) => read(bp.wrapping_add_signed(n)).ok()?,
+        SavedBp::Same => bp,
+    };
+    regs.set_sp(cfa);
+    regs.set_bp(caller_bp);
+    FrameAddress::from_return_address(ra)
 }
 
 /// The frame and role of the native frame at lookup address `addr`.

@@ -16,6 +16,7 @@ use framehop::{ExplicitModuleSectionInfo, Module};
 use goblin::elf::Elf;
 use goblin::elf::program_header::PT_LOAD;
 
+use super::realigned::Cfi;
 use super::symbols::Symbols;
 use crate::process::Target;
 use crate::process::maps::MapEntry;
@@ -41,11 +42,14 @@ pub struct Loaded {
     /// The eval loop's own range in this module (SVMA), when its symbol is
     /// known.
     pub eval: Option<Range<u64>>,
+    /// Its `.eh_frame`, for the frames framehop does not unwind.
+    pub cfi: Option<Arc<Cfi>>,
 }
 
 /// What one file gives every mapping of it.
 struct Parsed {
     symbols: Arc<Symbols>,
+    cfi: Option<Arc<Cfi>>,
     sections: ExplicitModuleSectionInfo<Bytes>,
     /// PT_LOAD segments: (file offset, file size, vaddr).
     loads: Vec<(u64, u64, u64)>,
@@ -151,6 +155,7 @@ fn module_of(m: &MapEntry, parsed: Option<&Parsed>) -> (Loaded, Option<Module<By
         symbols,
         interpreter,
         eval,
+        cfi: parsed.and_then(|p| p.cfi.clone()),
     };
     (loaded, module)
 }
@@ -217,6 +222,19 @@ fn parse_image(map: &[u8]) -> Option<Parsed> {
     let (eh_frame_hdr_svma, eh_frame_hdr) = split(section(".eh_frame_hdr"));
     let got_svma = section(".got").map(|s| s.0);
     let debug_frame = section(".debug_frame").map(|s| s.1);
+    let cfi = match (&eh_frame_svma, &eh_frame) {
+        (Some(svma), Some(bytes)) => Some(Arc::new(Cfi {
+            eh_frame: bytes.clone(),
+            eh_frame_svma: svma.start,
+            eh_frame_hdr: eh_frame_hdr_svma
+                .as_ref()
+                .zip(eh_frame_hdr.as_ref())
+                .map(|(r, b)| (b.clone(), r.start)),
+            text_svma: text_svma.as_ref().map(|r| r.start),
+            got_svma: got_svma.as_ref().map(|r| r.start),
+        })),
+        _ => None,
+    };
     let sections = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
@@ -237,6 +255,7 @@ fn parse_image(map: &[u8]) -> Option<Parsed> {
         .collect();
     Some(Parsed {
         symbols: Arc::new(Symbols::of(&elf)),
+        cfi,
         sections,
         loads,
     })
