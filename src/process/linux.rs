@@ -34,6 +34,12 @@ pub struct LinuxProcess {
     ns_tids: RefCell<Option<Vec<(u64, u64)>>>,
     /// The merged read's plan and iovecs, kept from call to call.
     gather: RefCell<Gather>,
+    /// Whether this process is our child (`tachyon run` started it), once
+    /// looked up: that never changes while it lives.
+    pub(crate) our_child: OnceLock<bool>,
+    /// `/proc/PID/task`, open once and read again from the start at each
+    /// listing (`--blocking` lists the threads twice a sample).
+    task_dir: RefCell<Option<nix::dir::Dir>>,
 }
 
 /// How a merged read went.
@@ -68,6 +74,8 @@ impl LinuxProcess {
                 mem_fallback: OnceLock::new(),
                 ns_tids: RefCell::new(None),
                 gather: RefCell::new(Gather::default()),
+                our_child: OnceLock::new(),
+                task_dir: RefCell::new(None),
             }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NoSuchProcess { pid }),
             Err(e) => Err(Error::io(format!("cannot look at /proc/{pid}"), e)),
@@ -174,11 +182,39 @@ impl LinuxProcess {
 
     /// Native thread ids of the process, as listed in `/proc/PID/task`.
     pub fn thread_ids(&self) -> Result<Vec<i32>> {
-        let dir = format!("/proc/{}/task", self.pid);
-        let rd = std::fs::read_dir(&dir).map_err(|e| self.classify_io(e, "list threads"))?;
-        let mut tids: Vec<i32> = rd
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
+        let mut dir = self.task_dir.borrow_mut();
+        if dir.is_none() {
+            let path = format!("/proc/{}/task", self.pid);
+            let opened = nix::dir::Dir::open(
+                path.as_str(),
+                nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| {
+                self.classify_io(std::io::Error::from_raw_os_error(e as i32), "list threads")
+            })?;
+            *dir = Some(opened);
+        }
+        let Some(d) = dir.as_mut() else {
+            return Ok(Vec::new());
+        };
+        // The iterator rewinds the directory when it is dropped.
+        let mut tids = Vec::new();
+        for entry in d.iter() {
+            match entry {
+                Ok(e) => tids.extend(
+                    e.file_name()
+                        .to_str()
+                        .ok()
+                        .and_then(|n| n.parse::<i32>().ok()),
+                ),
+                // The process is gone (its directory empties) or unreadable.
+                Err(e) => {
+                    return Err(self
+                        .classify_io(std::io::Error::from_raw_os_error(e as i32), "list threads"));
+                }
+            }
+        }
         tids.sort_unstable();
         Ok(tids)
     }

@@ -135,7 +135,7 @@ fn interrupt_and_wait(proc: &LinuxProcess, pid: Pid) -> Outcome {
     // The main thread of a process we started ourselves (`run`): its exit
     // status belongs to whoever waits for the program. Look without taking
     // it; leave an exit where it is.
-    if pid.as_raw() == proc.pid() && is_our_child(proc.pid()) {
+    if pid.as_raw() == proc.pid() && *proc.our_child.get_or_init(|| is_our_child(proc.pid())) {
         loop {
             let flags = WaitPidFlag::__WALL
                 | WaitPidFlag::WEXITED
