@@ -175,9 +175,8 @@ fn frame_text(t: &FrameTable, id: u32) -> String {
         Some(l) => (l.line, l.end_line, l.col, l.end_col),
     };
     let kind = match f.kind {
-        // A native function is written as a frame whose file is its
-        // module and which has no line; read back, it is such a frame.
-        FrameKind::Python | FrameKind::Unreadable | FrameKind::NativeFunction => "py",
+        FrameKind::Python | FrameKind::Unreadable => "py",
+        FrameKind::NativeFunction => "native function",
         FrameKind::Gc => "gc",
         FrameKind::Native => "native",
         FrameKind::Truncated => "truncated",

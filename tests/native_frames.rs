@@ -76,6 +76,11 @@ fn run_python(interp: &Interp, args: &[&str]) -> String {
 /// Build the extension for `interp` into `dir`; the directory to put on
 /// its `sys.path`, as the interpreter sees it.
 fn build_extension(interp: &Interp, dir: &RootDir) -> String {
+    build_extension_with(interp, dir, &[])
+}
+
+/// [`build_extension`] with more gcc flags.
+fn build_extension_with(interp: &Interp, dir: &RootDir, flags: &[&str]) -> String {
     let info = run_python(
         interp,
         &[
@@ -98,7 +103,10 @@ fn build_extension(interp: &Interp, dir: &RootDir) -> String {
     );
     std::fs::write(dir.outside("spinext.c"), EXTENSION).unwrap();
     let mut gcc = Command::new("gcc");
-    gcc.args(["-shared", "-fPIC", "-O2", "-I"]).arg(&include);
+    gcc.args(["-shared", "-fPIC", "-O2"])
+        .args(flags)
+        .arg("-I")
+        .arg(&include);
     if let Some(root) = &interp.root {
         // pyconfig.h includes its platform's copy by a path below the
         // root's /usr/include; the machine's own C headers come first.
@@ -441,4 +449,164 @@ fn numpy_shows_blas_under_dot_and_its_sort_under_sort() {
             "{who}: no numpy sort under sort:\n{collapsed}\n{stdout}"
         );
     }
+}
+
+#[test]
+fn a_recording_keeps_native_frames_for_both_replays() {
+    let interp = machine_old_interpreters()
+        .into_iter()
+        .find(|i| i.name == "pyenv-3.12")
+        .unwrap();
+    let dir = RootDir::new(&[]);
+    let path = build_extension(&interp, &dir);
+    let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
+    target.wait_for("ready", Duration::from_secs(60));
+    let pid = target.pid().to_string();
+    let rec = dir.outside("rec.bin");
+    tachyon_ok(
+        &[
+            "attach",
+            "--native-frames",
+            "--binary",
+            "-d",
+            "1",
+            "-r",
+            "200",
+            "-o",
+            rec.to_str().unwrap(),
+            &pid,
+        ],
+        &dir.outside,
+    );
+    drop(target);
+    // tachyon's replay: native frames again, in their own colour.
+    tachyon_ok(
+        &["replay", "--flamegraph", "-o", "f.html", "rec.bin"],
+        &dir.outside,
+    );
+    let d = common::flame_data(&std::fs::read_to_string(dir.outside("f.html")).unwrap());
+    let (strings, frames) = (
+        d["strings"].as_array().unwrap(),
+        d["frames"].as_array().unwrap(),
+    );
+    let kind_of = |name: &str| {
+        frames
+            .chunks(5)
+            .find(|f| strings[f[0].as_u64().unwrap() as usize] == name)
+            .map(|f| f[4].as_u64().unwrap())
+    };
+    assert_eq!(kind_of("spin_c"), Some(7), "spin_c: a native frame");
+    assert_eq!(kind_of("call_back"), Some(7), "call_back: a native frame");
+    assert_ne!(kind_of("inner"), Some(7), "inner: a Python frame");
+    // The reference's replay reads it: the module as the file, line 0.
+    common::reference_replays(&dir);
+    let theirs = std::fs::read_to_string(dir.outside("ref.txt")).unwrap();
+    assert!(
+        stacks(&theirs)
+            .iter()
+            .any(|(f, _)| check_chain("reference", f) == 5),
+        "the reference's replay lost the chain:\n{theirs}"
+    );
+}
+
+/// The chain's stacks of `interp` sampled with the extension built with
+/// `flags`: every stack must be a whole piece of the chain. Returns the
+/// collapsed profile and tachyon's summary.
+fn sample_chain(interp: &Interp, flags: &[&str], extra: &[&str]) -> (String, String) {
+    let dir = RootDir::new(&[]);
+    let path = build_extension_with(interp, &dir, flags);
+    let mut target = spawn(interp, PROGRAM, &[], &[&path]);
+    target.wait_for("ready", Duration::from_secs(60));
+    let out = dir.outside("chain.txt");
+    let pid = target.pid().to_string();
+    let mut args = vec!["attach", "--native-frames", "-d", "2", "-r", "200"];
+    args.extend(extra);
+    args.extend(["--collapsed", "-o", out.to_str().unwrap(), &pid]);
+    let stdout = tachyon_ok(&args, &dir.outside);
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    for (f, _) in stacks(&collapsed) {
+        check_chain(&interp.name, &f);
+    }
+    (collapsed, stdout)
+}
+
+#[test]
+fn an_extension_without_unwind_tables_is_walked_by_frame_pointers_or_fails() {
+    let interp = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .unwrap();
+    let no_tables = ["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"];
+    // With frame pointers, framehop's fallback walks through it whole.
+    let mut flags = no_tables.to_vec();
+    flags.push("-fno-omit-frame-pointer");
+    let (collapsed, stdout) = sample_chain(&interp, &flags, &[]);
+    assert!(
+        stacks(&collapsed)
+            .iter()
+            .any(|(f, _)| check_chain("frame pointers", f) == 5),
+        "no whole chain through frame pointers:\n{collapsed}\n{stdout}"
+    );
+    // Without them the walk may be lost in it: failed samples, but every
+    // stack reported is whole (sample_chain checks each).
+    sample_chain(&interp, &no_tables, &[]);
+}
+
+/// Threads that start and end all the time, each calling into C.
+const CHURN: &str = r#"import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import spinext
+def work():
+    spinext.spin_c(20000)
+print("ready", flush=True)
+while True:
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+"#;
+
+#[test]
+fn threads_that_come_and_go_cost_samples_not_the_profile() {
+    let interp = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 14 && !i.debug)
+        .unwrap();
+    let dir = RootDir::new(&[]);
+    let path = build_extension(&interp, &dir);
+    let mut target = spawn(&interp, CHURN, &[], &[&path]);
+    target.wait_for("ready", Duration::from_secs(60));
+    let out = dir.outside("churn.txt");
+    let pid = target.pid().to_string();
+    let stdout = tachyon_ok(
+        &[
+            "attach",
+            "--native-frames",
+            "-a",
+            "-d",
+            "2",
+            "-r",
+            "500",
+            "--collapsed",
+            "-o",
+            out.to_str().unwrap(),
+            &pid,
+        ],
+        &dir.outside,
+    );
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    // A worker's stack: its Python frames, then spin_c in C.
+    assert!(
+        stacks(&collapsed).iter().any(|(f, _)| {
+            let names: Vec<&str> = f.iter().map(|x| func(x)).collect();
+            names.ends_with(&["work", "spin_c"])
+        }),
+        "no worker in C:\n{collapsed}\n{stdout}"
+    );
+    // The program goes on after tachyon detached.
+    assert!(
+        target.child.try_wait().unwrap().is_none(),
+        "the program ended"
+    );
 }

@@ -922,6 +922,18 @@ fn parse_frame(
             location: None,
         });
     }
+    let (l0, l1, c0, c1) = NATIVE_LOCATION;
+    if (line, end_delta, col, end_col_delta) == (l0, l1 - l0, c0, c1 - c0)
+        && is_module_name(table.str(file))
+    {
+        return Ok(Frame {
+            opcode,
+            kind: FrameKind::NativeFunction,
+            file,
+            func,
+            location: None,
+        });
+    }
     let overflow = || invalid(format!("{what}: location out of range"));
     Ok(Frame {
         opcode,
@@ -946,6 +958,23 @@ fn kind_without_location(file: &str, func: &str) -> FrameKind {
         ("<task>", _) => FrameKind::Task,
         _ => FrameKind::Python,
     }
+}
+
+/// How tachyon's writer stores a native function (`--native-frames`):
+/// line 0 to 0, no columns (line, end line, column, end column).
+pub const NATIVE_LOCATION: (i32, i32, i32, i32) = (0, 0, -1, -1);
+
+/// A native frame's file: a module's file name (`libc.so.6`,
+/// `spinext.cpython-314-x86_64-linux-gnu.so`, `python3.14`, `[vdso]`),
+/// never a path, a `.py` file nor a `<...>` pseudo-file. With
+/// [`NATIVE_LOCATION`] it tells a native frame from a Python one (whose
+/// line 0 is its module's first instruction, with columns).
+fn is_module_name(file: &str) -> bool {
+    !file.is_empty()
+        && !file.contains('/')
+        && !file.ends_with(".py")
+        && !file.starts_with('<')
+        && file != crate::model::NO_FILE
 }
 
 fn data_error(msg: impl Into<String>) -> Error {
@@ -1495,6 +1524,21 @@ impl<R: Read> Read for ZstdRegion<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_frames_are_told_by_their_location_and_module_name() {
+        assert!(is_module_name("libc.so.6"));
+        assert!(is_module_name("python3.14"));
+        assert!(is_module_name("[vdso]"));
+        assert!(is_module_name("spinext.cpython-314-x86_64-linux-gnu.so"));
+        // Python files: paths, .py names, pseudo-files.
+        assert!(!is_module_name("/srv/app/jobs.py"));
+        assert!(!is_module_name("jobs.py"));
+        assert!(!is_module_name("<frozen importlib._bootstrap>"));
+        assert!(!is_module_name("/usr/bin/pip"));
+        assert!(!is_module_name("~"));
+        assert!(!is_module_name(""));
+    }
     use crate::binfmt::writer::{BinaryWriter, WriterOptions};
     use crate::binfmt::{EncodingStats, put_varint};
     use crate::model::Frame;

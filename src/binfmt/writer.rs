@@ -574,6 +574,19 @@ impl<W: Write + Seek> BinaryWriter<W> {
             .location
             .filter(|_| !matches!(f.kind, FrameKind::Gc | FrameKind::Native));
         let bin = match location {
+            // A native function (`--native-frames`): line 0 and no
+            // columns, which the reader tells apart by its module's file
+            // name (see `reader::NATIVE_LOCATION`); the reference shows
+            // it at line 0.
+            None if f.kind == FrameKind::NativeFunction => BinFrame {
+                file,
+                func,
+                line: 0,
+                end_line: 0,
+                col: -1,
+                end_col: -1,
+                opcode: OPCODE_NONE,
+            },
             None => BinFrame {
                 file,
                 func,

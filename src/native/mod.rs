@@ -32,6 +32,7 @@ use crate::process::Target;
 pub use merge::Keep;
 use merge::Role;
 use modules::{Bytes, EVAL_LOOP, Modules};
+use realigned::FrameRule;
 use stack::{StackPages, ThreadRegisters};
 
 /// Native frames walked per thread at most.
@@ -44,6 +45,8 @@ const MAX_NAMED: usize = 1 << 16;
 
 /// The name given to a frame no symbol covers.
 pub const UNKNOWN: &str = "<unknown native>";
+/// The module of a frame in memory no file backs (JIT code).
+pub const ANONYMOUS: &str = "[anonymous]";
 
 /// Reads and merges native frames for one process.
 pub struct NativeStacks<T> {
@@ -55,9 +58,14 @@ pub struct NativeStacks<T> {
     last_scan: Option<Instant>,
     /// Frame and role by lookup address.
     named: HashMap<u64, (FrameId, Role)>,
-    /// The rule of each lookup address framehop cannot unwind (a
-    /// realigned frame), or `None` for one it can.
-    realigned: HashMap<u64, Option<realigned::Realigned>>,
+    /// How each lookup address met so far is unwound.
+    rules: HashMap<u64, FrameRule>,
+    /// Where each function (by its start) has set up its frame pointer,
+    /// `None` for one that does not keep one.
+    fp_functions: HashMap<u64, Option<u64>>,
+    /// The first frame of the last walk that was unwound by a frame
+    /// pointer it may not have: the frames after it are not trusted.
+    guessed: Option<usize>,
     cfi_context: Box<gimli::UnwindContext<usize>>,
     addrs: Vec<u64>,
     sps: Vec<u64>,
@@ -78,7 +86,9 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             cache: CacheX86_64::new(),
             last_scan: None,
             named: HashMap::default(),
-            realigned: HashMap::default(),
+            rules: HashMap::default(),
+            fp_functions: HashMap::default(),
+            guessed: None,
             cfi_context: Box::new(gimli::UnwindContext::new()),
             addrs: Vec::new(),
             sps: Vec::new(),
@@ -130,6 +140,7 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         self.walk(t.tid)?;
         self.name(table);
         self.mark_eval_frames(entries);
+        self.drop_guessed(t.tid)?;
         merge::merge(
             &self.walked,
             &t.frames,
@@ -182,6 +193,7 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
     fn walk_once(&mut self, regs: stack::Regs) -> Result<bool> {
         self.addrs.clear();
         self.sps.clear();
+        self.guessed = None;
         let mut pages = StackPages::new(&self.target);
         let mut read = |a: u64| pages.word(a).ok_or(());
         let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
@@ -193,20 +205,26 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             self.addrs.push(at.address_for_lookup());
             self.sps.push(uregs.sp());
             let addr = at.address_for_lookup();
-            let rule = realigned_rule(
-                &mut self.realigned,
-                &self.modules,
-                &mut self.cfi_context,
-                addr,
-            );
-            if let Some(rule) = rule {
-                match unwind_realigned(rule, &mut uregs, &mut read) {
+            match frame_rule(&mut self.rules, &self.modules, &mut self.cfi_context, addr) {
+                FrameRule::Realigned(rule) => match unwind_realigned(rule, &mut uregs, &mut read) {
                     Some(next) => {
                         at = next;
                         continue;
                     }
                     None => return Ok(false),
+                },
+                FrameRule::NoTable
+                    if self.guessed.is_none()
+                        && !frame_pointer_kept(
+                            &self.target,
+                            &self.modules,
+                            &mut self.fp_functions,
+                            at,
+                        ) =>
+                {
+                    self.guessed = Some(self.addrs.len() - 1);
                 }
+                _ => {}
             }
             match self
                 .unwinder
@@ -222,12 +240,36 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         }
     }
 
+    /// A walk that went through a frame it could only guess at keeps the
+    /// frames up to that one, when none after it runs the eval loop (they
+    /// would be merged with Python frames they may not belong to); else
+    /// the sample fails. With `Keep::All`, which shows every frame, it
+    /// fails too.
+    fn drop_guessed(&mut self, tid: u64) -> Result<()> {
+        let Some(g) = self.guessed else {
+            return Ok(());
+        };
+        let evals_after = self.walked[g + 1..].iter().any(|w| w.1 == Role::EvalLoop);
+        if evals_after || self.keep == Keep::All {
+            return Err(Error::NativeWalk {
+                tid,
+                why: "it runs through code without unwind information or a frame pointer".into(),
+            });
+        }
+        self.walked.truncate(g + 1);
+        Ok(())
+    }
+
     /// Mark as the eval loop's every native frame whose stack holds one
     /// of `entries` (a frame's stack runs from its own stack pointer to
     /// its caller's).
     fn mark_eval_frames(&mut self, entries: &[u64]) {
         // The outermost frame's stack has no known end: never the loop's.
-        for (i, w) in self.walked.iter_mut().enumerate() {
+        // Nor has a frame unwound by a guess, nor those after it: their
+        // stack pointers may be anywhere, and an entry frame there would
+        // make a C frame pass for the loop.
+        let trusted = self.guessed.unwrap_or(usize::MAX);
+        for (i, w) in self.walked.iter_mut().enumerate().take(trusted) {
             let (Some(&lo), Some(&hi)) = (self.sps.get(i), self.sps.get(i + 1)) else {
                 break;
             };
@@ -269,7 +311,8 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
         let (added, removed) = self.modules.rescan(&self.target);
         if !removed.is_empty() || !added.is_empty() {
             self.named.clear();
-            self.realigned.clear();
+            self.rules.clear();
+            self.fp_functions.clear();
         }
         for start in removed {
             self.unwinder.remove_module(start);
@@ -281,25 +324,92 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
     }
 }
 
-/// The rule of the frame at lookup address `addr` when it realigns its
-/// stack (framehop cannot unwind it), found once per address.
-fn realigned_rule(
-    known: &mut HashMap<u64, Option<realigned::Realigned>>,
+/// How the frame at lookup address `addr` is unwound (by its table, by
+/// its realignment rule, or by frame pointers alone), found once per
+/// address. An address in no module, or in one without an `.eh_frame`,
+/// has no table.
+fn frame_rule(
+    known: &mut HashMap<u64, FrameRule>,
     modules: &Modules,
     ctx: &mut gimli::UnwindContext<usize>,
     addr: u64,
-) -> Option<realigned::Realigned> {
+) -> FrameRule {
     if let Some(&r) = known.get(&addr) {
         return r;
     }
-    let m = modules.find(addr)?;
-    let cfi = m.cfi.as_ref()?;
-    let rule = cfi.realigned(addr.wrapping_sub(m.bias), ctx);
+    let Some(m) = modules.find(addr) else {
+        return FrameRule::NoTable;
+    };
+    let rule = match m.cfi.as_ref() {
+        Some(cfi) => cfi.rule(addr.wrapping_sub(m.bias), ctx),
+        None => FrameRule::NoTable,
+    };
     if known.len() > MAX_NAMED {
         known.clear();
     }
     known.insert(addr, rule);
     rule
+}
+
+/// Bytes of a function's start looked at for its frame pointer set-up.
+const PROLOGUE_BYTES: usize = 24;
+
+/// Where the frame pointer of a function whose code starts with `code` is
+/// set up: the offset just past its `mov %rsp,%rbp`, when the function
+/// begins with `push %rbp` (after an `endbr64`, if any) and sets it up
+/// within its first instructions (gcc may put others in between).
+fn frame_pointer_ready(code: &[u8]) -> Option<u64> {
+    const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+    const MOV_RSP_RBP: [u8; 3] = [0x48, 0x89, 0xe5];
+    let body = code.strip_prefix(&ENDBR64[..]).unwrap_or(code);
+    let skipped = code.len() - body.len();
+    if body.first() != Some(&0x55) {
+        return None;
+    }
+    let at = body.windows(3).position(|w| w == MOV_RSP_RBP)?;
+    Some((skipped + at + MOV_RSP_RBP.len()) as u64)
+}
+
+/// Can the frame at `addr`, which no unwind table covers, be unwound by
+/// its frame pointer? Only when its function (known by a symbol) sets one
+/// up, and the frame is past that and not tearing it down: a return
+/// address (its call made from the function's body), or a leaf whose
+/// instruction is neither a `ret` nor just after `pop %rbp`/`leave`.
+/// Otherwise `%rbp` may hold a caller's frame pointer, and the walk would
+/// skip frames without a sign.
+fn frame_pointer_kept<M: crate::process::ProcessMemory>(
+    mem: &M,
+    modules: &Modules,
+    known: &mut HashMap<u64, Option<u64>>,
+    at: FrameAddress,
+) -> bool {
+    let addr = at.address_for_lookup();
+    let Some(m) = modules.find(addr) else {
+        return false;
+    };
+    let Some((start, _)) = m.symbols.lookup_start(addr.wrapping_sub(m.bias)) else {
+        return false;
+    };
+    let start = start.wrapping_add(m.bias);
+    let ready = *known.entry(start).or_insert_with(|| {
+        let mut code = [0u8; PROLOGUE_BYTES];
+        mem.read(start, &mut code).ok()?;
+        frame_pointer_ready(&code)
+    });
+    let Some(ready) = ready else {
+        return false;
+    };
+    if addr < start.wrapping_add(ready) {
+        return false;
+    }
+    if at.is_return_address() {
+        return true;
+    }
+    let mut around = [0u8; 2];
+    mem.read(addr - 1, &mut around).is_ok()
+        && around[1] != 0xc3
+        && around[0] != 0x5d
+        && around[0] != 0xc9
 }
 
 /// Unwind one realigned frame by `rule`: the caller's registers into
@@ -331,7 +441,7 @@ fn unwind_realigned(
 /// The frame and role of the native frame at lookup address `addr`.
 fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Role) {
     let Some(m) = modules.find(addr) else {
-        return (native_frame(table, "<anonymous>", UNKNOWN), Role::Other);
+        return (native_frame(table, ANONYMOUS, UNKNOWN), Role::Other);
     };
     let svma = addr.wrapping_sub(m.bias);
     let func = m.symbols.lookup(svma);
@@ -360,4 +470,27 @@ fn native_frame(table: &mut FrameTable, module: &str, func: &str) -> FrameId {
         location: None,
         opcode: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_pointer_set_ups_are_found_where_gcc_puts_them() {
+        // push %rbp; mov %rsp,%rbp
+        assert_eq!(
+            frame_pointer_ready(&[0x55, 0x48, 0x89, 0xe5, 0x90]),
+            Some(4)
+        );
+        // push %rbp; mov %rsi,%rdi; mov %rsp,%rbp (gcc -O2)
+        let gcc = [0x55, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xe5, 0xe8];
+        assert_eq!(frame_pointer_ready(&gcc), Some(7));
+        // endbr64 first
+        let cet = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5];
+        assert_eq!(frame_pointer_ready(&cet), Some(8));
+        // No push %rbp, or no frame pointer set up.
+        assert_eq!(frame_pointer_ready(&[0x48, 0x89, 0xe5]), None);
+        assert_eq!(frame_pointer_ready(&[0x55, 0x48, 0x83, 0xec, 0x10]), None);
+    }
 }

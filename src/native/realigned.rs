@@ -47,10 +47,37 @@ pub enum SavedBp {
 const DW_OP_BREG6: u8 = 0x76;
 const DW_OP_DEREF: u8 = 0x06;
 
+/// How the frame at an address is unwound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameRule {
+    /// By its unwind table, as framehop reads it.
+    Table,
+    /// By its realignment rule, here.
+    Realigned(Realigned),
+    /// No unwind table covers it: only frame pointers can say where its
+    /// caller is, if it keeps one.
+    NoTable,
+}
+
 impl Cfi {
+    /// How the frame at `svma` is unwound: by its table, by its
+    /// realignment rule, or (no entry covers it) by frame pointers.
+    pub fn rule(&self, svma: u64, ctx: &mut UnwindContext<usize>) -> FrameRule {
+        match self.realigned(svma, ctx) {
+            Err(gimli::Error::NoUnwindInfoForAddress) => FrameRule::NoTable,
+            Err(_) | Ok(None) => FrameRule::Table,
+            Ok(Some(r)) => FrameRule::Realigned(r),
+        }
+    }
+
     /// The rule of the realigned frame at `svma`, if the frame there is
-    /// one (its CFA is `*(rbp + N)`); `None` for any other frame.
-    pub fn realigned(&self, svma: u64, ctx: &mut UnwindContext<usize>) -> Option<Realigned> {
+    /// one (its CFA is `*(rbp + N)`); `None` for any other frame;
+    /// `NoUnwindInfoForAddress` when no entry covers it.
+    fn realigned(
+        &self,
+        svma: u64,
+        ctx: &mut UnwindContext<usize>,
+    ) -> gimli::Result<Option<Realigned>> {
         let eh = EhFrame::new(&self.eh_frame, LittleEndian);
         let mut bases = BaseAddresses::default().set_eh_frame(self.eh_frame_svma);
         if let Some(t) = self.text_svma {
@@ -62,38 +89,41 @@ impl Cfi {
         let fde = match &self.eh_frame_hdr {
             Some((hdr, hdr_svma)) => {
                 bases = bases.set_eh_frame_hdr(*hdr_svma);
-                let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()?;
-                parsed
-                    .table()?
-                    .fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset)
-                    .ok()?
+                let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8)?;
+                match parsed.table() {
+                    Some(table) => {
+                        table.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset)?
+                    }
+                    None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset)?,
+                }
             }
-            None => eh
-                .fde_for_address(&bases, svma, EhFrame::cie_from_offset)
-                .ok()?,
+            None => eh.fde_for_address(&bases, svma, EhFrame::cie_from_offset)?,
         };
-        let row = fde.unwind_info_for_address(&eh, &bases, ctx, svma).ok()?;
+        let row = fde.unwind_info_for_address(&eh, &bases, ctx, svma)?;
         let CfaRule::Expression(e) = row.cfa() else {
-            return None;
+            return Ok(None);
         };
-        let cfa_at_bp = breg6(e.get(&eh).ok()?.0.slice(), true)?;
+        let Some(cfa_at_bp) = breg6(e.get(&eh)?.0.slice(), true) else {
+            return Ok(None);
+        };
         let ra_at_cfa = match row.register(X86_64::RA) {
             Some(RegisterRule::Offset(o)) => o,
-            _ => return None,
+            _ => return Ok(None),
         };
         let bp = match row.register(X86_64::RBP) {
             None | Some(RegisterRule::SameValue) | Some(RegisterRule::Undefined) => SavedBp::Same,
             Some(RegisterRule::Offset(o)) => SavedBp::AtCfa(o),
-            Some(RegisterRule::Expression(e)) => {
-                SavedBp::AtBp(breg6(e.get(&eh).ok()?.0.slice(), false)?)
-            }
-            Some(_) => return None,
+            Some(RegisterRule::Expression(e)) => match breg6(e.get(&eh)?.0.slice(), false) {
+                Some(n) => SavedBp::AtBp(n),
+                None => return Ok(None),
+            },
+            Some(_) => return Ok(None),
         };
-        Some(Realigned {
+        Ok(Some(Realigned {
             cfa_at_bp,
             ra_at_cfa,
             bp,
-        })
+        }))
     }
 }
 

@@ -64,9 +64,14 @@ impl Symbols {
 
     /// The function containing `svma`, if a symbol covers it.
     pub fn lookup(&self, svma: u64) -> Option<&str> {
+        self.lookup_start(svma).map(|(_, name)| name)
+    }
+
+    /// The start and name of the function containing `svma`.
+    pub fn lookup_start(&self, svma: u64) -> Option<(u64, &str)> {
         let i = self.syms.partition_point(|y| y.start <= svma);
         let y = self.syms.get(i.checked_sub(1)?)?;
-        (svma < y.end).then(|| &*self.names[y.name as usize])
+        (svma < y.end).then(|| (y.start, &*self.names[y.name as usize]))
     }
 
     /// The address range of the function named `name` (exactly), if any.
