@@ -610,3 +610,74 @@ fn threads_that_come_and_go_cost_samples_not_the_profile() {
         "the program ended"
     );
 }
+
+/// Code in an anonymous executable mapping (what a JIT makes): it calls
+/// a Python callback through ctypes. It has no file, no symbol and no
+/// unwind table.
+const JIT: &str = r#"import ctypes, mmap
+# push %rbp; mov %rsp,%rbp; mov %rdi,%rax; call *%rax; pop %rbp; ret
+code = bytes([0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xf8, 0xff, 0xd0, 0x5d, 0xc3])
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(code)
+CB = ctypes.CFUNCTYPE(None)
+jit = ctypes.CFUNCTYPE(None, CB)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+def inner():
+    s = 0
+    for i in range(100000):
+        s += i
+cb = CB(inner)
+def outer():
+    jit(cb)
+print("ready", flush=True)
+while True:
+    outer()
+"#;
+
+#[test]
+fn code_in_an_anonymous_mapping_fails_samples_never_splices() {
+    let interp = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 14 && !i.debug)
+        .unwrap();
+    let mut target = spawn(&interp, JIT, &[], &[]);
+    target.wait_for("ready", Duration::from_secs(60));
+    let dir = RootDir::new(&[]);
+    let out = dir.outside("jit.txt");
+    let pid = target.pid().to_string();
+    let stdout = tachyon_ok(
+        &[
+            "attach",
+            "--native-frames",
+            "-d",
+            "2",
+            "-r",
+            "200",
+            "--collapsed",
+            "-o",
+            out.to_str().unwrap(),
+            &pid,
+        ],
+        &dir.outside,
+    );
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    // A stack from outer to inner must pass through the JIT's frame: the
+    // walk cannot unwind it (no table, no symbol to trust its frame
+    // pointer by), so such samples fail rather than skip it.
+    for (f, _) in stacks(&collapsed) {
+        let names: Vec<&str> = f.iter().map(|x| func(x)).collect();
+        if let (Some(o), Some(i)) = (
+            names.iter().position(|&n| n == "outer"),
+            names.iter().position(|&n| n == "inner"),
+        ) {
+            assert!(
+                f[o..i].iter().any(|x| x.starts_with("[anonymous]:")),
+                "outer and inner with no JIT frame between them: {f:?}"
+            );
+        }
+    }
+    assert!(stdout.contains("Error rate: "), "no summary:\n{stdout}");
+    assert!(
+        target.child.try_wait().unwrap().is_none(),
+        "the program ended"
+    );
+}

@@ -97,9 +97,14 @@ pub fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }
+    // C++: without parameters and return type, as profilers (and py-spy)
+    // name functions; templates stay.
+    let short = cpp_demangle::DemangleOptions::new()
+        .no_params()
+        .no_return_type();
     if name.starts_with("_Z")
         && let Ok(sym) = cpp_demangle::Symbol::new(name)
-        && let Ok(d) = sym.demangle()
+        && let Ok(d) = sym.demangle_with_options(&short)
     {
         return d;
     }
@@ -112,7 +117,12 @@ mod tests {
 
     #[test]
     fn demangles_cpp_and_rust_and_keeps_c() {
-        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar");
+        // A function template's instance: its template arguments stay.
+        assert_eq!(
+            demangle("_ZN2np10qsort_simd12QSort_X86_V4IdEEvPT_l"),
+            "np::qsort_simd::QSort_X86_V4<double>"
+        );
         assert_eq!(
             demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
             "core::fmt::write"
