@@ -226,11 +226,26 @@ fn a_500_deep_yield_from_chain_fits_the_budget_and_is_whole() {
         problems.extend(t.problems(&it.name, SAMPLES, 10));
         // Between values, the chain is suspended from its leaf down and
         // resumed from its root up: a stack holds any number of its frames,
-        // and nothing else. It must reach the whole chain at times.
-        if !t.depths.contains_key(&(DEPTH + 1)) {
+        // and nothing else. It must reach the whole chain at times. On a
+        // busy machine the target may not run during one burst of
+        // samples (all of them then see one instant): more bursts, each
+        // checked like the first, until it shows or ten have not.
+        let mut depths = t.depths.clone();
+        for _ in 0..10 {
+            if depths.contains_key(&(DEPTH + 1)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let more = tally(&mut u, SAMPLES, "chain", &shape);
+            problems.extend(more.problems(&it.name, SAMPLES, 10));
+            for (k, v) in more.depths {
+                *depths.entry(k).or_default() += v;
+            }
+        }
+        if !depths.contains_key(&(DEPTH + 1)) {
             problems.push(format!(
                 "{}: no stack holds the whole chain: {:?}",
-                it.name, t.depths
+                it.name, depths
             ));
         }
     }
