@@ -73,14 +73,9 @@ fn run_python(interp: &Interp, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Build the extension for `interp` into `dir`; the directory to put on
-/// its `sys.path`, as the interpreter sees it.
-fn build_extension(interp: &Interp, dir: &RootDir) -> String {
-    build_extension_with(interp, dir, &[])
-}
-
-/// [`build_extension`] with more gcc flags.
-fn build_extension_with(interp: &Interp, dir: &RootDir, flags: &[&str]) -> String {
+/// Build the extension for `interp` into `dir`, with more gcc `flags`;
+/// the directory to put on its `sys.path`, as the interpreter sees it.
+fn build_extension(interp: &Interp, dir: &RootDir, flags: &[&str]) -> String {
     let info = run_python(
         interp,
         &[
@@ -183,33 +178,53 @@ fn interpreters() -> Vec<Interp> {
     v
 }
 
+/// The sid interpreter 3.`minor` (release build).
+fn sid(minor: u8) -> Interp {
+    sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == minor && !i.debug)
+        .unwrap()
+}
+
+/// `program` started under `interp` and ready, with the extension built
+/// with `flags` on its path (none when `flags` is `None`), and the
+/// directory the test writes in.
+fn start(interp: &Interp, program: &str, flags: Option<&[&str]>) -> (common::Target, RootDir) {
+    let dir = RootDir::new(&[]);
+    let args = match flags {
+        Some(flags) => vec![build_extension(interp, &dir, flags)],
+        None => Vec::new(),
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut target = spawn(interp, program, &[], &args);
+    target.wait_for("ready", Duration::from_secs(60));
+    (target, dir)
+}
+
+/// `tachyon attach OPTIONS -d SECONDS -r 200 --collapsed` on `target`,
+/// written in `dir`: the collapsed profile and tachyon's summary.
+fn attach(
+    target: &common::Target,
+    dir: &RootDir,
+    options: &[&str],
+    seconds: &str,
+) -> (String, String) {
+    let out = dir.outside("profile.txt");
+    let pid = target.pid().to_string();
+    let mut args = vec!["attach"];
+    args.extend(options);
+    args.extend(["-d", seconds, "-r", "200", "--collapsed", "-o"]);
+    args.extend([out.to_str().unwrap(), &pid]);
+    let stdout = tachyon_ok(&args, &dir.outside);
+    (std::fs::read_to_string(&out).unwrap(), stdout)
+}
+
 #[test]
 fn c_frames_sit_between_the_python_frames_that_call_them() {
     let mut failures = Vec::new();
     for interp in interpreters() {
-        let dir = RootDir::new(&[]);
-        let path = build_extension(&interp, &dir);
-        let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
-        target.wait_for("ready", Duration::from_secs(60));
-        let out = dir.outside("native.txt");
-        let pid = target.pid().to_string();
-        let stdout = tachyon_ok(
-            &[
-                "attach",
-                "--native-frames",
-                "-a",
-                "-d",
-                "2",
-                "-r",
-                "200",
-                "--collapsed",
-                "-o",
-                out.to_str().unwrap(),
-                &pid,
-            ],
-            &dir.outside,
-        );
-        let collapsed = std::fs::read_to_string(&out).unwrap();
+        let (target, dir) = start(&interp, PROGRAM, Some(&[]));
+        let (collapsed, stdout) = attach(&target, &dir, &["--native-frames", "-a"], "2");
         let who = &interp.name;
         let all = stacks(&collapsed);
         let whole: u64 = all
@@ -246,32 +261,8 @@ fn c_frames_sit_between_the_python_frames_that_call_them() {
 
 #[test]
 fn all_keeps_the_interpreters_own_frames_and_the_threads_start() {
-    let interp = sid_interpreters()
-        .into_iter()
-        .find(|i| i.minor == 14 && !i.debug)
-        .unwrap();
-    let dir = RootDir::new(&[]);
-    let path = build_extension(&interp, &dir);
-    let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
-    target.wait_for("ready", Duration::from_secs(60));
-    let out = dir.outside("all.txt");
-    let pid = target.pid().to_string();
-    tachyon_ok(
-        &[
-            "attach",
-            "--native-frames=all",
-            "-d",
-            "1",
-            "-r",
-            "200",
-            "--collapsed",
-            "-o",
-            out.to_str().unwrap(),
-            &pid,
-        ],
-        &dir.outside,
-    );
-    let collapsed = std::fs::read_to_string(&out).unwrap();
+    let (target, dir) = start(&sid(14), PROGRAM, Some(&[]));
+    let (collapsed, _) = attach(&target, &dir, &["--native-frames=all"], "1");
     let all = stacks(&collapsed);
     let full = all
         .iter()
@@ -326,10 +317,7 @@ fn dump_shows_both_deadlocked_threads_waiting_in_c() {
     interps.retain(|i| i.name == "pyenv-3.12");
     interps.extend(sid_interpreters().into_iter().filter(|i| i.minor == 15));
     for interp in interps {
-        let dir = RootDir::new(&[]);
-        let path = build_extension(&interp, &dir);
-        let mut target = spawn(&interp, DEADLOCK, &[], &[&path]);
-        target.wait_for("ready", Duration::from_secs(60));
+        let (target, dir) = start(&interp, DEADLOCK, Some(&[]));
         let pid = target.pid().to_string();
         let who = &interp.name;
         let text = tachyon_ok(&["dump", "--native-frames", "-a", &pid], &dir.outside);
@@ -405,27 +393,8 @@ fn numpy_shows_blas_under_dot_and_its_sort_under_sort() {
         .filter(|i| i.minor >= 14 && !i.debug)
     {
         let who = &interp.name;
-        let mut target = spawn(&interp, NUMPY, &[], &[]);
-        target.wait_for("ready", Duration::from_secs(60));
-        let dir = RootDir::new(&[]);
-        let out = dir.outside("numpy.txt");
-        let pid = target.pid().to_string();
-        let stdout = tachyon_ok(
-            &[
-                "attach",
-                "--native-frames",
-                "-d",
-                "3",
-                "-r",
-                "200",
-                "--collapsed",
-                "-o",
-                out.to_str().unwrap(),
-                &pid,
-            ],
-            &dir.outside,
-        );
-        let collapsed = std::fs::read_to_string(&out).unwrap();
+        let (target, dir) = start(&interp, NUMPY, None);
+        let (collapsed, stdout) = attach(&target, &dir, &["--native-frames"], "3");
         let all = stacks(&collapsed);
         // Below the Python function `py`, a native frame of a module
         // starting `module` whose name satisfies `named`.
@@ -448,6 +417,16 @@ fn numpy_shows_blas_under_dot_and_its_sort_under_sort() {
                 .contains("sort")),
             "{who}: no numpy sort under sort:\n{collapsed}\n{stdout}"
         );
+        // numpy's SIMD sorts realign their stack (a CFA expression, which
+        // framehop leaves to us): unwound, not failed. The threads are
+        // stopped for each sample, so how many fail does not depend on the
+        // machine's load; without the realigned rule it was 20-30%.
+        let rate: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Error rate: "))
+            .and_then(|r| r.trim().trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("{who}: no error rate in:\n{stdout}"));
+        assert!(rate < 10.0, "{who}: {rate}% of samples failed:\n{stdout}");
     }
 }
 
@@ -457,10 +436,7 @@ fn a_recording_keeps_native_frames_for_both_replays() {
         .into_iter()
         .find(|i| i.name == "pyenv-3.12")
         .unwrap();
-    let dir = RootDir::new(&[]);
-    let path = build_extension(&interp, &dir);
-    let mut target = spawn(&interp, PROGRAM, &[], &[&path]);
-    target.wait_for("ready", Duration::from_secs(60));
+    let (target, dir) = start(&interp, PROGRAM, Some(&[]));
     let pid = target.pid().to_string();
     let rec = dir.outside("rec.bin");
     tachyon_ok(
@@ -512,18 +488,9 @@ fn a_recording_keeps_native_frames_for_both_replays() {
 /// The chain's stacks of `interp` sampled with the extension built with
 /// `flags`: every stack must be a whole piece of the chain. Returns the
 /// collapsed profile and tachyon's summary.
-fn sample_chain(interp: &Interp, flags: &[&str], extra: &[&str]) -> (String, String) {
-    let dir = RootDir::new(&[]);
-    let path = build_extension_with(interp, &dir, flags);
-    let mut target = spawn(interp, PROGRAM, &[], &[&path]);
-    target.wait_for("ready", Duration::from_secs(60));
-    let out = dir.outside("chain.txt");
-    let pid = target.pid().to_string();
-    let mut args = vec!["attach", "--native-frames", "-d", "2", "-r", "200"];
-    args.extend(extra);
-    args.extend(["--collapsed", "-o", out.to_str().unwrap(), &pid]);
-    let stdout = tachyon_ok(&args, &dir.outside);
-    let collapsed = std::fs::read_to_string(&out).unwrap();
+fn sample_chain(interp: &Interp, flags: &[&str]) -> (String, String) {
+    let (target, dir) = start(interp, PROGRAM, Some(flags));
+    let (collapsed, stdout) = attach(&target, &dir, &["--native-frames"], "2");
     for (f, _) in stacks(&collapsed) {
         check_chain(&interp.name, &f);
     }
@@ -532,15 +499,12 @@ fn sample_chain(interp: &Interp, flags: &[&str], extra: &[&str]) -> (String, Str
 
 #[test]
 fn an_extension_without_unwind_tables_is_walked_by_frame_pointers_or_fails() {
-    let interp = sid_interpreters()
-        .into_iter()
-        .find(|i| i.minor == 15 && !i.debug)
-        .unwrap();
+    let interp = sid(15);
     let no_tables = ["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"];
     // With frame pointers, framehop's fallback walks through it whole.
     let mut flags = no_tables.to_vec();
     flags.push("-fno-omit-frame-pointer");
-    let (collapsed, stdout) = sample_chain(&interp, &flags, &[]);
+    let (collapsed, stdout) = sample_chain(&interp, &flags);
     assert!(
         stacks(&collapsed)
             .iter()
@@ -549,7 +513,7 @@ fn an_extension_without_unwind_tables_is_walked_by_frame_pointers_or_fails() {
     );
     // Without them the walk may be lost in it: failed samples, but every
     // stack reported is whole (sample_chain checks each).
-    sample_chain(&interp, &no_tables, &[]);
+    sample_chain(&interp, &no_tables);
 }
 
 /// Threads that start and end all the time, each calling into C.
@@ -569,33 +533,8 @@ while True:
 
 #[test]
 fn threads_that_come_and_go_cost_samples_not_the_profile() {
-    let interp = sid_interpreters()
-        .into_iter()
-        .find(|i| i.minor == 14 && !i.debug)
-        .unwrap();
-    let dir = RootDir::new(&[]);
-    let path = build_extension(&interp, &dir);
-    let mut target = spawn(&interp, CHURN, &[], &[&path]);
-    target.wait_for("ready", Duration::from_secs(60));
-    let out = dir.outside("churn.txt");
-    let pid = target.pid().to_string();
-    let stdout = tachyon_ok(
-        &[
-            "attach",
-            "--native-frames",
-            "-a",
-            "-d",
-            "2",
-            "-r",
-            "500",
-            "--collapsed",
-            "-o",
-            out.to_str().unwrap(),
-            &pid,
-        ],
-        &dir.outside,
-    );
-    let collapsed = std::fs::read_to_string(&out).unwrap();
+    let (mut target, dir) = start(&sid(14), CHURN, Some(&[]));
+    let (collapsed, stdout) = attach(&target, &dir, &["--native-frames", "-a"], "2");
     // A worker's stack: its Python frames, then spin_c in C.
     assert!(
         stacks(&collapsed).iter().any(|(f, _)| {
@@ -635,31 +574,8 @@ while True:
 
 #[test]
 fn code_in_an_anonymous_mapping_fails_samples_never_splices() {
-    let interp = sid_interpreters()
-        .into_iter()
-        .find(|i| i.minor == 14 && !i.debug)
-        .unwrap();
-    let mut target = spawn(&interp, JIT, &[], &[]);
-    target.wait_for("ready", Duration::from_secs(60));
-    let dir = RootDir::new(&[]);
-    let out = dir.outside("jit.txt");
-    let pid = target.pid().to_string();
-    let stdout = tachyon_ok(
-        &[
-            "attach",
-            "--native-frames",
-            "-d",
-            "2",
-            "-r",
-            "200",
-            "--collapsed",
-            "-o",
-            out.to_str().unwrap(),
-            &pid,
-        ],
-        &dir.outside,
-    );
-    let collapsed = std::fs::read_to_string(&out).unwrap();
+    let (mut target, dir) = start(&sid(14), JIT, None);
+    let (collapsed, stdout) = attach(&target, &dir, &["--native-frames"], "2");
     // A stack from outer to inner must pass through the JIT's frame: the
     // walk cannot unwind it (no table, no symbol to trust its frame
     // pointer by), so such samples fail rather than skip it.
