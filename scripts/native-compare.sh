@@ -25,20 +25,8 @@ RATE=${2:-1000}
 VERSION=${3:-3.14}
 WARM=1.5
 WINDOW=4
-ROOT=$(scripts/provision-sid.sh)
-TOOLS=$(scripts/provision-tools.sh)
-PYSPY="$TOOLS/py-spy/bin/py-spy"
-cargo build --release -q
-TACHYON="${CARGO_TARGET_DIR:-$PWD/target}/release/tachyon"
-WORK="$ROOT/tmp/tachyon-native-compare.$$"
-INSIDE="/tmp/$(basename "$WORK")"
-mkdir -p "$WORK"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+BENCH=native-compare
+. scripts/bench-setup.sh
 
 cat > "$WORK/target.py" <<'PY'
 import sys, time

@@ -40,20 +40,8 @@ TARGETS=${TARGETS:-single threads8 alloc}
 PROFILERS=${PROFILERS:-bare tachyon tachyon-10k tachyon-blocking reference py-spy py-spy-nonblocking}
 WARM=1.5
 WINDOW=3
-ROOT=$(scripts/provision-sid.sh)
-TOOLS=$(scripts/provision-tools.sh)
-PYSPY="$TOOLS/py-spy/bin/py-spy"
-cargo build --release -q
-TACHYON="${CARGO_TARGET_DIR:-$PWD/target}/release/tachyon"
-WORK="$ROOT/tmp/tachyon-slowdown.$$"
-INSIDE="/tmp/$(basename "$WORK")"
-mkdir -p "$WORK"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+BENCH=slowdown
+. scripts/bench-setup.sh
 
 cat > "$WORK/target.py" <<'PY'
 import sys, threading, time
