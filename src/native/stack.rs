@@ -85,8 +85,10 @@ impl<'m, M: ProcessMemory + ?Sized> StackPages<'m, M> {
         let off = (addr - page) as usize;
         if off + 8 > PAGE as usize {
             // Straddles two pages: two reads.
-            let lo = self.word(page + PAGE - 8)?;
-            let hi = self.word(page + PAGE)?;
+            // (An address at the top of the address space, from a corrupt
+            // stack, has no next page.)
+            let lo = self.word(page + (PAGE - 8))?;
+            let hi = self.word(page.checked_add(PAGE)?)?;
             let shift = (off - (PAGE as usize - 8)) * 8;
             return Some((lo >> shift) | (hi << (64 - shift)));
         }
@@ -144,5 +146,7 @@ mod tests {
         assert_eq!(s.word(0x1ffc), Some(0x0302_0100_fffe_fdfc));
         assert_eq!(s.word(0x2ffc), None);
         assert_eq!(s.word(0x3008), None);
+        // The last word of the address space straddles into nothing.
+        assert_eq!(s.word(u64::MAX - 3), None);
     }
 }
