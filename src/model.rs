@@ -26,8 +26,9 @@ pub enum FrameKind {
     /// A frame whose memory or code object could not be read.
     Unreadable,
     /// A C, C++ or Rust function from a thread's native stack
-    /// (`--native-frames`): the function's name, its module's file name as
-    /// the file, no location.
+    /// (`--native-frames`): the function's name; its source file and line
+    /// (columns -1) when the module has debug information, else its
+    /// module's file name as the file and no location.
     NativeFunction,
     /// `<task>`: an asyncio task in an async-aware stack, named by the
     /// task's name (file `<task>`, no location, as the reference shows it).

@@ -244,9 +244,9 @@ fn c_frames_sit_between_the_python_frames_that_call_them() {
                 .is_some_and(|at| {
                     f[at + 1..].iter().any(|l| {
                         let n = func(l);
-                        l.starts_with("libc") && n.contains("nanosleep")
-                            || n.contains("select")
-                            || n.contains("poll")
+                        // (libc's file, or its source where its debug
+                        // file is installed)
+                        n.contains("nanosleep") || n.contains("select") || n.contains("poll")
                     })
                 })
         });
@@ -617,4 +617,76 @@ fn code_in_an_anonymous_mapping_fails_samples_never_splices() {
         target.child.try_wait().unwrap().is_none(),
         "the program ended"
     );
+}
+
+/// The native frames of a `dump --native-frames --json` as (function,
+/// file, line), per thread.
+fn native_frames_by_thread(json: &str) -> Vec<Vec<(String, String, i64)>> {
+    let doc: serde_json::Value = serde_json::from_str(json).unwrap();
+    doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["kind"] == "native_function")
+                .map(|f| {
+                    (
+                        f["function"].as_str().unwrap_or("").to_string(),
+                        f["file"].as_str().unwrap_or("").to_string(),
+                        f["line"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn debug_information_gives_native_frames_their_source_lines() {
+    // sid's release 3.13 has its DWARF in a separate, compressed file
+    // (python3.13-dbg's /usr/lib/debug/.build-id); 3.14d has its own. The
+    // extension is built with -g.
+    let interps: Vec<Interp> = sid_interpreters()
+        .into_iter()
+        .filter(|i| (i.minor, i.debug) == (13, false) || (i.minor, i.debug) == (14, true))
+        .collect();
+    assert_eq!(interps.len(), 2);
+    for interp in interps {
+        let who = &interp.name;
+        let (target, dir) = start(&interp, PROGRAM, Some(&["-g"]));
+        let pid = target.pid().to_string();
+        let (mut sleep, mut spin) = (None, None);
+        let mut json = String::new();
+        for _ in 0..20 {
+            let args = ["dump", "--native-frames", "-a", "--json", &pid];
+            json = tachyon_ok(&args, &dir.outside);
+            for frames in native_frames_by_thread(&json) {
+                for (func, file, line) in frames {
+                    if func.starts_with("time_sleep") {
+                        sleep = Some((file, line));
+                    } else if func == "spin_c" {
+                        spin = Some((file, line));
+                    }
+                }
+            }
+            if sleep.is_some() && spin.is_some() {
+                break;
+            }
+        }
+        let (file, line) = sleep.unwrap_or_else(|| panic!("{who}: no time_sleep frame: {json}"));
+        assert!(
+            file.ends_with("Modules/timemodule.c") && line > 0,
+            "{who}: time_sleep at {file}:{line}"
+        );
+        // spin_c's body is lines 4-8 of the extension's source.
+        let (file, line) = spin.unwrap_or_else(|| panic!("{who}: no spin_c frame: {json}"));
+        assert!(
+            file.ends_with("spinext.c") && (4..=8).contains(&line),
+            "{who}: spin_c at {file}:{line}"
+        );
+    }
 }

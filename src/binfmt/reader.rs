@@ -935,9 +935,13 @@ fn parse_frame(
         });
     }
     let overflow = || invalid(format!("{what}: location out of range"));
+    let kind = match (end_delta, col, end_col_delta) {
+        (0, -1, 0) if is_native_source(table.str(file)) => FrameKind::NativeFunction,
+        _ => FrameKind::Python,
+    };
     Ok(Frame {
         opcode,
-        kind: FrameKind::Python,
+        kind,
         file,
         func,
         location: Some(Location {
@@ -969,6 +973,19 @@ pub const NATIVE_LOCATION: (i32, i32, i32, i32) = (0, 0, -1, -1);
 /// never a path, a `.py` file nor a `<...>` pseudo-file. With
 /// [`NATIVE_LOCATION`] it tells a native frame from a Python one (whose
 /// line 0 is its module's first instruction, with columns).
+/// A native frame with a source line (`--native-frames` with debug
+/// information) is stored as any frame with a line and no columns; its
+/// file, a C, C++, Rust, Fortran or assembly source, tells it apart (no
+/// Python code object names one).
+fn is_native_source(file: &str) -> bool {
+    const SOURCES: &[&str] = &[
+        "c", "h", "cc", "cpp", "cxx", "c++", "hh", "hpp", "hxx", "inc", "rs", "s", "S", "asm", "f",
+        "f90", "f95", "F", "F90",
+    ];
+    file.rsplit_once('.')
+        .is_some_and(|(stem, ext)| !stem.is_empty() && SOURCES.contains(&ext))
+}
+
 fn is_module_name(file: &str) -> bool {
     !file.is_empty()
         && !file.contains('/')
@@ -1542,6 +1559,58 @@ mod tests {
     use crate::binfmt::writer::{BinaryWriter, WriterOptions};
     use crate::binfmt::{EncodingStats, put_varint};
     use crate::model::Frame;
+
+    #[test]
+    fn native_frames_come_back_native_with_and_without_a_line() {
+        let mut t = FrameTable::new();
+        let mut native = |file: &str, func: &str, line: Option<i32>| {
+            let (file, func) = (t.intern_str(file), t.intern_str(func));
+            t.intern(Frame {
+                opcode: None,
+                kind: FrameKind::NativeFunction,
+                file,
+                func,
+                location: line.map(|line| crate::model::Location {
+                    line,
+                    end_line: line,
+                    col: -1,
+                    end_col: -1,
+                }),
+            })
+        };
+        let frames = vec![
+            native("libc.so.6", "clock_nanosleep", None),
+            native(
+                "/build/python3.14/Modules/timemodule.c",
+                "time_sleep",
+                Some(2187),
+            ),
+        ];
+        let (bytes, _) = write(&[sample(1000, frames.clone())], &t, Compression::None);
+        let mut back = Vec::new();
+        BinaryReader::new(io::Cursor::new(&bytes), "t".into(), ReadOptions::default())
+            .unwrap()
+            .replay(|s, tab| {
+                for &id in &s.threads[0].frames {
+                    let f = tab.frame(id);
+                    back.push((f.kind, tab.str(f.file).to_string(), f.line()));
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            back,
+            [
+                (FrameKind::NativeFunction, "libc.so.6".into(), 0),
+                (
+                    FrameKind::NativeFunction,
+                    "/build/python3.14/Modules/timemodule.c".into(),
+                    2187
+                ),
+            ]
+        );
+        assert!(is_native_source("timemodule.c") && is_native_source("/x/lib.rs"));
+        assert!(!is_native_source("/srv/app.py") && !is_native_source(".c"));
+    }
 
     fn table() -> (FrameTable, Vec<FrameId>) {
         let mut t = FrameTable::new();

@@ -95,7 +95,9 @@ impl Status {
 #[derive(Serialize)]
 struct Frame<'a> {
     /// `python`, `native`, `native_function` (`--native-frames`; its file
-    /// is its module), `gc`, `truncated`, `unreadable` or `task`.
+    /// and line are its source's when its module has debug information,
+    /// else its file is the module), `gc`, `truncated`, `unreadable` or
+    /// `task`.
     kind: &'static str,
     /// The function's qualified name, or the task's name.
     function: &'a str,

@@ -297,7 +297,11 @@ fn write_frames(
             continue;
         }
         if f.kind == FrameKind::NativeFunction {
-            let _ = writeln!(out, "  [native] {name} ({file})");
+            match f.location {
+                Some(l) => writeln!(out, "  [native] {name} ({file}:{})", l.line),
+                None => writeln!(out, "  [native] {name} ({file})"),
+            }
+            .ok();
             continue;
         }
         let shown = display_filename(file, cwd);

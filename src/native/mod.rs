@@ -12,8 +12,11 @@
 //!    ([`merge`]).
 //!
 //! Native frames are [`FrameKind::NativeFunction`] frames: the function
-//! as their name, the module's file name as their file, no line.
+//! as their name; the source file and line where the module has debug
+//! information ([`debuginfo`]), else the module's file name as their file
+//! and no line.
 
+pub mod debuginfo;
 pub mod merge;
 pub mod modules;
 pub mod realigned;
@@ -27,7 +30,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 
 use crate::error::{Error, Result};
-use crate::model::{Frame, FrameId, FrameKind, FrameTable, Sample, ThreadSample};
+use crate::model::{Frame, FrameId, FrameKind, FrameTable, Location, Sample, ThreadSample};
 use crate::process::Target;
 pub use merge::Keep;
 use merge::Role;
@@ -441,7 +444,7 @@ fn unwind_realigned(
 /// The frame and role of the native frame at lookup address `addr`.
 fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Role) {
     let Some(m) = modules.find(addr) else {
-        return (native_frame(table, ANONYMOUS, UNKNOWN), Role::Other);
+        return (native_frame(table, ANONYMOUS, UNKNOWN, None), Role::Other);
     };
     let svma = addr.wrapping_sub(m.bias);
     let func = m.symbols.lookup(svma);
@@ -456,18 +459,35 @@ fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Ro
     } else {
         Role::Interpreter
     };
-    (native_frame(table, &m.name, func.unwrap_or(UNKNOWN)), role)
+    let source = func
+        .and(m.lines.as_ref())
+        .and_then(|lines| lines.find(svma));
+    let frame = match source {
+        Some(s) => native_frame(table, &s.file, func.unwrap_or(UNKNOWN), Some(s.line)),
+        None => native_frame(table, &m.name, func.unwrap_or(UNKNOWN), None),
+    };
+    (frame, role)
 }
 
-/// A native function's frame: its module as the file, no location.
-fn native_frame(table: &mut FrameTable, module: &str, func: &str) -> FrameId {
-    let file = table.intern_str(module);
+/// A native function's frame: its source file and line when the module's
+/// debug information gives them, else its module as the file and no
+/// location.
+fn native_frame(table: &mut FrameTable, file: &str, func: &str, line: Option<u32>) -> FrameId {
+    let file = table.intern_str(file);
     let func = table.intern_str(func);
+    let location = line
+        .and_then(|l| i32::try_from(l).ok())
+        .map(|line| Location {
+            line,
+            end_line: line,
+            col: -1,
+            end_col: -1,
+        });
     table.intern(Frame {
         kind: FrameKind::NativeFunction,
         file,
         func,
-        location: None,
+        location,
         opcode: None,
     })
 }

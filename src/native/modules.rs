@@ -16,6 +16,7 @@ use framehop::{ExplicitModuleSectionInfo, Module};
 use goblin::elf::Elf;
 use goblin::elf::program_header::PT_LOAD;
 
+use super::debuginfo::{self, Image, Lines};
 use super::realigned::Cfi;
 use super::symbols::Symbols;
 use crate::process::Target;
@@ -44,11 +45,14 @@ pub struct Loaded {
     pub eval: Option<Range<u64>>,
     /// Its `.eh_frame`, for the frames framehop does not unwind.
     pub cfi: Option<Arc<Cfi>>,
+    /// Its source lines, when it has debug information.
+    pub lines: Option<Arc<Lines>>,
 }
 
 /// What one file gives every mapping of it.
 struct Parsed {
     symbols: Arc<Symbols>,
+    lines: Option<Arc<Lines>>,
     cfi: Option<Arc<Cfi>>,
     sections: ExplicitModuleSectionInfo<Bytes>,
     /// PT_LOAD segments: (file offset, file size, vaddr).
@@ -156,6 +160,7 @@ fn module_of(m: &MapEntry, parsed: Option<&Parsed>) -> (Loaded, Option<Module<By
         interpreter,
         eval,
         cfi: parsed.and_then(|p| p.cfi.clone()),
+        lines: parsed.and_then(|p| p.lines.clone()),
     };
     (loaded, module)
 }
@@ -174,11 +179,11 @@ fn bias_of(m: &MapEntry, loads: &[(u64, u64, u64)]) -> Option<u64> {
 /// is not an ELF file.
 fn parse<T: Target>(target: &T, m: &MapEntry) -> Option<Parsed> {
     let file = target.open_mapped_file(m).ok()?;
-    // SAFETY: a read-only private mapping; the file may change under us
-    // (a library replaced on disk), which goblin's bounds checks turn into
-    // parse errors, not undefined reads past the mapping.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    parse_image(&map)
+    let image = Image::open(&file)?;
+    let elf = Elf::parse(&image).ok()?;
+    let path = m.path.as_deref().unwrap_or("");
+    let debug = debuginfo::locate(target, path, &image, &elf);
+    parse_image(&image, &elf, debug)
 }
 
 /// The kernel's vDSO (`clock_gettime`, `gettimeofday`: where `time.time()`
@@ -192,13 +197,14 @@ fn parse_vdso<T: Target>(target: &T, m: &MapEntry) -> Option<Parsed> {
     let len = m.end.checked_sub(m.start).filter(|&l| l <= MAX_VDSO)?;
     let mut image = vec![0u8; len as usize];
     target.read(m.start, &mut image).ok()?;
-    parse_image(&image)
+    parse_image(&image, &Elf::parse(&image).ok()?, None)
 }
 
 /// The sections, symbols and segments of an ELF image as laid out in its
-/// file (or, for the vDSO, in memory: the same).
-fn parse_image(map: &[u8]) -> Option<Parsed> {
-    let elf = Elf::parse(map).ok()?;
+/// file (or, for the vDSO, in memory: the same), and what its debug image
+/// (`debug`: the same file, a separate one, or none) adds: the full
+/// symbol table of a stripped module, and source lines.
+fn parse_image(map: &[u8], elf: &Elf<'_>, debug: Option<Arc<Image>>) -> Option<Parsed> {
     let section = |name: &str| -> Option<(Range<u64>, Bytes)> {
         let sh = elf
             .section_headers
@@ -253,8 +259,14 @@ fn parse_image(map: &[u8]) -> Option<Parsed> {
         .filter(|p| p.p_type == PT_LOAD)
         .map(|p| (p.p_offset, p.p_filesz, p.p_vaddr))
         .collect();
+    let debug_elf = debug.as_ref().and_then(|d| Elf::parse(d).ok());
+    let symbols = match &debug_elf {
+        Some(d) if elf.syms.is_empty() && !d.syms.is_empty() => Symbols::of(d),
+        _ => Symbols::of(elf),
+    };
     Some(Parsed {
-        symbols: Arc::new(Symbols::of(&elf)),
+        symbols: Arc::new(symbols),
+        lines: debug.map(|d| Arc::new(Lines::new(d))),
         cfi,
         sections,
         loads,

@@ -476,6 +476,10 @@ impl super::Target for CoreFile {
             .map_err(|e| Error::BadCore(format!("cannot open {}: {e}", here.display())))
     }
 
+    fn open_in_root(&self, path: &str) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(self.local_path(path))
+    }
+
     fn thread_ids(&self) -> Result<Vec<i32>> {
         let mut t = self.threads.clone();
         t.sort_unstable();

@@ -455,6 +455,10 @@ impl super::Target for LinuxProcess {
         LinuxProcess::open_mapped_file(self, m)
     }
 
+    fn open_in_root(&self, path: &str) -> std::io::Result<File> {
+        File::open(self.root_path(path)).or_else(|_| File::open(path))
+    }
+
     fn thread_ids(&self) -> Result<Vec<i32>> {
         LinuxProcess::thread_ids(self)
     }

@@ -123,6 +123,13 @@ pub trait Target: ProcessMemory {
     /// The file behind mapping `m`, checked to be the file mapped there.
     fn open_mapped_file(&self, m: &maps::MapEntry) -> Result<std::fs::File>;
 
+    /// A file the process would name `path` (a debug file): below its
+    /// root directory first, then as it is. What it is must be checked by
+    /// the caller.
+    fn open_in_root(&self, path: &str) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(path)
+    }
+
     /// The native ids of its threads, ascending.
     fn thread_ids(&self) -> Result<Vec<i32>>;
 
