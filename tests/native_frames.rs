@@ -690,3 +690,40 @@ fn debug_information_gives_native_frames_their_source_lines() {
         );
     }
 }
+
+#[test]
+fn a_core_shows_the_native_frames_a_live_dump_shows() {
+    // The deadlocked threads stand still: a live dump, then a core (gdb's
+    // gcore) of the same instant as far as they are concerned. sid's 3.13
+    // names its C by its separate debug file, found below --sysroot.
+    let mut interps = machine_old_interpreters();
+    interps.retain(|i| i.name == "pyenv-3.12");
+    interps.push(sid(13));
+    assert_eq!(interps.len(), 2);
+    for interp in interps {
+        let who = &interp.name;
+        let (target, dir) = start(&interp, DEADLOCK, Some(&["-g"]));
+        let pid = target.pid().to_string();
+        let live = tachyon_ok(&["dump", "--native-frames", "-a", &pid], &dir.outside);
+        let core = common::gcore(&target);
+        let mut args = vec!["dump", "--native-frames", "-a", "--core"];
+        args.push(core.to_str().unwrap());
+        let sysroot = common::sysroot_args(&interp);
+        args.extend(sysroot.iter().map(String::as_str));
+        let dumped = tachyon_ok(&args, &dir.outside);
+        // The two waiting threads' stacks, Python and native, line for line.
+        let waiting = |text: &str, t: &str| -> String {
+            text.split("Stack dump")
+                .find(|s| s.contains(&format!("in {t}\n")))
+                .map(|s| s.lines().skip(1).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_else(|| panic!("{who}: no stack in {t}:\n{text}"))
+        };
+        for t in ["t1", "t2"] {
+            let (a, b) = (waiting(&live, t), waiting(&dumped, t));
+            assert!(
+                a.contains("[native] ") && a == b,
+                "{who}: thread {t} live:\n{a}\nfrom its core:\n{b}"
+            );
+        }
+    }
+}

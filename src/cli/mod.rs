@@ -75,7 +75,7 @@ struct DumpArgs {
     /// Show the real C, C++ and Rust frames between the Python frames,
     /// marked [native] (like py-spy's --native); =all keeps every native
     /// frame. Stops the threads while reading, as --blocking does
-    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, require_equals = true, default_missing_value = "useful", conflicts_with_all = ["core", "async_aware"])]
+    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, require_equals = true, default_missing_value = "useful", conflicts_with_all = ["async_aware"])]
     native_frames: Option<profile::NativeFramesArg>,
     /// Do not show <GC> while the garbage collector runs
     #[arg(long)]
@@ -249,6 +249,9 @@ fn dump_core(a: &DumpArgs, path: &std::path::Path) -> Result<String> {
     if a.locals {
         unwinder.keep_frame_places();
     }
+    if a.native_frames.is_some() {
+        unwinder.keep_entry_frames();
+    }
     let mut sample = Sample::default();
     match session_dump::read_consistent(&mut unwinder, &mut sample) {
         Ok(()) => {}
@@ -267,7 +270,21 @@ fn dump_core(a: &DumpArgs, path: &std::path::Path) -> Result<String> {
             ));
         }
     }
-    let locals = a.locals.then(|| read_locals(&unwinder, &sample));
+    let mut locals = a.locals.then(|| read_locals(&unwinder, &sample));
+    if let Some(keep) = a.native_frames {
+        // The walk reads the core through its own handle.
+        let core = tachyon::process::corefile::CoreFile::open(path)?
+            .with_sysroot(a.sysroot.clone())
+            .with_exe(a.exe.clone());
+        add_native_frames(
+            a,
+            core,
+            &mut unwinder,
+            &mut sample,
+            keep.into(),
+            locals.as_mut(),
+        );
+    }
     let mut src = SourceReader::under(a.sysroot.clone());
     Ok(render(a, &unwinder, &sample, locals.as_ref(), &mut src))
 }
@@ -348,7 +365,8 @@ fn read_dump(
     }
     let mut locals = a.locals.then(|| read_locals(unwinder, sample));
     if let Some(keep) = a.native_frames {
-        add_native_frames(a, unwinder, sample, keep.into(), locals.as_mut())?;
+        let proc = LinuxProcess::open(unwinder.pid())?;
+        add_native_frames(a, proc, unwinder, sample, keep.into(), locals.as_mut());
     }
     if let Some(path) = &a.snapshot {
         save_snapshot(unwinder, path)?;
@@ -356,18 +374,22 @@ fn read_dump(
     Ok((before, locals))
 }
 
-/// `dump --native-frames`: merge each stopped thread's native frames into
-/// its stack, and move the locals and lock waits read for its Python
-/// frames with them. A thread whose native stack does not match keeps its
-/// Python stack alone, and the dump says why.
-fn add_native_frames(
+/// `dump --native-frames`: merge each stopped thread's native frames
+/// (read from `proc`: the stopped process, or the core) into its stack,
+/// and move the locals and lock waits read for its Python frames with
+/// them. A thread whose native stack does not match keeps its Python stack
+/// alone, and the dump says why.
+fn add_native_frames<T, M>(
     a: &DumpArgs,
-    unwinder: &mut Unwinder<Recorder<LinuxProcess>>,
+    proc: T,
+    unwinder: &mut Unwinder<M>,
     sample: &mut Sample,
     keep: tachyon::native::Keep,
     mut locals: Option<&mut Locals>,
-) -> Result<()> {
-    let proc = LinuxProcess::open(unwinder.pid())?;
+) where
+    T: tachyon::process::Target + tachyon::native::stack::ThreadRegisters,
+    M: tachyon::process::ProcessMemory,
+{
     let mut native = tachyon::native::NativeStacks::new(proc, keep);
     let (table, entries) = unwinder.table_and_entries();
     let boundary = table.synthetic(tachyon::model::FrameKind::Native, "<native>");
@@ -406,7 +428,6 @@ fn add_native_frames(
             }
         }
     }
-    Ok(())
 }
 
 /// The opcode names of a target of `version`.

@@ -2,7 +2,7 @@
 //! unwinder asks for words of it.
 //!
 //! The registers come from the platform ([`ThreadRegisters`]: ptrace on
-//! Linux); the stack from the same [`ProcessMemory`] every other read
+//! Linux, a core's notes); the stack from the same [`ProcessMemory`] every other read
 //! goes through. Pages read per thread are bounded, so a corrupt stack
 //! pointer costs one failed sample, never unbounded reads.
 
@@ -51,6 +51,21 @@ impl ThreadRegisters for crate::process::linux::LinuxProcess {
                 std::io::Error::other("are read on x86-64 only"),
             ))
         }
+    }
+}
+
+/// A core's threads: the registers its `NT_PRSTATUS` notes kept.
+impl ThreadRegisters for crate::process::corefile::CoreFile {
+    fn registers(&self, tid: u64) -> Result<Regs> {
+        let r = i32::try_from(tid)
+            .ok()
+            .and_then(|t| self.registers.get(&t))
+            .ok_or_else(|| Error::BadCore(format!("no registers for thread {tid}")))?;
+        Ok(Regs {
+            ip: r.ip,
+            sp: r.sp,
+            bp: r.bp,
+        })
     }
 }
 

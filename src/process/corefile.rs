@@ -26,6 +26,12 @@ const NT_PRPSINFO: u32 = 3;
 const NT_FILE: u32 = 0x4649_4c45;
 /// x86-64 `elf_prstatus.pr_pid`, `elf_prpsinfo.pr_pid` and `pr_fname`.
 const PRSTATUS_PID: usize = 32;
+/// x86-64 `elf_prstatus.pr_reg` (a `user_regs_struct`), and where in it
+/// `rbp`, `rip` and `rsp` are.
+const PRSTATUS_REGS: usize = 112;
+const REG_RBP: usize = 4;
+const REG_RIP: usize = 16;
+const REG_RSP: usize = 19;
 const PRPSINFO_PID: usize = 24;
 const PRPSINFO_FNAME: usize = 40;
 /// Most threads and mapped files believed in one core.
@@ -45,6 +51,16 @@ pub struct Segment {
     pub filesz: u64,
     pub offset: u64,
     pub writable: bool,
+    pub executable: bool,
+}
+
+/// What a core's `NT_PRSTATUS` note keeps of a thread's registers: the
+/// instruction, stack and frame pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreRegisters {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
 }
 
 /// A file the process had mapped (`NT_FILE`): `start..end`, from
@@ -64,6 +80,8 @@ pub struct CoreFile {
     pub files: Vec<MappedFile>,
     /// Its threads' ids, the first the one that was running (or signalled).
     pub threads: Vec<i32>,
+    /// Each thread's registers, as the core's notes give them.
+    pub registers: HashMap<i32, CoreRegisters>,
     /// The process id and command name (`NT_PRPSINFO`), when present.
     pub pid: Option<i32>,
     pub command: Option<String>,
@@ -81,6 +99,8 @@ pub struct CoreFile {
 struct Local {
     path: PathBuf,
     map: memmap2::Mmap,
+    /// File offset ranges its executable `PT_LOAD` segments cover.
+    executable: Vec<std::ops::Range<u64>>,
 }
 
 impl CoreFile {
@@ -110,6 +130,7 @@ impl CoreFile {
             segments,
             files: notes.files,
             threads: notes.threads,
+            registers: notes.registers,
             pid: notes.pid,
             command: notes.command,
             sysroot: None,
@@ -187,7 +208,12 @@ impl CoreFile {
                 here.display()
             ));
         }
-        Ok(Local { path: here, map })
+        let executable = executable_ranges(&map);
+        Ok(Local {
+            path: here,
+            map,
+            executable,
+        })
     }
 
     /// How the local copy `local` of the file mapped as `path` differs
@@ -279,6 +305,7 @@ fn load_segments(elf: &Elf, len: u64, bad: &dyn Fn(String) -> Error) -> Result<V
             filesz: ph.p_filesz,
             offset: ph.p_offset,
             writable: ph.p_flags & goblin::elf::program_header::PF_W != 0,
+            executable: ph.p_flags & goblin::elf::program_header::PF_X != 0,
         });
     }
     segments.sort_by_key(|s| s.vaddr);
@@ -289,6 +316,7 @@ fn load_segments(elf: &Elf, len: u64, bad: &dyn Fn(String) -> Error) -> Result<V
 #[derive(Default)]
 struct Notes {
     threads: Vec<i32>,
+    registers: HashMap<i32, CoreRegisters>,
     pid: Option<i32>,
     command: Option<String>,
     files: Vec<MappedFile>,
@@ -310,6 +338,9 @@ fn read_notes(elf: &Elf, map: &[u8], bad: &dyn Fn(String) -> Error) -> Result<No
                     && out.threads.len() < MAX_THREADS
                 {
                     out.threads.push(t);
+                    if let Some(r) = registers_of(n.desc) {
+                        out.registers.insert(t, r);
+                    }
                 }
             }
             NT_PRPSINFO if n.name == "CORE" => {
@@ -326,6 +357,29 @@ fn read_notes(elf: &Elf, map: &[u8], bad: &dyn Fn(String) -> Error) -> Result<No
         }
     }
     Ok(out)
+}
+
+/// The file offsets an ELF file's executable `PT_LOAD` segments cover
+/// (none when it is not an ELF file).
+fn executable_ranges(file: &[u8]) -> Vec<std::ops::Range<u64>> {
+    let Ok(elf) = Elf::parse(file) else {
+        return Vec::new();
+    };
+    elf.program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD && p.p_flags & goblin::elf::program_header::PF_X != 0)
+        .filter_map(|p| Some(p.p_offset..p.p_offset.checked_add(p.p_filesz)?))
+        .collect()
+}
+
+/// The registers in an x86-64 `NT_PRSTATUS` note's description.
+fn registers_of(desc: &[u8]) -> Option<CoreRegisters> {
+    let reg = |i: usize| u64_at(desc, PRSTATUS_REGS + 8 * i);
+    Some(CoreRegisters {
+        ip: reg(REG_RIP)?,
+        sp: reg(REG_RSP)?,
+        bp: reg(REG_RBP)?,
+    })
 }
 
 fn i32_at(b: &[u8], at: usize) -> Option<i32> {
@@ -454,11 +508,24 @@ impl super::Target for CoreFile {
             .files
             .iter()
             .map(|f| {
-                let writable = self.locate(f.start).is_some_and(|(s, _)| s.writable);
+                let segment = self.locate(f.start).map(|(s, _)| s);
+                let perms = match segment.map(|s| (s.writable, s.executable)) {
+                    Some((true, _)) => "rw-p",
+                    Some((false, true)) => "r-xp",
+                    Some((false, false)) => "r--p",
+                    // Not in the core (gdb leaves code out): the file's
+                    // own segment says whether it is code.
+                    None => match self.with_local(&f.path, |l| {
+                        l.executable.iter().any(|r| r.contains(&f.file_offset))
+                    }) {
+                        Ok(true) => "r-xp",
+                        _ => "r--p",
+                    },
+                };
                 MapEntry {
                     start: f.start,
                     end: f.end,
-                    perms: if writable { "rw-p" } else { "r--p" }.into(),
+                    perms: perms.into(),
                     offset: f.file_offset,
                     inode: std::fs::metadata(self.local_path(&f.path)).map_or(0, |m| m.ino()),
                     path: Some(f.path.clone()),

@@ -767,3 +767,40 @@ pub fn run_ok(who: &str, cmd: &mut Command) -> String {
         .unwrap_or_else(|e| panic!("cannot run {who}: {e}"));
     ok(out, who)
 }
+
+/// Make a core of the running `t` with gdb's `gcore`, beside its script.
+/// A sid interpreter's core is made by the sid root's own gdb: Debian 12's
+/// gdb cannot read the thread stacks that sid's glibc guards with
+/// `MADV_GUARD_INSTALL`, and writes them as zeros. Its file notes then
+/// name the files as the root sees them (`--sysroot` finds them).
+pub fn gcore(t: &Target) -> PathBuf {
+    let pid = t.pid();
+    let prefix = t.outside_path("core");
+    let mut cmd = match &t.interp.root {
+        Some(root) => {
+            assert!(
+                root.join("usr/bin/gcore").exists(),
+                "MISSING TOOL: gdb in the sid root (run scripts/provision-sid.sh)"
+            );
+            let inside = Path::new("/").join(prefix.strip_prefix(root).unwrap());
+            let mut c = Command::new("chroot");
+            c.arg(root).arg("gcore").arg("-o").arg(inside);
+            c
+        }
+        None => {
+            let mut c = Command::new("gcore");
+            c.arg("-o").arg(&prefix);
+            c
+        }
+    };
+    run_ok("gcore", cmd.arg(pid.to_string()));
+    prefix.with_file_name(format!("core.{pid}"))
+}
+
+/// `--sysroot` for a core of `it`'s processes.
+pub fn sysroot_args(it: &Interp) -> Vec<String> {
+    match &it.root {
+        Some(root) => vec!["--sysroot".into(), root.to_string_lossy().into_owned()],
+        None => Vec::new(),
+    }
+}
