@@ -90,12 +90,25 @@ pub const READ_BUDGET: u32 = 48;
 pub const SAMPLE_TRIES: u32 = 16;
 /// Bytes one sample may read, before the grants below.
 pub const BYTE_BUDGET: u64 = 32 << 20;
-/// Granted per thread in the list (all-threads mode; the first
-/// [`BUDGET_THREADS`] threads): its state and its chunk, read alone when a
-/// guess or a batch missed.
-pub const READS_PER_THREAD: u32 = 2;
+/// Granted per thread in the list (all-threads mode; every thread, up to
+/// [`threads::MAX_THREADS`]): its state and its chunk, read alone when a
+/// guess or a batch missed (as in a sample with no guess yet: each thread
+/// of a program with hundreds of them is read alone).
+pub const READS_PER_THREAD: u32 = 4;
+/// Bytes granted per thread: the first [`BUDGET_THREADS`] threads room
+/// for a deep chunk each, later ones less, so that the byte bound stays a
+/// bound on a program with thousands of threads.
 pub const BYTES_PER_THREAD: u64 = 2 << 20;
+pub const BYTES_PER_LATER_THREAD: u64 = 256 << 10;
 pub const BUDGET_THREADS: usize = 256;
+
+/// What the `k`th thread of a sample's lists is granted: (reads, bytes).
+fn thread_grant(k: usize) -> (u32, u64) {
+    match k < BUDGET_THREADS {
+        true => (READS_PER_THREAD, BYTES_PER_THREAD),
+        false => (READS_PER_THREAD, BYTES_PER_LATER_THREAD),
+    }
+}
 /// Granted per older data-stack chunk read alone (the first
 /// [`frames::MAX_GRANTED_CHUNKS`] of a sample): a deep stack's first
 /// sample, before the chunks are read speculatively.
@@ -112,7 +125,7 @@ pub const NAME_BYTES: u64 = 8 << 20;
 /// code objects it loaded and the older chunks it had to read one by one.
 pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
     READ_BUDGET as u64
-        + READS_PER_THREAD as u64 * threads.min(BUDGET_THREADS) as u64
+        + READS_PER_THREAD as u64 * threads.min(MAX_THREADS) as u64
         + READS_PER_CODE_LOAD as u64 * code_loads
         + READS_PER_CHUNK as u64 * chunks.min(MAX_GRANTED_CHUNKS) as u64
 }
@@ -120,7 +133,7 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
 /// The most reads any sample may make, whatever the memory holds, given
 /// the code objects it loaded (each load is bounded by itself).
 pub fn max_reads(code_loads: u64) -> u64 {
-    read_budget(BUDGET_THREADS, code_loads, MAX_GRANTED_CHUNKS)
+    read_budget(MAX_THREADS, code_loads, MAX_GRANTED_CHUNKS)
         + MAX_GRANTED_FRAMES as u64
         + resumer::MAX_GRANTED_READS as u64
         + NAME_READS as u64
@@ -131,6 +144,7 @@ pub fn max_reads(code_loads: u64) -> u64 {
 pub fn max_bytes_allowed(code_loads: u64) -> u64 {
     BYTE_BUDGET
         + BYTES_PER_THREAD * BUDGET_THREADS as u64
+        + BYTES_PER_LATER_THREAD * (MAX_THREADS - BUDGET_THREADS) as u64
         + BYTES_PER_CODE_LOAD * code_loads
         + frames::CHUNK_GUESS as u64 * MAX_GRANTED_CHUNKS as u64
         + frames::MAX_FRAME_BYTES * MAX_GRANTED_FRAMES as u64
@@ -909,9 +923,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
             into.push(t);
-            if into.len() <= BUDGET_THREADS {
-                self.mem.grant(1, 8);
-            }
+            self.mem.grant(1, 8);
             t = self.mem.read_u64(t.wrapping_add(o.tstate_next))?;
         }
         Ok(())
@@ -1175,9 +1187,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             if self.order.len() >= MAX_THREADS || !frames::plausible(t) || !self.seen.insert(t) {
                 return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
-            if self.order.len() < BUDGET_THREADS {
-                self.mem.grant(READS_PER_THREAD, BYTES_PER_THREAD);
-            }
+            let (reads, bytes) = thread_grant(self.order.len());
+            self.mem.grant(reads, bytes);
             let k = self.order.len();
             let hit = if !guessed_ok {
                 None
