@@ -118,6 +118,11 @@ impl FrameTable {
         Self::default()
     }
 
+    /// The id of string `s` if it is interned already.
+    pub fn find_str(&self, s: &str) -> Option<StrId> {
+        self.string_index.get(s).copied()
+    }
+
     pub fn intern_str(&mut self, s: &str) -> StrId {
         if let Some(&id) = self.string_index.get(s) {
             return id;
@@ -191,6 +196,28 @@ impl FrameTable {
     pub fn frames(&self) -> &[Frame] {
         &self.frames
     }
+}
+
+/// The pool a thread named `name` belongs to: its name with every run of
+/// digits made `*` (`Thread-5012 (handle)` → `Thread-* (handle)`,
+/// `ThreadPoolExecutor-3_7` → `ThreadPoolExecutor-*_*`). A long profile
+/// of a program that starts threads all the time counts its later
+/// threads by pool, so that it keeps a bounded number of them.
+pub fn thread_pool_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('*');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
 }
 
 /// Thread status flags, bit for bit the reference's (they are stored

@@ -468,3 +468,73 @@ fn unreadable_threading_falls_back_to_comm_and_says_why() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// 1,100 threads that live on, and the main thread.
+const MANY: &str = r#"
+import threading
+ev = threading.Event()
+for i in range(1100):
+    threading.Thread(target=ev.wait, name=f"parked-{i}").start()
+print("READY", flush=True)
+ev.wait()
+"#;
+
+#[test]
+fn threads_past_the_first_thousand_are_counted_by_their_pool() {
+    // tachyon keeps 1,024 threads apart; the rest are counted by their
+    // pool (their name, numbers made `*`), under ids above any real one,
+    // so a program that starts threads all the time keeps a bounded
+    // profile. Here all 1,101 threads are in every sample.
+    const APART: usize = 1024;
+    const POOL_BASE: u64 = 1 << 30;
+    let it = sid_interpreters()
+        .into_iter()
+        .find(|i| i.minor == 15 && !i.debug)
+        .unwrap();
+    let mut t = spawn(&it, MANY, &[], &[]);
+    t.wait_for("READY", Duration::from_secs(60));
+    let out = t.outside_path("many.json");
+    let pid = t.pid().to_string();
+    let args = ["attach", "-a", "-d", "1", "-r", "20", "--gecko", "-o"];
+    let status = Command::new(tachyon_bin())
+        .args(args)
+        .args([out.to_str().unwrap(), &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let threads: Vec<(u64, String)> = doc["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tid"].as_u64().unwrap(),
+                t["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let (pooled, apart): (Vec<_>, Vec<_>) = threads.iter().partition(|(tid, _)| *tid >= POOL_BASE);
+    // The first 1,024 in the interpreter's list, and the main thread
+    // (the list's last) in any case.
+    assert!(
+        (APART..=APART + 1).contains(&apart.len()),
+        "{} threads kept apart",
+        apart.len()
+    );
+    assert!(apart.iter().any(|(_, n)| n == "MainThread"));
+    assert!(
+        apart
+            .iter()
+            .all(|(_, n)| n == "MainThread" || n.starts_with("parked-")),
+        "{apart:?}"
+    );
+    // The other 77 parked threads: lanes of one pool.
+    assert!(
+        !pooled.is_empty() && pooled.len() <= 1101 - APART,
+        "{pooled:?}"
+    );
+    let others: Vec<_> = pooled.iter().filter(|(_, n)| n != "parked-*").collect();
+    assert!(others.is_empty(), "{others:?}");
+}

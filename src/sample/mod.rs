@@ -12,6 +12,7 @@
 //! implementations (formats, the live view, recordings) sit above and
 //! are chosen by the session, so the loop knows none of them.
 
+pub mod pools;
 pub mod signals;
 
 use std::time::{Duration, Instant};
@@ -198,6 +199,7 @@ pub fn run<M: ProcessMemory>(
         sample,
         stats,
         log_errors,
+        pools: pools::ThreadPools::default(),
     };
     let reason = loop {
         if let Some(reason) = run.stop_asked() {
@@ -244,6 +246,8 @@ struct Run<'a, 'b, M: ProcessMemory> {
     sample: Sample,
     stats: RunStats,
     log_errors: bool,
+    /// Threads past the first thousand, counted by their pool.
+    pools: pools::ThreadPools,
 }
 
 impl<M: ProcessMemory> Run<'_, '_, M> {
@@ -317,6 +321,8 @@ impl<M: ProcessMemory> Run<'_, '_, M> {
                 self.sample.timestamp_us =
                     self.epoch_start + now.duration_since(self.start).as_micros() as u64;
                 filter_by_mode(&mut self.sample, self.cfg.mode);
+                self.pools
+                    .fold(&mut self.sample, self.unwinder.frames_mut());
                 self.collector.collect(&self.sample, self.unwinder.frames());
                 // The collector reports the error itself when it finishes.
                 if self.collector.output_error().is_some() {

@@ -35,6 +35,10 @@ pub const MIN_GAP: Duration = Duration::from_millis(100);
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// Most threads named per interpreter.
 pub const MAX_NAMED: usize = 4096;
+/// Distinct thread names kept as they are; later names are kept as their
+/// pool's (twice the threads the sampling loop keeps apart, see
+/// `sample::pools`).
+pub const MAX_NAMES_KEPT: usize = 2048;
 /// Most interpreters whose `threading` is read per resolution.
 pub const MAX_INTERPS_NAMED: usize = 8;
 /// Most Threads whose attributes live in a materialised `__dict__` (a few
@@ -338,6 +342,8 @@ pub struct ThreadNames {
     pub failures: u64,
     /// Resolutions so far.
     pub resolutions: u64,
+    /// Distinct names interned as they are (see [`ThreadNames::intern`]).
+    names_kept: usize,
 }
 
 impl ThreadNames {
@@ -417,8 +423,24 @@ impl ThreadNames {
             let name = found
                 .remove(&(k.interp, k.ident))
                 .or_else(|| mem.thread_comm(k.tid));
-            self.cache.insert(*k, name.map(|s| table.intern_str(&s)));
+            let id = name.map(|s| self.intern(table, &s));
+            self.cache.insert(*k, id);
         }
+    }
+
+    /// Intern thread name `s`; past [`MAX_NAMES_KEPT`] distinct names, its
+    /// pool's name instead (see [`crate::model::thread_pool_name`]), so a
+    /// program that starts threads all the time does not grow the string
+    /// table by a name a thread.
+    fn intern(&mut self, table: &mut FrameTable, s: &str) -> StrId {
+        if let Some(id) = table.find_str(s) {
+            return id;
+        }
+        if self.names_kept < MAX_NAMES_KEPT {
+            self.names_kept += 1;
+            return table.intern_str(s);
+        }
+        table.intern_str(&crate::model::thread_pool_name(s))
     }
 }
 
