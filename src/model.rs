@@ -331,6 +331,9 @@ pub struct RunStats {
     /// is per process: samples over process-seconds.
     pub processes: u32,
     pub process_seconds: f64,
+    /// Thread samples counted under their pool, not their own thread
+    /// (threads past the first 1,024: see `sample::pools`).
+    pub pooled_thread_samples: u64,
 }
 
 impl RunStats {

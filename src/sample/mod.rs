@@ -321,7 +321,8 @@ impl<M: ProcessMemory> Run<'_, '_, M> {
                 self.sample.timestamp_us =
                     self.epoch_start + now.duration_since(self.start).as_micros() as u64;
                 filter_by_mode(&mut self.sample, self.cfg.mode);
-                self.pools
+                stats.pooled_thread_samples += self
+                    .pools
                     .fold(&mut self.sample, self.unwinder.frames_mut());
                 self.collector.collect(&self.sample, self.unwinder.frames());
                 // The collector reports the error itself when it finishes.
@@ -422,6 +423,13 @@ pub fn print_summary(stats: &RunStats) {
     crate::outln!("Error rate: {:.2}", stats.error_rate_pct());
     if let Some(line) = shutdown_line(stats) {
         crate::outln!("{line}");
+    }
+    if stats.pooled_thread_samples > 0 {
+        crate::outln!(
+            "More than {} threads: later ones are counted by their pool (Thread-* ...): {} thread samples",
+            pools::MAX_THREADS_APART,
+            stats.pooled_thread_samples
+        );
     }
     let expected = stats.expected();
     if n < expected && !stats.interrupted {

@@ -51,9 +51,10 @@ pub struct ThreadPools {
 
 impl ThreadPools {
     /// Give each thread of `sample` past the first [`MAX_THREADS_APART`]
-    /// its pool's id and name (interned in `table`).
+    /// its pool's id and name (interned in `table`): how many it gave.
     #[inline]
-    pub fn fold(&mut self, sample: &mut Sample, table: &mut FrameTable) {
+    pub fn fold(&mut self, sample: &mut Sample, table: &mut FrameTable) -> u64 {
+        let mut pooled = 0;
         let mut lanes_used = false;
         for t in &mut sample.threads {
             if self.apart.contains(&t.tid) {
@@ -77,7 +78,9 @@ impl ThreadPools {
             t.tid = POOL_BASE + pool * MAX_LANES + (*lane).min(MAX_LANES - 1);
             *lane += 1;
             t.name = Some(name);
+            pooled += 1;
         }
+        pooled
     }
 
     /// The pool of a thread named `name`: its index and interned name.

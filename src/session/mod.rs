@@ -570,6 +570,7 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.attempts += part.attempts;
     total.failures += part.failures;
     total.shutdown_samples += part.shutdown_samples;
+    total.pooled_thread_samples += part.pooled_thread_samples;
     total.duration_s += part.duration_s;
     total.interrupted = part.interrupted;
 }
@@ -584,6 +585,7 @@ fn merged_stats(main: &RunStats, children: &[ChildReport]) -> RunStats {
         total.attempts += c.stats.attempts;
         total.failures += c.stats.failures;
         total.shutdown_samples += c.stats.shutdown_samples;
+        total.pooled_thread_samples += c.stats.pooled_thread_samples;
         total.duration_s = total.duration_s.max(c.stats.duration_s);
         total.processes += 1;
         total.process_seconds += c.stats.duration_s;
