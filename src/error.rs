@@ -171,6 +171,10 @@ pub enum Torn {
     AboveNotLinked { end: u64, current: u64 },
     #[error("the frame at {addr:#x}, below the newest, has no code: a slot being reused")]
     NoCode { addr: u64 },
+    #[error(
+        "the newest frame at {addr:#x} is a generator's call, popped by its RETURN_GENERATOR: a stale slot"
+    )]
+    PoppedGeneratorFrame { addr: u64 },
     #[error("the running task's frame at {addr:#x} is not called from an eval loop's entry")]
     TaskFrameNotRunning { addr: u64 },
     #[error("the frame at {addr:#x} was reached twice (a cycle)")]

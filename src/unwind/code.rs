@@ -52,6 +52,10 @@ struct CodeInfo {
     loaded_in: u64,
     /// Instruction offset (code units) to frame.
     locs: HashMap<u32, FrameId>,
+    /// Generator, coroutine and async-generator code: the code unit of its
+    /// `RETURN_GENERATOR` (after any `MAKE_CELL`/`COPY_FREE_VARS`), when
+    /// its first units say where (see [`CodeCache::popped_generator_frame`]).
+    generator_start: Option<u32>,
 }
 
 impl CodeInfo {
@@ -63,6 +67,7 @@ impl CodeInfo {
             && self.framesize == other.framesize
             && self.linetable == other.linetable
             && self.fingerprint == other.fingerprint
+            && self.generator_start == other.generator_start
     }
 }
 
@@ -483,6 +488,11 @@ impl CodeCache {
         let func = table.intern_str(&name(qualname)?);
         let linetable = read_bytes(mem, offs, lt)?.map(Vec::into_boxed_slice);
         let fingerprint = fingerprint(offs, &buf, 0).ok_or_else(short)?;
+        let flags = buf.u32_at(offs.values.code_flags).ok_or_else(short)?;
+        let generator_start = match flags & GENERATOR_LIKE {
+            0 => None,
+            _ => generator_start(mem, offs, code),
+        };
         Ok(CodeInfo {
             file,
             func,
@@ -493,8 +503,70 @@ impl CodeCache {
             trusted: false,
             loaded_in: 0,
             locs: HashMap::new(),
+            generator_start,
         })
     }
+
+    /// Is a frame of the thread's data stack running `code` at
+    /// `instr_ptr` past its generator code's `RETURN_GENERATOR`? Calling a
+    /// generator function pushes its frame on the data stack, and its
+    /// first instruction, `RETURN_GENERATOR`, copies it into the new
+    /// generator and pops it, leaving the slot's code and instruction as
+    /// they were (an ordinary pop clears the code). A data-stack frame of
+    /// such code past that instruction is therefore such a slot, named by
+    /// a thread state read before the pop: never a live frame. Known only
+    /// for code in the cache (the walk has just made its frame).
+    pub fn popped_generator_frame(&self, code: u64, instr_ptr: u64, offs: &Offsets) -> bool {
+        let Some(start) = self.codes.get(&code).and_then(|i| i.generator_start) else {
+            return false;
+        };
+        past_unit(code.wrapping_add(offs.code_adaptive), instr_ptr, start)
+    }
+}
+
+/// Is `instr_ptr` (into bytecode at `base`) past code unit `unit`? An
+/// address before the bytecode (3.11/3.12's "not started yet") is not.
+fn past_unit(base: u64, instr_ptr: u64, unit: u32) -> bool {
+    instr_ptr
+        .checked_sub(base)
+        .filter(|d| d % 2 == 0)
+        .is_some_and(|d| d / 2 > u64::from(unit))
+}
+
+/// `co_flags` of code whose call makes a generator, coroutine or async
+/// generator (`CO_GENERATOR`, `CO_COROUTINE`, `CO_ASYNC_GENERATOR`).
+const GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x200;
+/// Code units read to find `RETURN_GENERATOR` after the prologue.
+const GENERATOR_PROLOGUE_UNITS: usize = 16;
+
+/// The code unit of the `RETURN_GENERATOR` of generator-like `code`: its
+/// bytecode starts with cell and free-variable set-up, then that. `None`
+/// when its first units do not read so (then nothing is checked).
+fn generator_start(mem: &dyn ProcessMemory, offs: &Offsets, code: u64) -> Option<u32> {
+    let ops = crate::opcodes::table(offs.version.major.into(), offs.version.minor.into())?;
+    let mut units = [0u8; 2 * GENERATOR_PROLOGUE_UNITS];
+    mem.read(code.wrapping_add(offs.code_adaptive), &mut units)
+        .ok()?;
+    return_generator_unit(ops, &units)
+}
+
+/// Where in the first code `units` (two bytes each) `RETURN_GENERATOR`
+/// is, after nothing but cell and free-variable set-up.
+fn return_generator_unit(ops: &crate::opcodes::OpTable, units: &[u8]) -> Option<u32> {
+    let rg = ops.opcode("RETURN_GENERATOR")?;
+    let prologue: Vec<u8> = ["MAKE_CELL", "COPY_FREE_VARS", "EXTENDED_ARG", "NOP"]
+        .iter()
+        .filter_map(|n| ops.opcode(n))
+        .collect();
+    for (i, unit) in units.chunks_exact(2).enumerate() {
+        if unit[0] == rg {
+            return Some(i as u32);
+        }
+        if !prologue.contains(&unit[0]) {
+            return None;
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -512,7 +584,41 @@ mod tests {
             trusted: true,
             loaded_in: 0,
             locs: HashMap::new(),
+            generator_start: None,
         }
+    }
+
+    #[test]
+    fn a_generators_call_frame_is_popped_past_its_return_generator() {
+        for minor in [11, 12, 13, 14, 15] {
+            let ops = crate::opcodes::table(3, minor).unwrap();
+            let op = |n: &str| ops.opcode(n).unwrap();
+            let units = |ops: &[u8]| -> Vec<u8> { ops.iter().flat_map(|&o| [o, 0]).collect() };
+            // def g(): yield 1
+            let plain = units(&[op("RETURN_GENERATOR"), op("POP_TOP"), op("RESUME")]);
+            assert_eq!(return_generator_unit(ops, &plain), Some(0), "3.{minor}");
+            // A closure: its cells are made first.
+            let closure = units(&[
+                op("MAKE_CELL"),
+                op("COPY_FREE_VARS"),
+                op("RETURN_GENERATOR"),
+                op("POP_TOP"),
+            ]);
+            assert_eq!(return_generator_unit(ops, &closure), Some(2), "3.{minor}");
+            // Not a generator's start: nothing is checked.
+            let other = units(&[op("RESUME"), op("RETURN_GENERATOR")]);
+            assert_eq!(return_generator_unit(ops, &other), None, "3.{minor}");
+        }
+        // At RETURN_GENERATOR (unit 2) or before the bytecode: live; past it:
+        // popped.
+        let base = 0x1000;
+        assert!(!past_unit(base, base + 4, 2));
+        assert!(!past_unit(base, base - 2, 2));
+        assert!(past_unit(base, base + 6, 2));
+        assert!(
+            !past_unit(base, base + 7, 2),
+            "not an instruction's address"
+        );
     }
 
     #[test]

@@ -1325,6 +1325,17 @@ impl Walk<'_> {
                 }
             };
             if let Some(i) = chunk {
+                // The newest frame only: a live frame is never called by a
+                // generator's call frame (it calls nothing before
+                // RETURN_GENERATOR), so a popped one can be only the leaf.
+                if c.visited == 1
+                    && h.owner == self.offs.owners.thread
+                    && self
+                        .code
+                        .popped_generator_frame(h.executable, h.instr_ptr, self.offs)
+                {
+                    return Err(Torn::PoppedGeneratorFrame { addr: c.last_addr }.into());
+                }
                 self.check_contiguous(c, i, h.executable, words)?;
             }
             // Whichever way the frame was found (the frame table or the
