@@ -175,6 +175,10 @@ pub enum Torn {
         "the newest frame at {addr:#x} is a generator's call, popped by its RETURN_GENERATOR: a stale slot"
     )]
     PoppedGeneratorFrame { addr: u64 },
+    #[error(
+        "the newest frame, a generator's at {leaf:#x}, was left while the stack was read (the thread is at {now:#x})"
+    )]
+    LeafLeft { leaf: u64, now: u64 },
     #[error("the running task's frame at {addr:#x} is not called from an eval loop's entry")]
     TaskFrameNotRunning { addr: u64 },
     #[error("the frame at {addr:#x} was reached twice (a cycle)")]

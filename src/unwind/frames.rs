@@ -719,6 +719,11 @@ pub struct Walk<'a> {
     /// frame met, leaf first (3.12+: on the C stack, inside its eval
     /// loop's native frame). Such walks are never kept (`tail`).
     pub entries: Option<&'a mut Vec<u64>>,
+    /// Out: the walk's newest frame is a generator's, outside the data
+    /// stack. Nothing in the copied chunks vouches for such a leaf, so the
+    /// caller confirms that the thread is still there (see
+    /// `Unwinder::confirm_generator_leaf`).
+    pub leaf_generator: bool,
 }
 
 /// Where the Python frame at `index` of a walk's output (leaf first) is
@@ -1050,6 +1055,9 @@ impl Walk<'_> {
             let h = self.header(addr, pos, &mut local, tail.as_deref_mut())?;
             let chunk = pos.map(|(i, _)| i);
             self.check_header(addr, current, &h)?;
+            if c.visited == 1 {
+                self.leaf_generator = chunk.is_none() && h.owner == self.offs.owners.generator;
+            }
             if h.owner == self.offs.owners.thread && chunk.is_none() {
                 return self.thread_frame_outside(c, addr, out, tail.as_deref_mut());
             }
