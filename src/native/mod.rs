@@ -292,7 +292,7 @@ impl<T: Target + ThreadRegisters> NativeStacks<T> {
             let named = match self.named.get(&a) {
                 Some(&n) => n,
                 None => {
-                    let n = name_of(&self.modules, a, table);
+                    let n = name_of(&self.modules, a, table, self.keep);
                     // An address in no module may be in one loaded later.
                     if self.modules.find(a).is_some() {
                         self.named.insert(a, n);
@@ -441,8 +441,12 @@ fn unwind_realigned(
     FrameAddress::from_return_address(ra)
 }
 
-/// The frame and role of the native frame at lookup address `addr`.
-fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Role) {
+/// The frame and role of the native frame at lookup address `addr`. Its
+/// source line is looked up only if a stack can show it (`keep`): the
+/// eval loop is always replaced, the call machinery hidden unless `All`.
+/// (A module's line tables are read on its first lookup: a profile that
+/// shows none of libpython's frames never reads its debug file.)
+fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable, keep: Keep) -> (FrameId, Role) {
     let Some(m) = modules.find(addr) else {
         return (native_frame(table, ANONYMOUS, UNKNOWN, None), Role::Other);
     };
@@ -459,7 +463,13 @@ fn name_of(modules: &Modules, addr: u64, table: &mut FrameTable) -> (FrameId, Ro
     } else {
         Role::Interpreter
     };
+    let shown = match role {
+        Role::EvalLoop => false,
+        Role::Plumbing => keep == Keep::All,
+        Role::Interpreter | Role::Other => true,
+    };
     let source = func
+        .filter(|_| shown)
         .and(m.lines.as_ref())
         .and_then(|lines| lines.find(svma));
     let frame = match source {
