@@ -316,6 +316,7 @@ fn dump_shows_both_deadlocked_threads_waiting_in_c() {
     let mut interps = machine_old_interpreters();
     interps.retain(|i| i.name == "pyenv-3.12");
     interps.extend(sid_interpreters().into_iter().filter(|i| i.minor == 15));
+    assert_eq!(interps.len(), 3, "pyenv 3.12, sid 3.15 and 3.15d");
     for interp in interps {
         let (target, dir) = start(&interp, DEADLOCK, Some(&[]));
         let pid = target.pid().to_string();

@@ -26,6 +26,7 @@ use goblin::elf::Elf;
 use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 
 use crate::process::Target;
+use crate::process::corefile::build_id;
 
 /// A debug image, mapped read-only.
 #[derive(Debug)]
@@ -58,26 +59,17 @@ pub fn locate<T: Target>(
     if has_section(elf, ".debug_line") && has_section(elf, ".debug_info") {
         return Some(image.clone());
     }
-    let id = build_id(elf, image);
+    let id = build_id(image);
     let link = debug_link(elf, image);
-    candidates(
-        module_path,
-        id.as_deref(),
-        link.as_ref().map(|l| l.0.as_str()),
-    )
-    .into_iter()
-    .filter_map(|path| target.open_in_root(&path).ok())
-    .filter_map(|f| Image::open(&f))
-    .find(|debug| {
-        let Ok(d) = Elf::parse(debug) else {
-            return false;
-        };
-        match (&id, &link) {
-            (Some(id), _) => build_id(&d, debug).as_deref() == Some(&id[..]),
+    candidates(module_path, id, link.as_ref().map(|l| l.0.as_str()))
+        .into_iter()
+        .filter_map(|path| target.open_in_root(&path).ok())
+        .filter_map(|f| Image::open(&f))
+        .find(|debug| match (id, &link) {
+            (Some(id), _) => build_id(debug) == Some(id),
             (None, Some((_, crc))) => crc32(debug) == *crc,
             (None, None) => false,
-        }
-    })
+        })
 }
 
 /// Where a module's separate debug file may be, in the order gdb looks.
@@ -104,7 +96,8 @@ fn has_section(elf: &Elf<'_>, name: &str) -> bool {
     section(elf, name).is_some_and(|s| s.sh_type != SHT_NOBITS && s.sh_size > 0)
 }
 
-fn section<'a>(
+/// The header of section `name`.
+pub fn section<'a>(
     elf: &'a Elf<'_>,
     name: &str,
 ) -> Option<&'a goblin::elf::section_header::SectionHeader> {
@@ -122,15 +115,6 @@ fn raw<'a>(elf: &Elf<'_>, image: &'a [u8], name: &str) -> Option<(&'a [u8], bool
         image.get(start..end)?,
         s.sh_flags & u64::from(SHF_COMPRESSED) != 0,
     ))
-}
-
-/// The module's GNU build id, from its note.
-fn build_id(elf: &Elf<'_>, image: &[u8]) -> Option<Vec<u8>> {
-    const NT_GNU_BUILD_ID: u32 = 3;
-    elf.iter_note_sections(image, Some(".note.gnu.build-id"))?
-        .filter_map(Result::ok)
-        .find(|n| n.n_type == NT_GNU_BUILD_ID && n.name == "GNU")
-        .map(|n| n.desc.to_vec())
 }
 
 /// The `.gnu_debuglink`: a file name, then (4-aligned) its CRC-32.
@@ -242,7 +226,9 @@ fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
     if size > MAX_INFLATED {
         return None;
     }
-    let mut out = Vec::with_capacity(size as usize);
+    // Room for the stated size, but not all at once: the size is the
+    // file's word, checked only as the bytes come.
+    let mut out = Vec::with_capacity(size.min(1 << 24) as usize);
     let limit = size + 1;
     let read = match kind {
         ZLIB => flate2::read::ZlibDecoder::new(data)

@@ -206,10 +206,7 @@ fn parse_vdso<T: Target>(target: &T, m: &MapEntry) -> Option<Parsed> {
 /// symbol table of a stripped module, and source lines.
 fn parse_image(map: &[u8], elf: &Elf<'_>, debug: Option<Arc<Image>>) -> Option<Parsed> {
     let section = |name: &str| -> Option<(Range<u64>, Bytes)> {
-        let sh = elf
-            .section_headers
-            .iter()
-            .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(name))?;
+        let sh = debuginfo::section(elf, name)?;
         let range = sh.sh_addr..sh.sh_addr.checked_add(sh.sh_size)?;
         // NOBITS sections have no bytes in the file.
         if sh.sh_type == goblin::elf::section_header::SHT_NOBITS {

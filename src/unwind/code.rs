@@ -554,15 +554,12 @@ fn generator_start(mem: &dyn ProcessMemory, offs: &Offsets, code: u64) -> Option
 /// is, after nothing but cell and free-variable set-up.
 fn return_generator_unit(ops: &crate::opcodes::OpTable, units: &[u8]) -> Option<u32> {
     let rg = ops.opcode("RETURN_GENERATOR")?;
-    let prologue: Vec<u8> = ["MAKE_CELL", "COPY_FREE_VARS", "EXTENDED_ARG", "NOP"]
-        .iter()
-        .filter_map(|n| ops.opcode(n))
-        .collect();
+    let prologue = ["MAKE_CELL", "COPY_FREE_VARS", "EXTENDED_ARG", "NOP"].map(|n| ops.opcode(n));
     for (i, unit) in units.chunks_exact(2).enumerate() {
         if unit[0] == rg {
             return Some(i as u32);
         }
-        if !prologue.contains(&unit[0]) {
+        if !prologue.contains(&Some(unit[0])) {
             return None;
         }
     }

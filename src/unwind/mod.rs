@@ -102,11 +102,11 @@ pub const BYTES_PER_THREAD: u64 = 2 << 20;
 pub const BYTES_PER_LATER_THREAD: u64 = 256 << 10;
 pub const BUDGET_THREADS: usize = 256;
 
-/// What the `k`th thread of a sample's lists is granted: (reads, bytes).
-fn thread_grant(k: usize) -> (u32, u64) {
+/// The bytes granted to the `k`th thread of a sample's lists.
+fn thread_bytes(k: usize) -> u64 {
     match k < BUDGET_THREADS {
-        true => (READS_PER_THREAD, BYTES_PER_THREAD),
-        false => (READS_PER_THREAD, BYTES_PER_LATER_THREAD),
+        true => BYTES_PER_THREAD,
+        false => BYTES_PER_LATER_THREAD,
     }
 }
 /// Granted per older data-stack chunk read alone (the first
@@ -1216,8 +1216,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             if self.order.len() >= MAX_THREADS || !frames::plausible(t) || !self.seen.insert(t) {
                 return Err(Error::corrupt("thread list too long, cyclic or broken"));
             }
-            let (reads, bytes) = thread_grant(self.order.len());
-            self.mem.grant(reads, bytes);
+            self.mem
+                .grant(READS_PER_THREAD, thread_bytes(self.order.len()));
             let k = self.order.len();
             let hit = if !guessed_ok {
                 None
