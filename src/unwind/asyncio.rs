@@ -1287,13 +1287,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             places,
             entries: None,
             opcodes: self.opts.opcode_table(o),
-            leaf_generator: false,
         };
-        walk.run(t.current_frame, t.base_frame, &mut st.run_frames)?;
-        match walk.leaf_generator {
-            true => super::confirm_generator_leaf(mem, o, &grant, tstate, t.current_frame),
-            false => Ok(()),
-        }
+        walk.run(t.current_frame, t.base_frame, &mut st.run_frames)
     }
 
     /// Where the walk of a running task is cut (see [`Relinked`]): with a

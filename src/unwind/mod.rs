@@ -130,35 +130,6 @@ pub fn read_budget(threads: usize, code_loads: u64, chunks: usize) -> u64 {
         + READS_PER_CHUNK as u64 * chunks.min(MAX_GRANTED_CHUNKS) as u64
 }
 
-/// A walk whose newest frame is a generator's, outside the data stack
-/// (3.13+), is kept only if the thread's current frame is still that one
-/// after the walk. Such a frame is vouched for by nothing the walk copied
-/// with the thread's data stack: read a moment after the thread state,
-/// it may be a frame the thread has left (the generator finished, its
-/// memory went to another generator that another chain resumes) whose
-/// `previous` leads into a chain it was never part of (3.14: e -> g -> k2
-/// for e -> g -> h -> k -> k2, about 1 stack in 700 of a deep yield-from
-/// program without this; none with `--blocking`). One read of 8 bytes,
-/// only for such threads; 3.11/3.12 keep their current frame in a C
-/// struct (`_PyCFrame`), checked by their entry links instead.
-pub(crate) fn confirm_generator_leaf(
-    mem: &dyn ProcessMemory,
-    o: &Offsets,
-    grant: &dyn Fn(u32, u64),
-    tstate: u64,
-    leaf: u64,
-) -> Result<()> {
-    if o.cframe_current_frame.is_some() {
-        return Ok(());
-    }
-    grant(1, 8);
-    let now = mem.read_u64(tstate.wrapping_add(o.tstate_current_frame))?;
-    match now == leaf {
-        true => Ok(()),
-        false => Err(crate::error::Torn::LeafLeft { leaf, now }.into()),
-    }
-}
-
 /// The most reads any sample may make, whatever the memory holds, given
 /// the code objects it loaded (each load is bounded by itself).
 pub fn max_reads(code_loads: u64) -> u64 {
@@ -1361,12 +1332,8 @@ impl<M: ProcessMemory> Unwinder<M> {
             handles_exception: false,
             places,
             entries,
-            leaf_generator: false,
         };
-        let mut walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
-        if walked.is_ok() && walk.leaf_generator {
-            walked = confirm_generator_leaf(mem, o, &grant, tstate, t.current_frame);
-        }
+        let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
         if walk.handles_exception {
             // A generator's handler: on the `exc_info` chain, not in the
             // thread state's own slots.
