@@ -32,15 +32,11 @@ pub enum Error {
     )]
     UnsupportedVersion { pid: i32, found: String },
 
+    /// A process that the layout tachyon reads its version with does not
+    /// fit (one carried for 3.11/3.12, or a free-threaded 3.14+ table
+    /// whose rules come from headers): refused rather than guessed at.
     #[error(
-        "process {pid} runs a free-threaded build of Python {version}; tachyon reads free-threaded builds of 3.13 only, not yet those of 3.14 and later (they run per-thread copies of bytecode)"
-    )]
-    FreeThreaded { pid: i32, version: String },
-
-    /// A 3.11/3.12 process that the layout tachyon carries for its
-    /// version does not fit: refused rather than guessed at.
-    #[error(
-        "process {pid} runs Python {version}, but its interpreter does not have the layout tachyon carries for that version ({what}); it may be a build with other options or a patched CPython, which tachyon cannot read"
+        "process {pid} runs Python {version}, but its interpreter does not fit the layout tachyon reads that version with ({what}); it may be a build with other options or a patched CPython, which tachyon cannot read"
     )]
     LayoutMismatch {
         pid: i32,
@@ -230,7 +226,6 @@ impl Error {
                 | Error::AlreadyTraced { .. }
                 | Error::NotPython { .. }
                 | Error::UnsupportedVersion { .. }
-                | Error::FreeThreaded { .. }
                 | Error::InvalidOffsets { .. }
                 | Error::LayoutMismatch { .. }
         )

@@ -349,3 +349,90 @@ fn a_recording_replays_in_tachyon_and_the_reference() {
         }
     }
 }
+
+/// The check that stands between a free-threaded 3.14t/3.15t table (taken
+/// from headers: no such interpreter runs here) and the samples read with
+/// it, run on a live 3.13t whose eight threads run in parallel: the real
+/// table passes it, and the same table with a field that places a frame
+/// in its code moved (the instruction pointer, the bytecode's start, the
+/// location table) is refused, by the validator or by the check itself,
+/// never used. (The check puts every frame of a sample of every thread on
+/// an instruction of the bytecode it runs, with a line. Fields 3.14t and
+/// 3.15t share with their GIL builds, such as the first line, are the
+/// GIL tables' and verified with them.)
+#[test]
+fn the_bytecode_check_passes_a_real_table_and_refuses_moved_fields() {
+    use tachyon::Error;
+    use tachyon::offsets::Offsets;
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::session::check_bytecode;
+    use tachyon::unwind::UnwindOptions;
+
+    for it in free_threaded_interpreters() {
+        let (target, _) = busy8(&it, &[]);
+        let proc = LinuxProcess::open(target.pid()).unwrap();
+        let good = tachyon::attach(target.pid(), UnwindOptions::default())
+            .unwrap_or_else(|e| panic!("[{}] {e}", it.name))
+            .runtime()
+            .clone();
+        check_bytecode(&proc, &good).unwrap_or_else(|e| panic!("[{}] real table: {e}", it.name));
+
+        let mut refused_by_check = 0;
+        for (field, delta) in [
+            ("interpreter_frame.instr_ptr", -8i64),
+            ("interpreter_frame.instr_ptr", -16),
+            ("code_object.co_code_adaptive", -8),
+            ("code_object.co_code_adaptive", -16),
+            ("code_object.co_code_adaptive", 8),
+            ("code_object.linetable", -8),
+        ] {
+            let mut raw = good.raw.clone();
+            let v = raw.get(field).unwrap();
+            let moved = v.checked_add_signed(delta).unwrap();
+            assert!(raw.set(field, moved));
+            let what = format!("{field} = {moved} (not {v})");
+            let Ok(offsets) = Offsets::from_raw(target.pid(), &raw) else {
+                println!("[{}] {what}: refused by the validator", it.name);
+                continue;
+            };
+            let mut rt = good.clone();
+            rt.raw = raw;
+            rt.offsets = offsets;
+            match check_bytecode(&proc, &rt) {
+                Err(e @ Error::LayoutMismatch { .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("runs Python 3.13."), "[{}] {msg}", it.name);
+                    assert!(msg.contains("t, but"), "[{}] {msg}", it.name);
+                    println!("[{}] {what}: {msg}", it.name);
+                    refused_by_check += 1;
+                }
+                other => panic!("[{}] {what}: {other:?}", it.name),
+            }
+        }
+        assert!(
+            refused_by_check > 0,
+            "[{}] the validator refused every moved field: the check was not tried",
+            it.name
+        );
+    }
+}
+
+/// The same check passes the GIL builds of 3.13, 3.14 and 3.15 (release
+/// and debug), eight threads busy: it holds a real interpreter's frames to
+/// nothing they do not do.
+#[test]
+fn the_bytecode_check_passes_every_gil_build() {
+    use tachyon::process::linux::LinuxProcess;
+    use tachyon::session::check_bytecode;
+    use tachyon::unwind::UnwindOptions;
+
+    for it in sid_interpreters() {
+        let (target, _) = busy8(&it, &[]);
+        let proc = LinuxProcess::open(target.pid()).unwrap();
+        let rt = tachyon::attach(target.pid(), UnwindOptions::default())
+            .unwrap_or_else(|e| panic!("[{}] {e}", it.name))
+            .runtime()
+            .clone();
+        check_bytecode(&proc, &rt).unwrap_or_else(|e| panic!("[{}] {e}", it.name));
+    }
+}

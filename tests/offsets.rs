@@ -244,19 +244,20 @@ fn header_corruption_is_refused_by_kind() {
         assert_eq!(rc.version.to_string(), format!("3.{}.0rc2", real.minor));
         offsets(&rc).unwrap_or_else(|e| panic!("{name}: rc refused: {e}"));
 
-        // A free-threaded table: 3.13t is read; 3.14t and later (per-thread
-        // bytecode) are refused by name.
+        // A GIL table flagged free-threaded: decoded, but 3.14+ tables of a
+        // GIL build give no bytecode-copy fields, which a free-threaded
+        // build must have: refused, naming the first.
         let mut b = bytes.clone();
         set_word(&mut b, 2, 1);
-        match decode(&b) {
-            Ok(t) if real.minor == 13 => assert!(t.free_threaded, "{name}"),
-            Err(e @ Error::FreeThreaded { .. }) if real.minor > 13 => {
-                assert!(
-                    e.to_string().contains(&format!("Python {real}")),
-                    "{name}: {e}"
-                )
+        let t = decode(&b).unwrap_or_else(|e| panic!("{name}: free_threaded=1 gave {e}"));
+        assert!(t.free_threaded, "{name}");
+        if real.minor > 13 {
+            match offsets(&t) {
+                Err(e @ Error::InvalidOffsets { .. }) => {
+                    assert!(e.to_string().contains("tlbc"), "{name}: {e}")
+                }
+                other => panic!("{name}: a GIL table flagged free-threaded gave {other:?}"),
             }
-            other => panic!("{name}: free_threaded=1 gave {other:?}"),
         }
 
         match decode(&bytes[..bytes.len() - 8]) {
@@ -955,12 +956,13 @@ fn dump_offsets() {
 
 /// The tables free-threaded 3.14 and 3.15 would carry, made from their
 /// headers (scripts/probe-ft-tables.sh; these interpreters cannot be built
-/// here). tachyon refuses them by name rather than show wrong lines: their
-/// frames execute per-thread copies of bytecode (`co_tlbc`, selected by
-/// the frame's `tlbc_index`, which pushes the frame's owner byte from 74
-/// to 78), which it does not follow yet.
+/// here). They pass the validator, and what tachyon takes from them is
+/// what the headers say: their frames run per-thread copies of bytecode
+/// (`co_tlbc`, selected by the frame's `tlbc_index`, which pushes the
+/// frame's owner byte from 74 to 78), and their stack references carry
+/// `Py_TAG_BITS` of their own (1 in 3.14t, 3 in 3.15).
 #[test]
-fn free_threaded_314_and_315_are_refused_by_name() {
+fn free_threaded_314_and_315_tables_give_their_bytecode_copies() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/offsets-ft");
     for minor in [14u8, 15] {
         let bytes = std::fs::read(dir.join(format!("3.{minor}t-headers.bin")))
@@ -971,24 +973,49 @@ fn free_threaded_314_and_315_are_refused_by_name() {
             let i = names.iter().position(|n| *n == name).unwrap();
             u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())
         };
-        // What the headers say, and what the refusal is about.
         assert_eq!(field("free_threaded"), 1, "3.{minor}t");
         assert_eq!(field("pyobject.ob_type"), 24, "3.{minor}t");
-        let tlbc_index = field("interpreter_frame.tlbc_index");
-        assert!(
-            tlbc_index != 0 && field("code_object.co_tlbc") != 0,
+        let raw = decode(&bytes).unwrap_or_else(|e| panic!("3.{minor}t: {e}"));
+        let o = offsets(&raw).unwrap_or_else(|e| panic!("3.{minor}t: {e}"));
+        assert!(o.free_threaded, "3.{minor}t");
+        assert_eq!(
+            o.frame_tlbc_index,
+            Some(field("interpreter_frame.tlbc_index")),
             "3.{minor}t"
         );
-        assert!(field("interpreter_frame.owner") > tlbc_index, "3.{minor}t");
-        match RawTable::decode(PID, &bytes) {
-            Err(e @ Error::FreeThreaded { .. }) => {
-                let text = e.to_string();
-                assert!(
-                    text.contains(&format!("Python 3.{minor}.")) && text.contains("per-thread"),
-                    "3.{minor}t: {text}"
-                );
+        assert!(o.frame_owner > o.frame_tlbc_index.unwrap(), "3.{minor}t");
+        assert_eq!(
+            o.code_tlbc,
+            Some(field("code_object.co_tlbc")),
+            "3.{minor}t"
+        );
+        assert_eq!(o.code_tlbc.unwrap() + 8, o.code_adaptive, "3.{minor}t");
+        assert_eq!(
+            o.interp_tlbc_generation,
+            Some(field("interpreter_state.tlbc_generation")),
+            "3.{minor}t"
+        );
+        let tag_bits = if minor == 14 { 1 } else { 3 };
+        assert_eq!(o.tag_mask, !tag_bits, "3.{minor}t");
+
+        // Each bytecode-copy field moved onto its neighbour is refused.
+        for (name, to) in [
+            (
+                "interpreter_frame.tlbc_index",
+                field("interpreter_frame.instr_ptr"),
+            ),
+            ("code_object.co_tlbc", field("code_object.co_code_adaptive")),
+            ("interpreter_state.tlbc_generation", 0),
+        ] {
+            let mut b = bytes.clone();
+            let i = names.iter().position(|n| *n == name).unwrap();
+            set_word(&mut b, i, to);
+            match decode(&b).and_then(|r| offsets(&r)) {
+                Err(e @ Error::InvalidOffsets { .. }) => {
+                    assert!(e.to_string().contains(name), "3.{minor}t {name}: {e}")
+                }
+                other => panic!("3.{minor}t: {name} = {to} gave {other:?}"),
             }
-            other => panic!("3.{minor}t: {other:?}"),
         }
     }
 }

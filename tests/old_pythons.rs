@@ -152,7 +152,7 @@ fn a_layout_that_does_not_fit_is_refused() {
     use tachyon::offsets::Offsets;
     use tachyon::offsets::carried::CARRIED;
     use tachyon::process::linux::LinuxProcess;
-    use tachyon::session::check_carried;
+    use tachyon::session::check_layout;
     use tachyon::unwind::UnwindOptions;
 
     for interp in machine_old_interpreters() {
@@ -163,7 +163,7 @@ fn a_layout_that_does_not_fit_is_refused() {
             .unwrap_or_else(|e| panic!("{}: {e}", interp.name))
             .runtime()
             .clone();
-        check_carried(&proc, &good).unwrap();
+        check_layout(&proc, &good).unwrap();
         let version = good.raw.version;
 
         let mut variants = Vec::new();
@@ -204,7 +204,7 @@ fn a_layout_that_does_not_fit_is_refused() {
             let mut rt = good.clone();
             rt.raw = raw;
             rt.offsets = offsets;
-            match check_carried(&proc, &rt) {
+            match check_layout(&proc, &rt) {
                 Err(e @ Error::LayoutMismatch { .. }) => {
                     let msg = e.to_string();
                     assert!(

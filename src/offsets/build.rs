@@ -22,10 +22,13 @@ struct Quirks {
     carried: bool,
     owners: FrameOwners,
     tag_mask: u64,
+    /// Free-threaded 3.14+: each thread may run its own copy of a code
+    /// object's bytecode (`co_tlbc`, chosen by the frame's `tlbc_index`).
+    per_thread_bytecode: bool,
 }
 
 impl Quirks {
-    fn of(minor: u8) -> Quirks {
+    fn of(minor: u8, free_threaded: bool) -> Quirks {
         // Entry frames of an eval-loop invocation: CSTACK (3) in 3.12 and
         // 3.13, also INTERPRETER (4) in 3.14, INTERPRETER (3) in 3.15.
         // 3.11 marks that invocation's first frame instead (`is_entry`).
@@ -43,8 +46,15 @@ impl Quirks {
                 frame_object: 2,
                 entry,
             },
-            // `_PyStackRef` tag bits (3.14+).
-            tag_mask: if minor >= 14 { !3 } else { !0 },
+            // `_PyStackRef` tag bits (`Py_TAG_BITS`, 3.14+): two in a GIL
+            // build; one in a free-threaded 3.14 (`Py_TAG_DEFERRED`); two
+            // in every 3.15.
+            tag_mask: match minor {
+                ..=13 => !0,
+                14 if free_threaded => !1,
+                _ => !3,
+            },
+            per_thread_bytecode: free_threaded && minor >= 14,
         }
     }
 }
@@ -52,7 +62,7 @@ impl Quirks {
 /// Check `raw` against the lists and build its [`Offsets`].
 pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
     let c = spec::check(pid, raw)?;
-    let q = Quirks::of(c.minor());
+    let q = Quirks::of(c.minor(), raw.free_threaded);
     let threads_main = threads_main(&c, &q)?;
     let code_generation = c.get_if(q.minor >= 14, "interpreter_state.code_object_generation")?;
     let gil = gil(&c, &q)?;
@@ -60,6 +70,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
     let thread = thread(&c, &q)?;
     let framesize = frame_size(&c)?;
     let (unicode_ascii_size, unicode_compact_size) = unicode_headers(&c)?;
+    let tlbc = per_thread_bytecode(&c, &q)?;
     let g = |name: &str| c.get(name);
     let mut o = Offsets {
         version: raw.version,
@@ -80,6 +91,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         gil_state_locked: gil.state_locked,
         gil_state_holder: gil.state_holder,
         interp_code_object_generation: code_generation,
+        interp_tlbc_generation: tlbc.map(|t| t.generation),
         interp_gc_collecting: gc_collecting,
         interp_gc_frame: gc_frame,
         interp_read_size: 0,
@@ -108,6 +120,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         owners: q.owners,
         frame_is_entry: c.get_if(q.minor == 11, "interpreter_frame.is_entry")?,
         instr_ptr_is_prev: q.carried,
+        frame_tlbc_index: tlbc.map(|t| t.index),
         code_size: g("code_object.size")?,
         code_framesize: framesize.words,
         code_framesize_sum: framesize.sum,
@@ -116,6 +129,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         code_linetable: g("code_object.linetable")?,
         code_firstlineno: g("code_object.firstlineno")?,
         code_adaptive: bytecode(&c, framesize.words)?,
+        code_tlbc: tlbc.map(|t| t.copies),
         resume: resume(&c)?,
         ob_type: g("pyobject.ob_type")?,
         type_tp_name: g("type_object.tp_name")?,
@@ -421,6 +435,49 @@ fn bytecode(c: &Checked, framesize: Option<u64>) -> Result<u64> {
     Ok(adaptive)
 }
 
+/// Where a free-threaded 3.14+ build says which bytecode copy a frame runs.
+#[derive(Clone, Copy)]
+struct Tlbc {
+    index: u64,
+    copies: u64,
+    generation: u64,
+}
+
+/// Free-threaded 3.14+: the frame's copy index, the code's array of
+/// copies and the interpreter's generation of indices. The spec bounded
+/// each; a real table also keeps them off the fields they sit beside: the
+/// index after the frame's pointers (before its owner byte), the array
+/// before the bytecode, the generation not at the interpreter's start.
+fn per_thread_bytecode(c: &Checked, q: &Quirks) -> Result<Option<Tlbc>> {
+    if !q.per_thread_bytecode {
+        return Ok(None);
+    }
+    let index = c.get("interpreter_frame.tlbc_index")?;
+    let after = c.get("interpreter_frame.instr_ptr")? + 8;
+    if index < after {
+        return Err(c.err(format!(
+            "interpreter_frame.tlbc_index = {index} lies among the frame's pointers (before {after})"
+        )));
+    }
+    let copies = c.get("code_object.co_tlbc")?;
+    let adaptive = c.get("code_object.co_code_adaptive")?;
+    let names_end = c.get("code_object.qualname")? + 8;
+    if copies < names_end || copies + 8 > adaptive {
+        return Err(c.err(format!(
+            "code_object.co_tlbc = {copies} does not lie between the code's names and its bytecode ({names_end}..{adaptive})"
+        )));
+    }
+    let generation = c.get("interpreter_state.tlbc_generation")?;
+    if generation == 0 {
+        return Err(c.err("interpreter_state.tlbc_generation is 0".into()));
+    }
+    Ok(Some(Tlbc {
+        index,
+        copies,
+        generation,
+    }))
+}
+
 /// 3.12: where a generator's state lies before its frame (within the
 /// bytes read before every frame outside the data stack), and the value
 /// stack's fields of a frame and a code object; `FRAME_EXECUTING` is 0
@@ -511,6 +568,7 @@ fn interp_read_size(o: &Offsets) -> u64 {
         own_gil.then_some(o.interp_gil_locked + 4),
         own_gil.then_some(o.interp_gil_holder + 8),
         o.interp_code_object_generation.map(|g| g + 8),
+        o.interp_tlbc_generation.map(|g| g + 4),
         Some(o.interp_gc_collecting + 4),
         o.interp_gc_frame.map(|f| f + 8),
         o.interp_ceval_gil.map(|g| g + 8),

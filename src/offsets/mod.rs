@@ -174,6 +174,9 @@ pub struct Offsets {
     pub gil_state_locked: u64,
     pub gil_state_holder: u64,
     pub interp_code_object_generation: Option<u64>,
+    /// Free-threaded 3.14+: `tlbc_indices.tlbc_generation` (a `uint32_t`),
+    /// bumped when a thread takes or gives back its bytecode copy index.
+    pub interp_tlbc_generation: Option<u64>,
     /// `interp + gc + gc.collecting` (an int).
     pub interp_gc_collecting: u64,
     /// `interp + gc + gc.frame` (3.15: the frame that started the collection).
@@ -221,6 +224,10 @@ pub struct Offsets {
     /// 3.11, 3.12: `frame_instr_ptr` is `prev_instr`; a frame that has not
     /// started points one code unit before its bytecode.
     pub instr_ptr_is_prev: bool,
+    /// Free-threaded 3.14+: the frame's `tlbc_index` (an `int32_t`), which
+    /// copy of its code's bytecode it runs: its `instr_ptr` points into
+    /// `co_tlbc->entries[tlbc_index]` (entry 0 is `co_code_adaptive`).
+    pub frame_tlbc_index: Option<u64>,
 
     pub code_size: u64,
     /// `co_framesize` (int32, in words): a frame of the code takes that
@@ -236,6 +243,9 @@ pub struct Offsets {
     pub code_linetable: u64,
     pub code_firstlineno: u64,
     pub code_adaptive: u64,
+    /// Free-threaded 3.14+: `co_tlbc`, the code's `_PyCodeArray` of
+    /// bytecode copies (`Py_ssize_t size; char *entries[size]`).
+    pub code_tlbc: Option<u64>,
     /// 3.12: finding the resumer of a generator whose frame is current
     /// before it is linked (see [`ResumeOffsets`]).
     pub resume: Option<ResumeOffsets>,
@@ -291,15 +301,6 @@ impl RawTable {
                 });
             }
         };
-        // 3.14t and later run per-thread copies of bytecode, which a frame's
-        // instruction pointer points into: not read yet, refused by name
-        // rather than shown with wrong lines.
-        if free_threaded && version.minor > 13 {
-            return Err(Error::FreeThreaded {
-                pid,
-                version: version.to_string(),
-            });
-        }
         if bytes.len() < names.len() * 8 {
             return Err(Error::InvalidOffsets {
                 pid,
@@ -399,12 +400,10 @@ mod tests {
                 other => panic!("{hex:#x}: {other:?}"),
             }
         }
-        assert!(matches!(
-            RawTable::decode(1, &table(0x030e0af0, 1)),
-            Err(Error::FreeThreaded { .. })
-        ));
-        let ft = RawTable::decode(1, &table(0x030d0ff0, 1)).expect("3.13t is read");
-        assert!(ft.free_threaded);
+        for hex in [0x030d0ff0, 0x030e0af0, 0x030f00c1] {
+            let ft = RawTable::decode(1, &table(hex, 1)).expect("free-threaded tables are read");
+            assert!(ft.free_threaded);
+        }
         let mut bad = table(0x030e0af0, 0);
         bad[0] = b'y';
         assert!(matches!(

@@ -158,6 +158,9 @@ const SECTIONS: &[Section] = &[
             at("gil_runtime_state_enabled", 4).since(13),
             at("ceval_gil", 8).only(12),
             at("code_object_generation", 8).since(14),
+            // Free-threaded 3.14+: bumped when a thread takes or frees a
+            // bytecode copy index (0 in a GIL build's table).
+            at("tlbc_generation", 4).since(14),
             at("gc", 8),
             at("imports_modules", 8),
         ],
@@ -224,6 +227,9 @@ const SECTIONS: &[Section] = &[
             // `dump --locals`: the value stack's end (a waited-for lock).
             at("localsplus", 8),
             at("stackpointer", 8).since(14),
+            // Free-threaded 3.14+: which copy of its code's bytecode the
+            // frame runs (0 in a GIL build's table).
+            at("tlbc_index", 4).since(14),
             // 3.12: a resumer's value stack (`unwind::resumer`).
             at("stacktop", 4).only(12),
         ],
@@ -251,6 +257,8 @@ const SECTIONS: &[Section] = &[
             at("stacksize", 4).until(12),
             at("ob_size", 8).only(12),
             related("co_code_adaptive"),
+            // Free-threaded 3.14+: the array of bytecode copies.
+            at("co_tlbc", 8).since(14),
             // `dump --locals`.
             at("argcount", 4),
             at("localsplusnames", 8),

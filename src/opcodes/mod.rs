@@ -114,6 +114,52 @@ impl OpTable {
         None
     }
 
+    /// Is code unit `at` of `code` (a code object's bytecode from its
+    /// first unit, through unit `at` at least) the start of an
+    /// instruction, in bytecode that reads as a code object's does? Walked
+    /// as [`OpTable::instruction_ending`] walks it, the bytecode must open
+    /// with `RESUME`, after nothing but the set-up of cells and free
+    /// variables and a generator's `RETURN_GENERATOR`/`POP_TOP`, and reach
+    /// `at` exactly. `None` when the walk cannot tell: a byte that is no
+    /// instruction of this version, or an instrumented instruction or an
+    /// executor, which stand in for one whose caches they do not count.
+    pub fn starts_instruction(&self, code: &[u8], at: usize) -> Option<bool> {
+        const PROLOGUE: [&str; 6] = [
+            "MAKE_CELL",
+            "COPY_FREE_VARS",
+            "RETURN_GENERATOR",
+            "POP_TOP",
+            "EXTENDED_ARG",
+            "NOP",
+        ];
+        let units = code.len() / 2;
+        let (mut i, mut resumed) = (0usize, false);
+        while i < units && (i < at || !resumed) {
+            let op = code[2 * i];
+            let name = self.names[op as usize];
+            if name.is_empty() || name.starts_with("INSTRUMENTED_") || name == "ENTER_EXECUTOR" {
+                return None;
+            }
+            if !resumed {
+                resumed = self.names[self.base[op as usize] as usize] == "RESUME";
+                if !resumed && !PROLOGUE.contains(&name) {
+                    return Some(false);
+                }
+            }
+            i += 1 + self.caches[op as usize] as usize;
+        }
+        Some(resumed && (i == at || at < i && self.lands(code, at)))
+    }
+
+    /// Does a walk from the first unit of `code` land on unit `at`?
+    fn lands(&self, code: &[u8], at: usize) -> bool {
+        let mut i = 0usize;
+        while i < at {
+            i += 1 + self.caches[code[2 * i] as usize] as usize;
+        }
+        i == at
+    }
+
     /// Is `op` (or its base) one of [`INLINE_CALLERS`]?
     fn pushes_frames(&self, op: u8) -> bool {
         let base = self.names[self.base[op as usize] as usize];
@@ -139,6 +185,52 @@ mod tests {
             assert_eq!(t.base_of(op(t, "LOAD_ATTR")), None);
         }
         assert!(table(3, 10).is_none() && table(3, 16).is_none());
+    }
+
+    #[test]
+    fn an_instruction_start_is_found_walking_from_the_prologue() {
+        for minor in 13..=15 {
+            let t = table(3, minor).unwrap();
+            let call = op(t, "CALL");
+            // A generator's bytecode, each instruction followed by its
+            // caches (bytes that look like CALLs): where each starts.
+            let (mut code, mut starts) = (Vec::new(), Vec::new());
+            for name in [
+                "RETURN_GENERATOR",
+                "POP_TOP",
+                "RESUME",
+                "LOAD_CONST",
+                "CALL",
+                "NOP",
+            ] {
+                let o = op(t, name);
+                starts.push(code.len() / 2);
+                code.extend([o, 0]);
+                for _ in 0..t.caches[o as usize] {
+                    code.extend([call, 0]);
+                }
+            }
+            for at in 0..code.len() / 2 {
+                let want = starts.contains(&at);
+                assert_eq!(
+                    t.starts_instruction(&code, at),
+                    Some(want),
+                    "3.{minor} {at}"
+                );
+            }
+            // The same bytes read from one instruction too late: no RESUME
+            // where a code object's prologue ends.
+            let late = 2 * starts[3];
+            assert_eq!(
+                t.starts_instruction(&code[late..], 0),
+                Some(false),
+                "3.{minor}"
+            );
+            // Instrumented code hides the caches: no verdict.
+            let mut inst = code.clone();
+            inst[2 * starts[3]] = op(t, "INSTRUMENTED_LINE");
+            assert_eq!(t.starts_instruction(&inst, starts[5]), None, "3.{minor}");
+        }
     }
 
     #[test]

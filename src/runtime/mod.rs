@@ -182,12 +182,13 @@ pub enum Found {
     Starting(Option<Runtime>, Error),
 }
 
-/// How a runtime with a carried (3.11/3.12) layout is checked against the
-/// live process before it is trusted: `Ok`, [`Error::LayoutMismatch`] for
-/// a process that does not fit, [`Error::NotPython`] for a runtime not
-/// initialised yet. The check walks the process's stacks, which is the
+/// How a runtime whose layout was not proven on a real interpreter (one
+/// carried for 3.11/3.12, a free-threaded 3.14+ table) is checked against
+/// the live process before it is trusted: `Ok`, [`Error::LayoutMismatch`]
+/// for a process that does not fit, [`Error::NotPython`] for a runtime
+/// not initialised yet. The check walks the process's stacks, which is the
 /// unwinder's, a layer above: the caller gives it (the session's
-/// `verify::carried`), so that finding a runtime needs no unwinder.
+/// `verify::layout`), so that finding a runtime needs no unwinder.
 pub type Check = dyn Fn(&dyn Target, &Runtime) -> Result<()>;
 
 /// Locate and validate the runtime of `proc`, a carried layout checked
@@ -284,6 +285,12 @@ impl Search {
         let bias = m.start.wrapping_sub(facts.first_load_vaddr);
         let image = Image { m, facts, bias };
         match debug_table(proc, &image)? {
+            // Free-threaded 3.14+: a table whose rules come from headers
+            // is checked on the process first (it says when it is not
+            // initialised yet).
+            Some((rt, _)) if rt.offsets.frame_tlbc_index.is_some() => {
+                return self.checked(proc, rt, check);
+            }
             Some((rt, true)) => return Ok(Some(Found::Ready(rt))),
             Some((rt, false)) => {
                 self.uninitialised.get_or_insert(rt);
@@ -324,6 +331,12 @@ impl Search {
                 return Ok(None);
             }
         };
+        self.checked(proc, rt, check)
+    }
+
+    /// A runtime whose layout `check` must accept before it is read: `Some`
+    /// when it does; a runtime not initialised yet is remembered.
+    fn checked(&mut self, proc: &dyn Target, rt: Runtime, check: &Check) -> Result<Option<Found>> {
         match check(proc, &rt) {
             Ok(()) => return Ok(Some(Found::Ready(rt))),
             Err(e) if e.is_fatal() && !matches!(e, Error::NotPython { .. }) => return Err(e),

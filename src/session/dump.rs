@@ -47,7 +47,7 @@ pub fn open(
 /// in a live process. A core whose process is not a Python tachyon reads
 /// is refused with the core's name, pid and command.
 pub fn open_core(core: CoreFile, opts: UnwindOptions) -> Result<Unwinder<CoreFile>> {
-    let rt = crate::runtime::locate(&core, &super::verify::carried).map_err(|e| match e {
+    let rt = crate::runtime::locate(&core, &super::verify::layout).map_err(|e| match e {
         Error::NotPython { pid, why } => Error::BadCore(format!(
             "the core's process {pid} ({}) is not a Python tachyon can read: {why}",
             core.command.as_deref().unwrap_or("command unknown")

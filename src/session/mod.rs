@@ -54,17 +54,27 @@ use follow::Follower;
 use open::{Opening, error_chain};
 pub use replay::replay;
 
-/// Locate and validate the runtime of `proc`: [`crate::runtime::locate`] with a
-/// carried layout checked by [`verify::carried`].
+/// Locate and validate the runtime of `proc`: [`crate::runtime::locate`]
+/// with a layout not proven on a real interpreter checked by
+/// [`verify::layout`].
 pub fn locate(proc: &LinuxProcess) -> Result<Runtime> {
-    crate::runtime::locate(proc, &verify::carried)
+    crate::runtime::locate(proc, &verify::layout)
 }
 
-/// Check a runtime with a carried (3.11/3.12) layout against the live
-/// process, as [`locate`] does before trusting it: `Ok`, or
-/// [`crate::Error::LayoutMismatch`] for a process that does not fit.
-pub fn check_carried(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
-    verify::carried(proc, rt)
+/// Check a runtime's layout against the live process, as [`locate`] does
+/// before trusting one carried for 3.11/3.12 or a free-threaded 3.14+
+/// table: `Ok`, or [`crate::Error::LayoutMismatch`] for a process that
+/// does not fit.
+pub fn check_layout(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    verify::layout(proc, rt)
+}
+
+/// [`check_layout`]'s check of a free-threaded 3.14+ table, applied to any
+/// 3.13+ runtime: every frame of a sample of every thread sits on an
+/// instruction of its bytecode and has a line (see
+/// [`verify::bytecode_copies`]).
+pub fn check_bytecode(proc: &LinuxProcess, rt: &Runtime) -> Result<()> {
+    verify::bytecode_copies(proc, rt)
 }
 
 /// A profile as `run` and `attach` configure it: plain values, no

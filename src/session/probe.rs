@@ -50,7 +50,7 @@ pub fn probe_starting(
     startup: &mut Startup,
     pythonish: &dyn Fn() -> bool,
 ) -> Probe {
-    sort(startup.look(proc, &super::verify::carried), true, pythonish)
+    sort(startup.look(proc, &super::verify::layout), true, pythonish)
 }
 
 /// Sort an answer of [`super::locate`] (or [`Startup::look`], whose
@@ -62,11 +62,9 @@ fn sort(
 ) -> Probe {
     match found {
         Ok(rt) => Probe::Python(Box::new(rt)),
-        Err(
-            e @ (Error::UnsupportedVersion { .. }
-            | Error::FreeThreaded { .. }
-            | Error::PermissionDenied { .. }),
-        ) => Probe::Refused(e),
+        Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+            Probe::Refused(e)
+        }
         Err(e @ Error::LayoutMismatch { .. }) if final_layout => Probe::Refused(e),
         Err(e @ (Error::InvalidOffsets { .. } | Error::LayoutMismatch { .. })) => Probe::Unready(e),
         Err(e @ Error::NotPython { .. }) if !pythonish() => Probe::NotPython(e),

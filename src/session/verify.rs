@@ -1,9 +1,13 @@
-//! Checking a carried 3.11/3.12 layout against the live process before it
-//! is trusted: the [`crate::runtime::Check`] the session gives
-//! [`crate::runtime::locate`] (it walks the main thread's stack with an
-//! unwinder, a layer above the locator).
+//! Checking a layout not proven on a real interpreter against the live
+//! process before it is trusted: the [`crate::runtime::Check`] the session
+//! gives [`crate::runtime::locate`] (it walks stacks with an unwinder, a
+//! layer above the locator). Two kinds of layout get it: the ones tachyon
+//! carries for 3.11/3.12 ([`carried`]), and free-threaded 3.14+ tables,
+//! whose frames run per-thread copies of bytecode that no interpreter here
+//! could show ([`bytecode_copies`]).
 //!
-//! The version read from the binary picks the layout; this decides whether
+//! For a carried layout, the version read from the binary picks the
+//! layout; this decides whether
 //! the process really has it. The interpreter list must point back to
 //! `_PyRuntime`, the main interpreter must be in it with id 0, its thread
 //! list must be a consistent doubly linked list of thread states that name
@@ -33,6 +37,19 @@ const WALK_TRIES: usize = 10;
 /// start and end while the lists are read can make one check fail on a
 /// process that fits; a process that does not fit fails every time.
 const CHECK_TRIES: usize = 20;
+
+/// Check `rt` against the live process if its layout needs it: a carried
+/// one, or a free-threaded 3.14+ table. Other tables were checked on real
+/// interpreters of their versions; they are not walked here.
+pub fn layout(proc: &dyn Target, rt: &Runtime) -> Result<()> {
+    if rt.offsets.instr_ptr_is_prev {
+        carried(proc, rt)
+    } else if rt.offsets.frame_tlbc_index.is_some() {
+        bytecode_copies(proc, rt)
+    } else {
+        Ok(())
+    }
+}
 
 pub fn carried(proc: &dyn Target, rt: &Runtime) -> Result<()> {
     let mut last = None;
@@ -70,9 +87,10 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn mismatch(&self, what: String) -> Error {
+        let t = if self.rt.raw.free_threaded { "t" } else { "" };
         Error::LayoutMismatch {
             pid: self.proc.pid(),
-            version: self.rt.raw.version.to_string(),
+            version: format!("{}{t}", self.rt.raw.version),
             what,
         }
     }
@@ -255,5 +273,131 @@ impl Checker<'_> {
                 e.map_or_else(String::new, |e| e.to_string())
             )),
         })
+    }
+}
+
+/// Whole samples of every thread tried before a table's bytecode rule is
+/// called wrong: threads that run while they are read tear some walks.
+const SAMPLE_TRIES: usize = 10;
+
+/// The most bytecode read to check that a frame's instruction starts one.
+const MAX_CHECKED_BYTECODE: u64 = 64 * 1024;
+/// Bytecode read at least, to see its prologue end in `RESUME`.
+const PROLOGUE_BYTES: u64 = 64;
+
+/// A debug table whose frame and code rules were taken from headers, not
+/// seen working on a real interpreter (free-threaded 3.14+), is checked on
+/// the process itself: a sample of every thread must succeed, and each
+/// Python frame in it must sit where its code object says instructions
+/// are. Its instruction pointer must lie inside the copy of the bytecode
+/// its `tlbc_index` selects, on the start of an instruction (walking that
+/// copy from its first unit over each instruction's inline caches), and
+/// its code's location table must give it a line. A rule that reads the
+/// wrong copy or the wrong field fails this on the first frame it gets
+/// wrong, and the process is refused by name ([`Error::LayoutMismatch`])
+/// rather than shown with wrong lines. A process with no Python frame to
+/// check yet passes: nothing can be shown wrong until one appears, and
+/// each frame read later still needs an instruction inside its code.
+pub fn bytecode_copies(proc: &dyn Target, rt: &Runtime) -> Result<()> {
+    let c = Checker { proc, rt };
+    let o = &rt.offsets;
+    let head = c.read(rt.address + o.runtime_interpreters_head)?;
+    if head == 0 || c.read(head + o.interp_threads_head)? == 0 {
+        return Err(c.not_yet());
+    }
+    let opts = UnwindOptions {
+        all_threads: true,
+        ..UnwindOptions::default()
+    };
+    let mut unwinder = Unwinder::new(proc, proc.pid(), rt.clone(), opts);
+    unwinder.keep_frame_places();
+    let mut sample = Sample::default();
+    let mut last = None;
+    for _ in 0..SAMPLE_TRIES {
+        match unwinder.sample(&mut sample) {
+            Ok(()) => match c.frames_fit(&unwinder, &sample) {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            },
+            Err(e) if e.is_fatal() => return Err(e),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    Err(match last {
+        Some(e @ Error::LayoutMismatch { .. }) => e,
+        e => c.mismatch(format!(
+            "no sample of its threads could be read whole ({})",
+            e.map_or_else(String::new, |e| e.to_string())
+        )),
+    })
+}
+
+impl Checker<'_> {
+    /// Every Python frame of `sample` sits on an instruction of the
+    /// bytecode it runs, and has a line.
+    fn frames_fit(&self, unwinder: &Unwinder<&dyn Target>, sample: &Sample) -> Result<()> {
+        let ops = crate::opcodes::table(3, self.rt.raw.version.minor as u32)
+            .ok_or_else(|| self.mismatch("no instruction table for this version".into()))?;
+        for (i, thread) in sample.threads.iter().enumerate() {
+            for p in unwinder.frame_places(i) {
+                let Some(&id) = thread.frames.get(p.index) else {
+                    continue;
+                };
+                let frame = unwinder.frames().frame(id);
+                let name = unwinder.frames().str(frame.func);
+                self.on_an_instruction(p, ops)
+                    .map_err(|what| self.mismatch(format!("a frame of {name}: {what}")))?;
+                if frame.location.is_none() {
+                    return Err(self.mismatch(format!(
+                        "a frame of {name} has no line in its code's location table"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Is the frame at `p` at the start of an instruction of the bytecode
+    /// copy it runs? `Err` says how not.
+    fn on_an_instruction(
+        &self,
+        p: &crate::unwind::frames::FramePlace,
+        ops: &crate::opcodes::OpTable,
+    ) -> std::result::Result<(), String> {
+        let o = &self.rt.offsets;
+        let units = self
+            .read(p.code.wrapping_add(o.ob_type + 8))
+            .map_err(|e| format!("its code object cannot be read ({e})"))?;
+        let off = p
+            .instr_ptr
+            .checked_sub(p.copy)
+            .filter(|&d| d % 2 == 0 && units < 1 << 27 && d < 2 * units)
+            .ok_or_else(|| {
+                format!(
+                    "its instruction pointer {:#x} is not inside its bytecode at {:#x} ({units} code units)",
+                    p.instr_ptr, p.copy
+                )
+            })?;
+        // Through the frame's instruction, and far enough to pass the
+        // code's prologue.
+        let len = (off + 2).max((2 * units).min(PROLOGUE_BYTES));
+        if len > MAX_CHECKED_BYTECODE {
+            return Ok(());
+        }
+        let mut code = vec![0u8; len as usize];
+        self.proc
+            .read(p.copy, &mut code)
+            .map_err(|e| format!("its bytecode cannot be read ({e})"))?;
+        match ops.starts_instruction(&code, (off / 2) as usize) {
+            Some(false) => Err(format!(
+                "its instruction pointer is {} code units into bytecode at {:#x} that does not read as its code's instructions",
+                off / 2,
+                p.copy
+            )),
+            // `Some(true)`, or instrumented code, whose caches the
+            // instrumentation hides: nothing to hold against it.
+            _ => Ok(()),
+        }
     }
 }

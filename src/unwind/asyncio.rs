@@ -605,18 +605,32 @@ impl<M: ProcessMemory> Reader<'_, M> {
         decoded
     }
 
-    /// The frame of code `exe` at `instr_ptr`, loading the code object
-    /// (with its reads granted) if needed.
-    fn frame(&mut self, exe: u64, instr_ptr: u64) -> Result<FrameId> {
+    /// The frame of code `exe` at `instr_ptr` in copy `tlbc_index` of its
+    /// bytecode (free-threaded 3.14+; else 0), loading the code object
+    /// (with its reads granted) if needed. Also returns where that copy
+    /// starts.
+    fn frame(&mut self, exe: u64, instr_ptr: u64, tlbc_index: i32) -> Result<(FrameId, u64)> {
+        let own = exe.wrapping_add(self.o.code_adaptive);
+        let (at, copy) = match tlbc_index {
+            0 => (instr_ptr, own),
+            i => {
+                if !self.code.has_copy(exe, i) {
+                    self.meter
+                        .grant(super::READS_PER_COPY_LOOKUP, super::BYTES_PER_COPY_LOOKUP);
+                }
+                match self.code.copy_start(self.mem, self.o, exe, i) {
+                    Some(copy) => (super::frames::in_own_bytecode(own, copy, instr_ptr), copy),
+                    None => (0, own),
+                }
+            }
+        };
         if !self.code.is_ready(exe) {
             self.meter
                 .grant(READS_PER_CODE_LOAD, super::BYTES_PER_CODE_LOAD);
         }
-        let id = self
-            .code
-            .frame(self.mem, self.o, self.table, exe, instr_ptr)?;
+        let id = self.code.frame(self.mem, self.o, self.table, exe, at)?;
         self.used_codes.push(exe);
-        Ok(id)
+        Ok((id, copy))
     }
 
     /// Push the frames of the coroutine at `coro` and of what it awaits,
@@ -710,13 +724,18 @@ impl<M: ProcessMemory> Reader<'_, M> {
             // No code to show: the chain ends here.
             return Ok(None);
         }
-        let id = self.frame(exe, instr_ptr)?;
+        let tlbc_index = match o.frame_tlbc_index {
+            Some(at) => f.i32_at(at).ok_or_else(short)?,
+            None => 0,
+        };
+        let (id, copy) = self.frame(exe, instr_ptr, tlbc_index)?;
         if self.keep_places {
             self.scratch.places.push(FramePlace {
                 index: out.len(),
                 frame: obj.wrapping_add(a.gen_iframe),
                 code: exe,
                 instr_ptr,
+                copy,
             });
         }
         out.push(id);
@@ -1059,14 +1078,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             r?;
             let interp = InterpFacts::decode(o, &self.interp_buf, interp_addr, 0)
                 .ok_or_else(|| Error::corrupt("short interpreter state"))?;
-            if let Some(g) = interp.code_generation
-                && self
-                    .generations
-                    .insert(interp_addr, g)
-                    .is_some_and(|old| old != g)
-            {
-                self.code.clear();
-            }
+            self.note_generations(&interp);
             self.sample_interp_tasks(st, a, o, &interp, graph)?;
             interp_addr = interp.next;
         }

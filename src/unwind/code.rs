@@ -40,6 +40,9 @@ struct CodeInfo {
     file: StrId,
     func: StrId,
     firstlineno: i32,
+    /// Code units of its bytecode (`Py_SIZE`), 0 when implausible: an
+    /// instruction past them has no location.
+    units: u32,
     /// `co_framesize` in words, 0 when the version's offsets do not have
     /// it (see [`CodeCache::frame_fast_sized`]).
     framesize: u32,
@@ -64,6 +67,7 @@ impl CodeInfo {
         self.file == other.file
             && self.func == other.func
             && self.firstlineno == other.firstlineno
+            && self.units == other.units
             && self.framesize == other.framesize
             && self.linetable == other.linetable
             && self.fingerprint == other.fingerprint
@@ -113,6 +117,9 @@ pub struct CodeCache {
     pub loaded: Vec<u64>,
     /// Counts samples ([`CodeCache::new_sample`]), for `CodeInfo::loaded_in`.
     sample: u64,
+    /// Free-threaded 3.14+: (code, copy index) to where that copy of the
+    /// code's bytecode starts (see [`CodeCache::copy_start`]).
+    copies: HashMap<(u64, u32), u64>,
 }
 
 /// Most code objects loaded in one sample. A real first sample of a big
@@ -122,6 +129,11 @@ const LOADS_PER_SAMPLE: u32 = 4096;
 
 /// Most code objects kept: far more than a program runs at once.
 const MAX_CACHED_CODES: usize = 200_000;
+
+/// Most bytecode copies of one code object believed (a thread each), and
+/// most remembered in all.
+const MAX_COPIES: i64 = 1 << 16;
+const MAX_COPIES_KEPT: usize = 1 << 18;
 
 /// The span of a code object that holds the fingerprint fields, as
 /// (start, length): one small read re-validates a cached code object.
@@ -162,6 +174,7 @@ impl Default for CodeCache {
             budget: 0,
             loaded: Vec::new(),
             sample: 0,
+            copies: HashMap::new(),
         }
     }
 }
@@ -241,7 +254,62 @@ impl CodeCache {
 
     pub fn clear(&mut self) {
         self.codes.clear();
+        self.copies.clear();
         self.invalidate_fast();
+    }
+
+    /// Free-threaded 3.14+: a thread took or gave back a bytecode copy
+    /// index, so a copy may have been freed: find each again.
+    pub fn forget_copies(&mut self) {
+        self.copies.clear();
+    }
+
+    /// Is where copy `index` of `code` starts known without reads?
+    pub fn has_copy(&self, code: u64, index: i32) -> bool {
+        index == 0 || u32::try_from(index).is_ok_and(|i| self.copies.contains_key(&(code, i)))
+    }
+
+    /// Free-threaded 3.14+: where copy `index` of the bytecode of `code`
+    /// starts (`co_tlbc->entries[index]`, each thread running its own
+    /// copy), read once and remembered until the copies change. Copy 0 is
+    /// the code's own `co_code_adaptive`. `None`: no such copy could be
+    /// read (a torn frame or code object).
+    pub fn copy_start(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        code: u64,
+        index: i32,
+    ) -> Option<u64> {
+        let own = code.wrapping_add(offs.code_adaptive);
+        let (Some(at), Ok(i)) = (offs.code_tlbc, u32::try_from(index)) else {
+            return None;
+        };
+        if i == 0 {
+            return Some(own);
+        }
+        if let Some(&start) = self.copies.get(&(code, i)) {
+            return Some(start);
+        }
+        let array = mem.read_u64(code.wrapping_add(at)).ok()?;
+        if !crate::process::plausible(array) || array % 8 != 0 {
+            return None;
+        }
+        let mut head = [0u8; 8];
+        mem.read(array, &mut head).ok()?;
+        let size = i64::from_le_bytes(head);
+        if i64::from(i) >= size || size > MAX_COPIES {
+            return None;
+        }
+        let start = mem.read_u64(array + 8 + 8 * u64::from(i)).ok()?;
+        if !crate::process::plausible(start) || start % 2 != 0 {
+            return None;
+        }
+        if self.copies.len() >= MAX_COPIES_KEPT {
+            self.copies.clear();
+        }
+        self.copies.insert((code, i), start);
+        Some(start)
     }
 
     /// Reset the per-sample load budget.
@@ -265,6 +333,9 @@ impl CodeCache {
     }
 
     pub fn evict(&mut self, code: u64) {
+        if !self.copies.is_empty() {
+            self.copies.retain(|&(c, _), _| c != code);
+        }
         if self.codes.remove(&code).is_some() {
             self.invalidate_fast();
         }
@@ -401,6 +472,9 @@ impl CodeCache {
         not_started: bool,
     ) -> (FrameId, u32) {
         let info = self.codes.get_mut(&code).expect("loaded by the caller");
+        // Past the code's last unit: read from a torn frame, or from the
+        // wrong copy of the bytecode.
+        let addrq = addrq.filter(|&a| info.units == 0 || a < info.units);
         let location = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
             _ if not_started => Some(Location {
@@ -461,6 +535,12 @@ impl CodeCache {
         let qualname = buf.u64_at(offs.code_qualname).ok_or_else(short)?;
         let lt = buf.u64_at(offs.code_linetable).ok_or_else(short)?;
         let firstlineno = buf.i32_at(offs.code_firstlineno).ok_or_else(short)?;
+        // `Py_SIZE`: a code object is a `PyVarObject`, its size after its
+        // type, counted in code units.
+        let units = buf
+            .u64_at(offs.ob_type + 8)
+            .filter(|&n| n < 1 << 27)
+            .map_or(0, |n| n as u32);
         // A size no frame has (a torn read) is no size: nothing is checked.
         // Every frame has room for at least one stack slot beyond its own
         // words (a code object's stack size is at least 1).
@@ -497,6 +577,7 @@ impl CodeCache {
             file,
             func,
             firstlineno,
+            units,
             framesize,
             linetable,
             fingerprint,
@@ -575,6 +656,7 @@ mod tests {
             file: 0,
             func: 0,
             firstlineno: 1,
+            units: 0,
             framesize: 0,
             linetable: None,
             fingerprint: [0; 4],

@@ -640,6 +640,20 @@ pub const READS_PER_CODE_LOAD: u32 = 16;
 /// Bytes granted per code object loaded: its largest location table and
 /// names, with room to spare.
 pub const BYTES_PER_CODE_LOAD: u64 = 128 * 1024;
+/// Free-threaded 3.14+: finding where a bytecode copy starts reads the
+/// code's array pointer, the array's size and one entry.
+pub const READS_PER_COPY_LOOKUP: u32 = 3;
+pub const BYTES_PER_COPY_LOOKUP: u64 = 24;
+
+/// Where `instr_ptr`, into a copy of a code's bytecode starting at `copy`,
+/// is in the code's own bytecode starting at `own`: the same offset. 0 (no
+/// place, so no location) when it is not inside the copy.
+pub(super) fn in_own_bytecode(own: u64, copy: u64, instr_ptr: u64) -> u64 {
+    match instr_ptr.checked_sub(copy) {
+        Some(off) if off < 1 << 28 => own.wrapping_add(off),
+        _ => 0,
+    }
+}
 
 /// A frame's bytes as a walk has them.
 pub(super) struct FrameBytes<'b> {
@@ -728,9 +742,12 @@ pub struct FramePlace {
     pub index: usize,
     pub frame: u64,
     pub code: u64,
-    /// Where it was: a later read of the frame that finds it elsewhere
-    /// reads another moment (or another call) of it.
+    /// Where it was (as read): a later read of the frame that finds it
+    /// elsewhere reads another moment (or another call) of it.
     pub instr_ptr: u64,
+    /// Where the bytecode it runs starts: its code's own, or (free-threaded
+    /// 3.14+) the thread's copy.
+    pub copy: u64,
 }
 
 /// Frames of one walk whose opcodes are read (`--opcodes`); the rest get
@@ -1075,8 +1092,11 @@ impl Walk<'_> {
             c.visited += 1;
             let addr = c.addr;
             let pos = self.place(c, addr)?;
-            let h = self.header(addr, pos, &mut local, tail.as_deref_mut())?;
+            let mut h = self.header(addr, pos, &mut local, tail.as_deref_mut())?;
             let chunk = pos.map(|(i, _)| i);
+            if h.tlbc_index != 0 {
+                self.place_in_own_bytecode(&mut h);
+            }
             self.check_header(addr, current, &h)?;
             if c.visited == 1 {
                 c.leaf_generator = chunk.is_none() && h.owner == self.offs.owners.generator;
@@ -1222,10 +1242,18 @@ impl Walk<'_> {
         // Python here. 3.12+: a frame of its own, with no code to show;
         // 3.11: the invocation's first frame, marked by a flag.
         let entry_owner = o.owners.is_entry(owner);
+        let executable = fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask;
+        let instr_ptr = fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?;
         Ok(Header {
             previous: fb.u64_at(o.frame_previous).ok_or_else(bad)?,
-            executable: fb.u64_at(o.frame_executable).ok_or_else(bad)? & o.tag_mask,
-            instr_ptr: fb.u64_at(o.frame_instr_ptr).ok_or_else(bad)?,
+            executable,
+            instr_ptr,
+            raw_ip: instr_ptr,
+            copy: executable.wrapping_add(o.code_adaptive),
+            tlbc_index: match o.frame_tlbc_index {
+                Some(at) => fb.i32_at(at).ok_or_else(bad)?,
+                None => 0,
+            },
             owner,
             entry_owner,
             entry: entry_owner
@@ -1234,6 +1262,30 @@ impl Walk<'_> {
             in_tstate: got.in_tstate,
             handles: owner == o.owners.generator && self.generator_handles(got.before),
         })
+    }
+
+    /// Free-threaded 3.14+: a frame that runs a copy of its code's bytecode
+    /// (`tlbc_index` not 0) is placed in the code's own bytecode, at the
+    /// same offset from its start, which is what locations are computed
+    /// from. A copy that cannot be found, or a pointer outside it, leaves
+    /// the frame with no place in its code (no location), never a guess.
+    fn place_in_own_bytecode(&mut self, h: &mut Header) {
+        if h.executable == 0 {
+            return;
+        }
+        if !self.code.has_copy(h.executable, h.tlbc_index) {
+            (self.grant)(READS_PER_COPY_LOOKUP, BYTES_PER_COPY_LOOKUP);
+        }
+        let own = h.copy;
+        h.instr_ptr = 0;
+        let Some(copy) = self
+            .code
+            .copy_start(self.mem, self.offs, h.executable, h.tlbc_index)
+        else {
+            return;
+        };
+        h.copy = copy;
+        h.instr_ptr = in_own_bytecode(own, copy, h.raw_ip);
     }
 
     /// The checks a frame's header must pass to belong to the chain
@@ -1374,8 +1426,8 @@ impl Walk<'_> {
             if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
                 at.push(OpcodeAt {
                     index: out.len(),
-                    instr_ptr: h.instr_ptr,
-                    base: h.executable.wrapping_add(self.offs.code_adaptive),
+                    instr_ptr: h.raw_ip,
+                    base: h.copy,
                     in_caches: self.offs.instr_ptr_is_prev && c.callee_inline,
                     walk: self.offs.instr_ptr_is_prev,
                 });
@@ -1385,7 +1437,8 @@ impl Walk<'_> {
                     index: out.len(),
                     frame: c.last_addr,
                     code: h.executable,
-                    instr_ptr: h.instr_ptr,
+                    instr_ptr: h.raw_ip,
+                    copy: h.copy,
                 });
             }
             out.push(id);
@@ -1505,7 +1558,15 @@ impl Cursor {
 struct Header {
     previous: u64,
     executable: u64,
+    /// Where the frame is in its code, as a pointer into the code's own
+    /// bytecode (`co_code_adaptive`): what the code cache knows it by.
     instr_ptr: u64,
+    /// The instruction pointer as read: free-threaded 3.14+ point into the
+    /// thread's own copy of the bytecode, which starts at `copy`.
+    raw_ip: u64,
+    copy: u64,
+    /// Free-threaded 3.14+: which copy of the bytecode (0: the code's own).
+    tlbc_index: i32,
     owner: u8,
     /// Owned by the eval loop's entry (3.12+: a shim frame of its own).
     entry_owner: bool,
@@ -1515,4 +1576,19 @@ struct Header {
     in_tstate: bool,
     /// A generator's frame whose generator handles an exception.
     handles: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_of_bytecode_places_its_frames_at_the_same_offset() {
+        let (own, copy) = (0x7000_0000_1000, 0x7000_0055_0000);
+        assert_eq!(in_own_bytecode(own, copy, copy), own);
+        assert_eq!(in_own_bytecode(own, copy, copy + 0x2a), own + 0x2a);
+        // Not inside the copy: no place, so no location.
+        assert_eq!(in_own_bytecode(own, copy, copy - 2), 0);
+        assert_eq!(in_own_bytecode(own, copy, copy + (1 << 28)), 0);
+    }
 }

@@ -114,7 +114,8 @@ fn thread_bytes(k: usize) -> u64 {
 /// sample, before the chunks are read speculatively.
 pub const READS_PER_CHUNK: u32 = 2;
 pub use frames::{
-    BYTES_PER_CODE_LOAD, MAX_GRANTED_CHUNKS, MAX_GRANTED_FRAMES, READS_PER_CODE_LOAD,
+    BYTES_PER_CODE_LOAD, BYTES_PER_COPY_LOOKUP, MAX_GRANTED_CHUNKS, MAX_GRANTED_FRAMES,
+    READS_PER_CODE_LOAD, READS_PER_COPY_LOOKUP,
 };
 /// Granted to a sample after which thread names are resolved (rarely: see
 /// [`names`]); a resolution that needs more falls back to `comm`.
@@ -165,6 +166,9 @@ pub struct Unwinder<M: ProcessMemory> {
     interp_buf: Vec<u8>,
     used_codes: Vec<u64>,
     generations: HashMap<u64, u64>,
+    /// Free-threaded 3.14+: each interpreter's generation of bytecode copy
+    /// indices; a change forgets where the copies were.
+    tlbc_generations: HashMap<u64, u32>,
     /// The parts of `PyInterpreterState` a sample needs, as merged
     /// (offset, length) ranges: a few dozen bytes instead of the 8 KiB prefix.
     interp_ranges: Vec<(u64, usize)>,
@@ -449,6 +453,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         }
         fields.extend(o.interp_ceval_gil.map(|g| (g, 8)));
         fields.extend(o.interp_code_object_generation.map(|g| (g, 8)));
+        fields.extend(o.interp_tlbc_generation.map(|g| (g, 4)));
         fields.extend(o.interp_gc_frame.map(|f| (f, 8)));
         let interp_ranges = merge_ranges(fields);
         let interp_buf = vec![0u8; o.interp_read_size as usize];
@@ -469,6 +474,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             interp_buf,
             used_codes: Vec::new(),
             generations: HashMap::new(),
+            tlbc_generations: HashMap::new(),
             interp_ranges,
             spec: Speculation::default(),
             outside: Vec::new(),
@@ -891,16 +897,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         if interp.shared_gil != 0 {
             interp.gil_holder = self.shared_gil_holder(o, interp.shared_gil)?;
         }
-        // Looked up before inserting: the usual sample finds it unchanged.
-        if let Some(g) = interp.code_generation
-            && self.generations.get(&interp_addr) != Some(&g)
-            && self
-                .generations
-                .insert(interp_addr, g)
-                .is_some_and(|old| old != g)
-        {
-            self.code.clear();
-        }
+        self.note_generations(&interp);
         Ok(interp)
     }
 
@@ -1243,6 +1240,31 @@ impl<M: ProcessMemory> Unwinder<M> {
 
     /// 3.12: the holder of the GIL state at `gil` (shared by a
     /// subinterpreter with the main interpreter), or 0 while it is free.
+    /// Drop what an interpreter's counters say is stale: every cached
+    /// code object when one was freed (3.14+), where the bytecode copies
+    /// are when a copy index was taken or given back (free-threaded 3.14+).
+    fn note_generations(&mut self, interp: &InterpFacts) {
+        // Looked up before inserting: the usual sample finds it unchanged.
+        if let Some(g) = interp.code_generation
+            && self.generations.get(&interp.addr) != Some(&g)
+            && self
+                .generations
+                .insert(interp.addr, g)
+                .is_some_and(|old| old != g)
+        {
+            self.code.clear();
+        }
+        if let Some(g) = interp.tlbc_generation
+            && self.tlbc_generations.get(&interp.addr) != Some(&g)
+            && self
+                .tlbc_generations
+                .insert(interp.addr, g)
+                .is_some_and(|old| old != g)
+        {
+            self.code.forget_copies();
+        }
+    }
+
     fn shared_gil_holder(&self, o: &Offsets, gil: u64) -> Result<u64> {
         if !frames::plausible(gil) {
             return Err(Error::corrupt(format!(

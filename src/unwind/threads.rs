@@ -25,6 +25,8 @@ pub struct InterpFacts {
     pub gc_collecting: bool,
     pub gc_frame: u64,
     pub code_generation: Option<u64>,
+    /// Free-threaded 3.14+: the generation of bytecode copy indices.
+    pub tlbc_generation: Option<u32>,
 }
 
 impl InterpFacts {
@@ -76,6 +78,10 @@ impl InterpFacts {
             },
             code_generation: match o.interp_code_object_generation {
                 Some(g) => Some(b.u64_at(g)?),
+                None => None,
+            },
+            tlbc_generation: match o.interp_tlbc_generation {
+                Some(g) => Some(b.u32_at(g)?),
                 None => None,
             },
         })
