@@ -538,12 +538,15 @@ fn an_extension_without_unwind_tables_is_walked_by_frame_pointers_or_fails() {
     sample_chain(&interp, &no_tables);
 }
 
-/// Threads that start and end all the time, each calling into C.
+/// Threads that start and end all the time (a few hundred a second), each
+/// calling into C for a few milliseconds: long enough that a worker is in
+/// C at most instants however loaded the machine, which slows the thread
+/// starts as much as the spinning.
 const CHURN: &str = r#"import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import spinext
 def work():
-    spinext.spin_c(20000)
+    spinext.spin_c(2000000)
 print("ready", flush=True)
 while True:
     ts = [threading.Thread(target=work) for _ in range(4)]
