@@ -175,6 +175,14 @@ pub enum Torn {
         "the newest frame, a generator's at {leaf:#x}, was left while the stack was read (the thread is at {now:#x})"
     )]
     LeafLeft { leaf: u64, now: u64 },
+    #[error(
+        "the instruction pointer {instr_ptr:#x} is not inside the bytecode of its code object at {code:#x}: a frame read while it was pushed"
+    )]
+    OutsideItsCode { code: u64, instr_ptr: u64 },
+    #[error(
+        "the newest frame at {addr:#x}, at its first instruction, no longer runs that code linked to {previous:#x}: a frame read while it was pushed"
+    )]
+    JustPushed { addr: u64, previous: u64 },
     #[error("the running task's frame at {addr:#x} is not called from an eval loop's entry")]
     TaskFrameNotRunning { addr: u64 },
     #[error("the frame at {addr:#x} was reached twice (a cycle)")]

@@ -299,6 +299,8 @@ fn every_reported_caller_callee_pair_is_in_the_call_graph() {
         ("a", "b"),
         ("e", "g"),
         ("g", "h"),
+        ("h", "k"),
+        ("k", "k2"),
         ("Thread.run", "work"),
     ];
     let mut problems = Vec::new();

@@ -27,7 +27,7 @@ use foldhash::{HashMap, HashMapExt};
 
 use super::linetable;
 use super::objects::{read_bytes, read_cstr, read_str};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Torn};
 use crate::model::{Frame, FrameId, FrameKind, FrameTable, Location, StrId};
 use crate::offsets::Offsets;
 use crate::process::{LocalBytes, ProcessMemory};
@@ -62,6 +62,16 @@ struct CodeInfo {
 }
 
 impl CodeInfo {
+    /// Is code unit `addrq` inside this code's bytecode? A frame's
+    /// instruction always is, from its push (its first unit) to its pop.
+    /// One that is not was read half written: a data-stack slot caught
+    /// while a new frame was pushed into it, its `previous` and
+    /// instruction already the new frame's, its code still the old one's.
+    /// Unknown sizes (0) hold everything.
+    fn holds(&self, addrq: Option<u32>) -> bool {
+        self.units == 0 || addrq.is_some_and(|a| a < self.units)
+    }
+
     /// Did two loads read the same contents?
     fn same_as(&self, other: &CodeInfo) -> bool {
         self.file == other.file
@@ -382,6 +392,9 @@ impl CodeCache {
         // 3.11, 3.12: a frame that has not started yet points one code
         // unit before its bytecode; it is at its first line.
         let not_started = offs.instr_ptr_is_prev && instr_ptr == base.wrapping_sub(2);
+        if !not_started && !self.codes[&code].holds(addrq) {
+            return Err(Torn::OutsideItsCode { code, instr_ptr }.into());
+        }
         Ok(self.locate_new(table, code, instr_ptr, addrq, not_started))
     }
 
@@ -472,8 +485,7 @@ impl CodeCache {
         not_started: bool,
     ) -> (FrameId, u32) {
         let info = self.codes.get_mut(&code).expect("loaded by the caller");
-        // Past the code's last unit: read from a torn frame, or from the
-        // wrong copy of the bytecode.
+        // Past the code's last unit: only a 3.11/3.12 frame not started.
         let addrq = addrq.filter(|&a| info.units == 0 || a < info.units);
         let location = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
