@@ -655,6 +655,15 @@ pub(super) fn in_own_bytecode(own: u64, copy: u64, instr_ptr: u64) -> u64 {
     }
 }
 
+/// The span of a frame that holds its `previous` link and its code, as
+/// (offset, length): one read of it re-checks both (16 bytes from 3.12,
+/// where they lead the frame; 24 in 3.11).
+fn link_span(o: &Offsets) -> (u64, usize) {
+    let start = o.frame_previous.min(o.frame_executable);
+    let end = o.frame_previous.max(o.frame_executable) + 8;
+    (start, (end - start) as usize)
+}
+
 /// A frame's bytes as a walk has them.
 pub(super) struct FrameBytes<'b> {
     pub(super) frame: &'b [u8],
@@ -1108,11 +1117,13 @@ impl Walk<'_> {
     /// code or another link. 16 bytes, only for such walks.
     fn confirm_fresh(&self, leaf: u64, previous: u64, executable: u64) -> Result<()> {
         let o = self.offs;
-        let start = o.frame_previous.min(o.frame_executable);
-        let mut both = [0u8; 16];
-        let len = (o.frame_previous.max(o.frame_executable) + 8 - start).min(16) as usize;
+        let (start, len) = link_span(o);
+        let mut buf = [0u8; MAX_FRAME_BYTES as usize];
+        let both = buf
+            .get_mut(..len)
+            .ok_or_else(|| Error::corrupt("frame fields past 512 bytes"))?;
         (self.grant)(1, len as u64);
-        self.mem.read(leaf.wrapping_add(start), &mut both[..len])?;
+        self.mem.read(leaf.wrapping_add(start), both)?;
         let now_previous = both.u64_at(o.frame_previous - start);
         let now_code = both
             .u64_at(o.frame_executable - start)
@@ -1648,6 +1659,36 @@ struct Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_read_of_the_link_span_holds_a_frames_link_and_code() {
+        use crate::offsets::{PyVersion, carried::CARRIED};
+        let mut all: Vec<Offsets> = CARRIED
+            .iter()
+            .map(|c| {
+                let v = PyVersion::from_hex(0x0300_00f0 | (c.minor as u64) << 16);
+                Offsets::from_carried(1, &c.table(v)).unwrap()
+            })
+            .collect();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/offsets");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let bytes = std::fs::read(e.unwrap().path()).unwrap();
+            let raw = crate::offsets::RawTable::decode(1, &bytes).unwrap();
+            all.push(Offsets::from_raw(1, &raw).unwrap());
+        }
+        assert_eq!(all.len(), 9, "3.11, 3.12 and the seven tables");
+        for o in &all {
+            let (start, len) = link_span(o);
+            for field in [o.frame_previous, o.frame_executable] {
+                assert!(
+                    field >= start && field + 8 <= start + len as u64,
+                    "{}",
+                    o.version
+                );
+            }
+            assert!(len <= MAX_FRAME_BYTES as usize, "{}", o.version);
+        }
+    }
 
     #[test]
     fn a_copy_of_bytecode_places_its_frames_at_the_same_offset() {
