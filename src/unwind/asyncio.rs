@@ -610,20 +610,13 @@ impl<M: ProcessMemory> Reader<'_, M> {
     /// (with its reads granted) if needed. Also returns where that copy
     /// starts.
     fn frame(&mut self, exe: u64, instr_ptr: u64, tlbc_index: i32) -> Result<(FrameId, u64)> {
-        let own = exe.wrapping_add(self.o.code_adaptive);
-        let (at, copy) = match tlbc_index {
-            0 => (instr_ptr, own),
-            i => {
-                if !self.code.has_copy(exe, i) {
-                    self.meter
-                        .grant(super::READS_PER_COPY_LOOKUP, super::BYTES_PER_COPY_LOOKUP);
-                }
-                match self.code.copy_start(self.mem, self.o, exe, i) {
-                    Some(copy) => (super::frames::in_own_bytecode(own, copy, instr_ptr), copy),
-                    None => (0, own),
-                }
-            }
-        };
+        if !self.code.has_copy(exe, tlbc_index) {
+            self.meter
+                .grant(super::READS_PER_COPY_LOOKUP, super::BYTES_PER_COPY_LOOKUP);
+        }
+        let (at, copy) = self
+            .code
+            .in_own_bytecode(self.mem, self.o, exe, instr_ptr, tlbc_index);
         if !self.code.is_ready(exe) {
             self.meter
                 .grant(READS_PER_CODE_LOAD, super::BYTES_PER_CODE_LOAD);

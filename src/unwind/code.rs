@@ -40,8 +40,9 @@ struct CodeInfo {
     file: StrId,
     func: StrId,
     firstlineno: i32,
-    /// Code units of its bytecode (`Py_SIZE`), 0 when implausible: an
-    /// instruction past them has no location.
+    /// Code units of its bytecode (`Py_SIZE`), 0 when implausible: a
+    /// frame whose instruction lies past them is torn (see
+    /// [`CodeInfo::holds`]).
     units: u32,
     /// `co_framesize` in words, 0 when the version's offsets do not have
     /// it (see [`CodeCache::frame_fast_sized`]).
@@ -279,12 +280,39 @@ impl CodeCache {
         index == 0 || u32::try_from(index).is_ok_and(|i| self.copies.contains_key(&(code, i)))
     }
 
+    /// Free-threaded 3.14+: `instr_ptr`, into copy `index` of the bytecode
+    /// of `code`, as a pointer into the code's own bytecode at the same
+    /// offset (what locations are computed from), and where that copy
+    /// starts. A copy that cannot be found, or a pointer outside it, gives
+    /// 0: no place in the code, which makes the frame torn, never a guess.
+    /// Copy 0 is the code's own bytecode: nothing moves.
+    pub fn in_own_bytecode(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        offs: &Offsets,
+        code: u64,
+        instr_ptr: u64,
+        index: i32,
+    ) -> (u64, u64) {
+        let own = code.wrapping_add(offs.code_adaptive);
+        if index == 0 {
+            return (instr_ptr, own);
+        }
+        match self.copy_start(mem, offs, code, index) {
+            Some(copy) => match instr_ptr.checked_sub(copy) {
+                Some(off) if off < 1 << 28 => (own.wrapping_add(off), copy),
+                _ => (0, copy),
+            },
+            None => (0, own),
+        }
+    }
+
     /// Free-threaded 3.14+: where copy `index` of the bytecode of `code`
     /// starts (`co_tlbc->entries[index]`, each thread running its own
     /// copy), read once and remembered until the copies change. Copy 0 is
     /// the code's own `co_code_adaptive`. `None`: no such copy could be
     /// read (a torn frame or code object).
-    pub fn copy_start(
+    fn copy_start(
         &mut self,
         mem: &dyn ProcessMemory,
         offs: &Offsets,
@@ -485,8 +513,6 @@ impl CodeCache {
         not_started: bool,
     ) -> (FrameId, u32) {
         let info = self.codes.get_mut(&code).expect("loaded by the caller");
-        // Past the code's last unit: only a 3.11/3.12 frame not started.
-        let addrq = addrq.filter(|&a| info.units == 0 || a < info.units);
         let location = match (addrq, &info.linetable) {
             (Some(a), Some(t)) => linetable::locate(t, info.firstlineno, a),
             _ if not_started => Some(Location {
@@ -677,6 +703,43 @@ mod tests {
             locs: HashMap::new(),
             generator_start: None,
         }
+    }
+
+    #[test]
+    fn a_frame_in_a_bytecode_copy_is_placed_at_the_same_offset_in_its_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/offsets/3.14.10.bin");
+        let raw = crate::offsets::RawTable::decode(1, &std::fs::read(path).unwrap()).unwrap();
+        let mut offs = Offsets::from_raw(1, &raw).unwrap();
+        // As a free-threaded 3.14 lays it out: the array just before the
+        // bytecode.
+        offs.code_tlbc = Some(offs.code_adaptive - 8);
+        let (code, array, copy) = (0x7000_0000_1000u64, 0x7000_0010_0000u64, 0x7000_0055_0000);
+        let own = code + offs.code_adaptive;
+        let mut entries = Vec::new();
+        for w in [3u64, own, 0x7000_0044_0000, copy] {
+            entries.extend(w.to_le_bytes());
+        }
+        let mem = crate::process::Regions(vec![
+            (code + offs.code_adaptive - 8, array.to_le_bytes().to_vec()),
+            (array, entries),
+        ]);
+        let mut c = CodeCache::new();
+        assert_eq!(
+            c.in_own_bytecode(&mem, &offs, code, own + 6, 0),
+            (own + 6, own)
+        );
+        assert!(!c.has_copy(code, 2));
+        assert_eq!(
+            c.in_own_bytecode(&mem, &offs, code, copy + 0x2a, 2),
+            (own + 0x2a, copy)
+        );
+        assert!(c.has_copy(code, 2), "found once, remembered");
+        // Outside its copy, or a copy the array does not have: no place.
+        assert_eq!(c.in_own_bytecode(&mem, &offs, code, copy - 2, 2), (0, copy));
+        assert_eq!(c.in_own_bytecode(&mem, &offs, code, copy, 3), (0, own));
+        assert_eq!(c.in_own_bytecode(&mem, &offs, code, copy, -1), (0, own));
+        c.forget_copies();
+        assert!(!c.has_copy(code, 2));
     }
 
     #[test]

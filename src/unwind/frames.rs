@@ -645,16 +645,6 @@ pub const BYTES_PER_CODE_LOAD: u64 = 128 * 1024;
 pub const READS_PER_COPY_LOOKUP: u32 = 3;
 pub const BYTES_PER_COPY_LOOKUP: u64 = 24;
 
-/// Where `instr_ptr`, into a copy of a code's bytecode starting at `copy`,
-/// is in the code's own bytecode starting at `own`: the same offset. 0 (no
-/// place, so no location) when it is not inside the copy.
-pub(super) fn in_own_bytecode(own: u64, copy: u64, instr_ptr: u64) -> u64 {
-    match instr_ptr.checked_sub(copy) {
-        Some(off) if off < 1 << 28 => own.wrapping_add(off),
-        _ => 0,
-    }
-}
-
 /// The span of a frame that holds its `previous` link and its code, as
 /// (offset, length): one read of it re-checks both (16 bytes from 3.12,
 /// where they lead the frame; 24 in 3.11).
@@ -1338,10 +1328,8 @@ impl Walk<'_> {
     }
 
     /// Free-threaded 3.14+: a frame that runs a copy of its code's bytecode
-    /// (`tlbc_index` not 0) is placed in the code's own bytecode, at the
-    /// same offset from its start, which is what locations are computed
-    /// from. A copy that cannot be found, or a pointer outside it, leaves
-    /// the frame with no place in its code (no location), never a guess.
+    /// (`tlbc_index` not 0) is placed in the code's own bytecode (see
+    /// [`CodeCache::in_own_bytecode`]), the copy's lookup granted.
     fn place_in_own_bytecode(&mut self, h: &mut Header) {
         if h.executable == 0 {
             return;
@@ -1349,16 +1337,9 @@ impl Walk<'_> {
         if !self.code.has_copy(h.executable, h.tlbc_index) {
             (self.grant)(READS_PER_COPY_LOOKUP, BYTES_PER_COPY_LOOKUP);
         }
-        let own = h.copy;
-        h.instr_ptr = 0;
-        let Some(copy) = self
-            .code
-            .copy_start(self.mem, self.offs, h.executable, h.tlbc_index)
-        else {
-            return;
-        };
-        h.copy = copy;
-        h.instr_ptr = in_own_bytecode(own, copy, h.raw_ip);
+        (h.instr_ptr, h.copy) =
+            self.code
+                .in_own_bytecode(self.mem, self.offs, h.executable, h.raw_ip, h.tlbc_index);
     }
 
     /// The checks a frame's header must pass to belong to the chain
@@ -1688,15 +1669,5 @@ mod tests {
             }
             assert!(len <= MAX_FRAME_BYTES as usize, "{}", o.version);
         }
-    }
-
-    #[test]
-    fn a_copy_of_bytecode_places_its_frames_at_the_same_offset() {
-        let (own, copy) = (0x7000_0000_1000, 0x7000_0055_0000);
-        assert_eq!(in_own_bytecode(own, copy, copy), own);
-        assert_eq!(in_own_bytecode(own, copy, copy + 0x2a), own + 0x2a);
-        // Not inside the copy: no place, so no location.
-        assert_eq!(in_own_bytecode(own, copy, copy - 2), 0);
-        assert_eq!(in_own_bytecode(own, copy, copy + (1 << 28)), 0);
     }
 }
