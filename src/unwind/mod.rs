@@ -102,6 +102,13 @@ pub const BYTES_PER_THREAD: u64 = 2 << 20;
 pub const BYTES_PER_LATER_THREAD: u64 = 256 << 10;
 pub const BUDGET_THREADS: usize = 256;
 
+/// Did interpreter `interp`'s counter move from what `seen` holds to `g`
+/// (not on first sight)? Looked up before inserting: the usual sample
+/// finds it unchanged.
+fn moved<T: Copy + PartialEq>(seen: &mut HashMap<u64, T>, interp: u64, g: T) -> bool {
+    seen.get(&interp) != Some(&g) && seen.insert(interp, g).is_some_and(|old| old != g)
+}
+
 /// The bytes granted to the `k`th thread of a sample's lists.
 fn thread_bytes(k: usize) -> u64 {
     match k < BUDGET_THREADS {
@@ -1238,33 +1245,24 @@ impl<M: ProcessMemory> Unwinder<M> {
         cframe::resolve(&self.mem, o, &mut todo)
     }
 
-    /// 3.12: the holder of the GIL state at `gil` (shared by a
-    /// subinterpreter with the main interpreter), or 0 while it is free.
     /// Drop what an interpreter's counters say is stale: every cached
     /// code object when one was freed (3.14+), where the bytecode copies
     /// are when a copy index was taken or given back (free-threaded 3.14+).
     fn note_generations(&mut self, interp: &InterpFacts) {
-        // Looked up before inserting: the usual sample finds it unchanged.
         if let Some(g) = interp.code_generation
-            && self.generations.get(&interp.addr) != Some(&g)
-            && self
-                .generations
-                .insert(interp.addr, g)
-                .is_some_and(|old| old != g)
+            && moved(&mut self.generations, interp.addr, g)
         {
             self.code.clear();
         }
         if let Some(g) = interp.tlbc_generation
-            && self.tlbc_generations.get(&interp.addr) != Some(&g)
-            && self
-                .tlbc_generations
-                .insert(interp.addr, g)
-                .is_some_and(|old| old != g)
+            && moved(&mut self.tlbc_generations, interp.addr, g)
         {
             self.code.forget_copies();
         }
     }
 
+    /// 3.12: the holder of the GIL state at `gil` (shared by a
+    /// subinterpreter with the main interpreter), or 0 while it is free.
     fn shared_gil_holder(&self, o: &Offsets, gil: u64) -> Result<u64> {
         if !frames::plausible(gil) {
             return Err(Error::corrupt(format!(
