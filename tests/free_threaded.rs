@@ -350,6 +350,23 @@ fn a_recording_replays_in_tachyon_and_the_reference() {
     }
 }
 
+/// [`BUSY8`] under `it`, opened, and its runtime as tachyon located it.
+fn busy8_runtime(
+    it: &Interp,
+) -> (
+    common::Target,
+    tachyon::process::linux::LinuxProcess,
+    tachyon::runtime::Runtime,
+) {
+    let (target, _) = busy8(it, &[]);
+    let proc = tachyon::process::linux::LinuxProcess::open(target.pid()).unwrap();
+    let rt = tachyon::attach(target.pid(), tachyon::unwind::UnwindOptions::default())
+        .unwrap_or_else(|e| panic!("[{}] {e}", it.name))
+        .runtime()
+        .clone();
+    (target, proc, rt)
+}
+
 /// The check that stands between a free-threaded 3.14t/3.15t table (taken
 /// from headers: no such interpreter runs here) and the samples read with
 /// it, run on a live 3.13t whose eight threads run in parallel: the real
@@ -364,17 +381,10 @@ fn a_recording_replays_in_tachyon_and_the_reference() {
 fn the_bytecode_check_passes_a_real_table_and_refuses_moved_fields() {
     use tachyon::Error;
     use tachyon::offsets::Offsets;
-    use tachyon::process::linux::LinuxProcess;
     use tachyon::session::check_bytecode;
-    use tachyon::unwind::UnwindOptions;
 
     for it in free_threaded_interpreters() {
-        let (target, _) = busy8(&it, &[]);
-        let proc = LinuxProcess::open(target.pid()).unwrap();
-        let good = tachyon::attach(target.pid(), UnwindOptions::default())
-            .unwrap_or_else(|e| panic!("[{}] {e}", it.name))
-            .runtime()
-            .clone();
+        let (target, proc, good) = busy8_runtime(&it);
         check_bytecode(&proc, &good).unwrap_or_else(|e| panic!("[{}] real table: {e}", it.name));
 
         let mut refused_by_check = 0;
@@ -422,17 +432,10 @@ fn the_bytecode_check_passes_a_real_table_and_refuses_moved_fields() {
 /// nothing they do not do.
 #[test]
 fn the_bytecode_check_passes_every_gil_build() {
-    use tachyon::process::linux::LinuxProcess;
     use tachyon::session::check_bytecode;
-    use tachyon::unwind::UnwindOptions;
 
     for it in sid_interpreters() {
-        let (target, _) = busy8(&it, &[]);
-        let proc = LinuxProcess::open(target.pid()).unwrap();
-        let rt = tachyon::attach(target.pid(), UnwindOptions::default())
-            .unwrap_or_else(|e| panic!("[{}] {e}", it.name))
-            .runtime()
-            .clone();
+        let (_target, proc, rt) = busy8_runtime(&it);
         check_bytecode(&proc, &rt).unwrap_or_else(|e| panic!("[{}] {e}", it.name));
     }
 }

@@ -95,6 +95,18 @@ impl Checker<'_> {
         }
     }
 
+    /// The error after the last try failed with `last`: its own mismatch,
+    /// or `what` (and why the last try failed) as one.
+    fn gave_up(&self, last: Option<Error>, what: &str) -> Error {
+        match last {
+            Some(e @ Error::LayoutMismatch { .. }) => e,
+            e => self.mismatch(format!(
+                "{what} ({})",
+                e.map_or_else(String::new, |e| e.to_string())
+            )),
+        }
+    }
+
     fn not_yet(&self) -> Error {
         Error::NotPython {
             pid: self.proc.pid(),
@@ -266,13 +278,7 @@ impl Checker<'_> {
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
-        Err(match last {
-            Some(e @ Error::LayoutMismatch { .. }) => e,
-            e => self.mismatch(format!(
-                "no walk of the main thread reached its bottom frame ({})",
-                e.map_or_else(String::new, |e| e.to_string())
-            )),
-        })
+        Err(self.gave_up(last, "no walk of the main thread reached its bottom frame"))
     }
 }
 
@@ -324,13 +330,7 @@ pub fn bytecode_copies(proc: &dyn Target, rt: &Runtime) -> Result<()> {
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    Err(match last {
-        Some(e @ Error::LayoutMismatch { .. }) => e,
-        e => c.mismatch(format!(
-            "no sample of its threads could be read whole ({})",
-            e.map_or_else(String::new, |e| e.to_string())
-        )),
-    })
+    Err(c.gave_up(last, "no sample of its threads could be read whole"))
 }
 
 impl Checker<'_> {
