@@ -133,8 +133,9 @@ impl OpTable {
             "NOP",
         ];
         let units = code.len() / 2;
-        let (mut i, mut resumed) = (0usize, false);
+        let (mut i, mut resumed, mut landed) = (0usize, false, false);
         while i < units && (i < at || !resumed) {
+            landed |= i == at;
             let op = code[2 * i];
             let name = self.names[op as usize];
             if name.is_empty() || name.starts_with("INSTRUMENTED_") || name == "ENTER_EXECUTOR" {
@@ -148,16 +149,7 @@ impl OpTable {
             }
             i += 1 + self.caches[op as usize] as usize;
         }
-        Some(resumed && (i == at || at < i && self.lands(code, at)))
-    }
-
-    /// Does a walk from the first unit of `code` land on unit `at`?
-    fn lands(&self, code: &[u8], at: usize) -> bool {
-        let mut i = 0usize;
-        while i < at {
-            i += 1 + self.caches[code[2 * i] as usize] as usize;
-        }
-        i == at
+        Some(resumed && (landed || i == at))
     }
 
     /// Is `op` (or its base) one of [`INLINE_CALLERS`]?
