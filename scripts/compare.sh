@@ -33,9 +33,11 @@
 # Usage: sudo scripts/compare.sh [SECONDS] [RATE_HZ] [VERSIONS]
 #   defaults: 5 s, 1000 Hz, "3.15" (the reference reads only 3.15; give
 #   "3.13 3.14 3.15" for tachyon and py-spy on the older ones too).
+# On 3.15 a second tachyon row, "tachyon-fc", runs with --frame-cache
+# (the interpreter's frame-cache mark; ratios to the plain tachyon row).
 # Environment: TARGETS="leaf200 churn" runs only those targets (default all
 # six); PYSPY=0 leaves py-spy out (at high rates it runs long where it
-# cannot keep up).
+# cannot keep up); FRAME_CACHE=0 leaves the tachyon-fc row out.
 # Needs root, the sid root (scripts/provision-sid.sh), py-spy
 # (scripts/provision-tools.sh), GNU time, gcc and strace; builds tachyon
 # --release and the floor.
@@ -164,6 +166,17 @@ for v in $VERSIONS; do
         t_cpu=$(cpu t); t_rss=$(rss t)
         t_good=$(good "${t_rate:-0}" "${t_err:-0}")
         row "$target" "$v" tachyon "${t_rate:--}" "$(wall t)" "${t_err:--}" "$t_good" x1.00 "$t_cpu" x1.00 "$t_rss" x1.00 "$(per_sample "$WORK/t.bin" "${t_n:-0}")"
+
+        if [ "$v" = 3.15 ] && [ "${FRAME_CACHE:-1}" = 1 ]; then
+            rm -f "$WORK/c.bin"
+            measure c "$TACHYON" attach -a -d "$SECS" -r "$RATE" --frame-cache --binary -o "$WORK/c.bin" "$pid"
+            c_n=$(sed -n 's/^Captured \([0-9]*\) sample.*/\1/p' "$WORK/c.out")
+            c_rate=$(sed -n 's/^Sample rate: \([0-9.]*\).*/\1/p' "$WORK/c.out")
+            c_err=$(sed -n 's/^Error rate: //p' "$WORK/c.out")
+            c_cpu=$(cpu c); c_rss=$(rss c)
+            c_good=$(good "${c_rate:-0}" "${c_err:-0}")
+            row "" "" tachyon-fc "${c_rate:--}" "$(wall c)" "${c_err:--}" "$c_good" "$(ratio "$c_good" "$t_good")" "$c_cpu" "$(ratio "$c_cpu" "$t_cpu")" "$c_rss" "$(ratio "$c_rss" "$t_rss")" "$(per_sample "$WORK/c.bin" "${c_n:-0}")"
+        fi
 
         # The floor: one steady sample's reads, traced at a rate low enough
         # to tell the samples apart, then made on tachyon's schedule.

@@ -196,6 +196,10 @@ pub enum Torn {
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
     #[error(
+        "the frame cache's mark vouched for the frames below the leaf, but the kept walk does not fit this sample"
+    )]
+    NotVouched,
+    #[error(
         "the entry frame at {addr:#x} links to {previous:#x}, not to the outer eval loop's frame {expected:#x}: a stale current frame"
     )]
     StaleCurrentFrame {

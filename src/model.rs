@@ -334,6 +334,8 @@ pub struct RunStats {
     /// Thread samples counted under their pool, not their own thread
     /// (threads past the first 1,024: see `sample::pools`).
     pub pooled_thread_samples: u64,
+    /// 3.15's frame cache, when on (`--frame-cache`): what it did.
+    pub frame_cache: crate::unwind::anchor::FrameCache,
 }
 
 impl RunStats {

@@ -143,6 +143,7 @@ fn sample_target(it: &Interp, n: usize) -> (Vec<Sample>, FrameTable) {
         gc: true,
         cpu_status: true,
         opcodes: true,
+        frame_cache: false,
     };
     let mut u = tachyon::attach(t.pid(), opts)
         .unwrap_or_else(|e| panic!("{}: cannot attach: {e}", it.name));

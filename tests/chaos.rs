@@ -150,6 +150,7 @@ fn corrupted_reads_never_panic_or_hang() {
             gc: true,
             cpu_status: false,
             opcodes: true,
+            frame_cache: false,
         };
         // One unwinder through every round: what it learns and caches
         // from corrupted reads stays with it.

@@ -186,6 +186,7 @@ fn attach(target: &common::Target) -> Unwinder<impl ProcessMemory> {
         gc: false,
         cpu_status: false,
         opcodes: false,
+        frame_cache: false,
     };
     tachyon::attach(target.pid(), opts).unwrap()
 }

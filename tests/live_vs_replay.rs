@@ -216,6 +216,7 @@ fn every_format_written_live_equals_the_same_format_from_replay() {
             gc: true,
             cpu_status: true,
             opcodes: false,
+            frame_cache: false,
         };
         let mut u = tachyon::attach(t.pid(), opts).unwrap();
         let mut samples: Vec<Sample> = Vec::new();

@@ -331,6 +331,7 @@ fn on_cpu_for_the_busy_thread_only_and_unknown_without_cpu_status() {
             UnwindOptions {
                 cpu_status: true,
                 opcodes: false,
+                frame_cache: false,
                 ..all_threads()
             },
         );

@@ -110,6 +110,7 @@ fn check(it: &Interp) {
             all_threads,
             cpu_status: true,
             opcodes: false,
+            frame_cache: false,
             ..UnwindOptions::default()
         };
         let mut u = snap.clone().unwinder(opts);

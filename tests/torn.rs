@@ -144,6 +144,7 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
         gc: false,
         cpu_status: false,
         opcodes: false,
+        frame_cache: false,
     };
     let mut u = tachyon::attach(target.pid(), opts).unwrap();
     let t = tally(&mut u, target.pid() as u64, SAMPLES);

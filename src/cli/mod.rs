@@ -214,6 +214,7 @@ fn unwind_options(a: &DumpArgs) -> UnwindOptions {
         gc: !a.no_gc && !native_frames,
         cpu_status: true,
         opcodes: a.opcodes,
+        frame_cache: false,
     }
 }
 

@@ -114,6 +114,20 @@ pub struct SampleArgs {
     /// --binary or --live)
     #[arg(long)]
     opcodes: bool,
+    /// Python 3.15+: read a steady stack as its newest frame alone, the
+    /// frames below vouched for by the interpreter's frame-cache mark;
+    /// writes one pointer a thread into the target's thread states (the
+    /// default for run; attach writes nothing unless given this)
+    #[arg(long)]
+    frame_cache: bool,
+    /// Never write into the program: read every stack whole (turns off
+    /// run's default --frame-cache)
+    #[arg(long, conflicts_with = "frame_cache")]
+    no_frame_cache: bool,
+    /// Set by `run`: tachyon started the program, so the frame cache is on
+    /// unless --no-frame-cache.
+    #[arg(skip)]
+    owns_target: bool,
     /// What to measure
     #[arg(long, value_enum, default_value = "wall")]
     mode: ModeArg,
@@ -384,6 +398,7 @@ impl SampleArgs {
             // mode ALL).
             cpu_status: self.mode == ModeArg::Cpu || self.out.gecko,
             opcodes: self.opcodes,
+            frame_cache: self.frame_cache || (self.owns_target && !self.no_frame_cache),
         }
     }
 
@@ -852,7 +867,8 @@ fn python_option_tip(python: &std::ffi::OsStr, target: &[OsString]) -> Option<St
     ))
 }
 
-pub fn run(a: RunArgs) -> Result<ExitCode> {
+pub fn run(mut a: RunArgs) -> Result<ExitCode> {
+    a.sample.owns_target = true;
     let args = &a.sample;
     args.preflight("run")?;
     let command = command_form(&a.target);

@@ -103,6 +103,13 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         cframe_previous: thread.cframe_previous,
         tstate_root_cframe: thread.root_cframe,
         tstate_base_frame: c.get_if(q.minor >= 15, "thread_state.base_frame")?,
+        tstate_last_profiled: match (
+            c.get_if(q.minor >= 15, "thread_state.last_profiled_frame")?,
+            c.get_if(q.minor >= 15, "thread_state.last_profiled_frame_seq")?,
+        ) {
+            (Some(frame), Some(seq)) => Some((frame, seq)),
+            _ => None,
+        },
         tstate_thread_id: g("thread_state.thread_id")?,
         tstate_native_thread_id: g("thread_state.native_thread_id")?,
         tstate_datastack_chunk: g("thread_state.datastack_chunk")?,

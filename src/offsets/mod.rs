@@ -199,6 +199,11 @@ pub struct Offsets {
     /// `current_frame` is NULL.
     pub tstate_root_cframe: Option<u64>,
     pub tstate_base_frame: Option<u64>,
+    /// 3.15: the frame-cache anchor, `(last_profiled_frame,
+    /// last_profiled_frame_seq)`: a frame the profiler marked, moved to
+    /// its caller (and the count bumped) when the interpreter pops it (see
+    /// `unwind::anchor`).
+    pub tstate_last_profiled: Option<(u64, u64)>,
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
     pub tstate_datastack_chunk: u64,

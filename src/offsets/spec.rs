@@ -188,6 +188,8 @@ const SECTIONS: &[Section] = &[
             at("cframe", 8).until(12),
             at("root_cframe", 8).until(12),
             at("base_frame", 8).since(15),
+            at("last_profiled_frame", 8).since(15),
+            at("last_profiled_frame_seq", 8).since(15),
             at("thread_id", 8),
             at("native_thread_id", 8),
             at("datastack_chunk", 8),

@@ -38,20 +38,33 @@ pub struct Plan {
     order: Vec<(u64, u32)>,
     /// Each request's length, by index.
     lens: Vec<usize>,
+    /// The requests read after the others (see [`Plan::build_then`]).
+    later: Vec<(u64, u32)>,
 }
 
 impl Plan {
     /// Plan the reads of `ranges` (address, length). Empty ranges are
     /// left out: there is nothing to read for them.
     pub fn build(&mut self, ranges: impl Iterator<Item = (u64, usize)>) {
+        self.build_then(ranges, usize::MAX);
+    }
+
+    /// [`Plan::build`], with the ranges from number `then` on read after
+    /// all the others, one remote range each, in their order: the kernel
+    /// copies the remote ranges in order, so they are read later than
+    /// every byte before them.
+    pub fn build_then(&mut self, ranges: impl Iterator<Item = (u64, usize)>, then: usize) {
         self.remote.clear();
         self.local.clear();
         self.order.clear();
         self.lens.clear();
+        self.later.clear();
         for (i, (addr, len)) in ranges.enumerate() {
             self.lens.push(len);
-            if len > 0 {
-                self.order.push((addr, i as u32));
+            match (len > 0, i < then) {
+                (true, true) => self.order.push((addr, i as u32)),
+                (true, false) => self.later.push((addr, i as u32)),
+                (false, _) => {}
             }
         }
         self.order.sort_unstable();
@@ -69,6 +82,10 @@ impl Plan {
             }
             self.local.push(Piece::Req(i));
             end = addr.saturating_add(len as u64);
+        }
+        for &(addr, i) in &self.later {
+            self.remote.push((addr, self.lens[i as usize]));
+            self.local.push(Piece::Req(i));
         }
         self.total = self.remote.iter().map(|r| r.1).sum();
     }
@@ -136,6 +153,27 @@ mod tests {
             ]
         );
         assert_eq!(p.total, 976 + 3936 + 0x440 + 88);
+    }
+
+    #[test]
+    fn ranges_past_then_are_read_last_in_their_order_unmerged() {
+        // A thread state, a chunk, and the state's 16 bytes again, to be
+        // read after the chunk although they lie inside the state.
+        let mut p = Plan::default();
+        p.build_then(
+            [(0x9000, 3936), (0x1000, 888), (0x1058, 16), (0x1000, 8)].into_iter(),
+            2,
+        );
+        assert_eq!(
+            p.remote,
+            vec![(0x1000, 888), (0x9000, 3936), (0x1058, 16), (0x1000, 8)]
+        );
+        assert_eq!(
+            p.local,
+            vec![Piece::Req(1), Piece::Req(0), Piece::Req(2), Piece::Req(3)]
+        );
+        assert_eq!(p.stopped_in(888 + 3936), Some(2));
+        assert_eq!(p.stopped_in(p.total), None);
     }
 
     #[test]

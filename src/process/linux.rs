@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use nix::errno::Errno;
 use nix::libc;
-use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
 use nix::unistd::Pid;
 
 use super::gather::{MAX_GAP, Piece, Plan};
@@ -346,12 +346,13 @@ impl LinuxProcess {
     /// merged (see [`super::gather`]): done, stopped in a request (the
     /// caller reads that one alone for the precise error), or not tried
     /// when the plan does not fit one call.
-    fn read_merged(&self, reqs: &mut [ReadReq<'_>]) -> Merged {
+    fn read_merged(&self, reqs: &mut [ReadReq<'_>], then: usize) -> Merged {
         let Ok(mut g) = self.gather.try_borrow_mut() else {
             return Merged::NotTried;
         };
         let g = &mut *g;
-        g.plan.build(reqs.iter().map(|r| (r.addr, r.buf.len())));
+        g.plan
+            .build_then(reqs.iter().map(|r| (r.addr, r.buf.len())), then);
         if g.plan.remote.len() > IOV_MAX || g.plan.local.len() > IOV_MAX {
             return Merged::NotTried;
         }
@@ -529,7 +530,33 @@ impl ProcessMemory for LinuxProcess {
         (!name.is_empty()).then(|| name.to_owned())
     }
 
+    /// One `process_vm_writev` (no fallback: a target that cannot be
+    /// written to is read without the frame cache).
+    fn write(&self, addr: u64, bytes: &[u8]) -> Result<()> {
+        let remote = [RemoteIoVec {
+            base: addr as usize,
+            len: bytes.len(),
+        }];
+        let local = [std::io::IoSlice::new(bytes)];
+        match process_vm_writev(Pid::from_raw(self.pid), &local, &remote) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(_) => Err(Error::Read {
+                addr,
+                len: bytes.len(),
+                cause: io::Error::from(io::ErrorKind::WriteZero),
+            }),
+            Err(e) => Err(self.errno_to_error(e, addr, bytes.len())),
+        }
+    }
+
     fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> Result<()> {
+        self.read_many_then(reqs, usize::MAX)
+    }
+
+    /// One merged call, the requests from `then` on last (see
+    /// [`super::gather::Plan::build_then`]); past a failure, the requests
+    /// one batch after another, still in their order.
+    fn read_many_then(&self, reqs: &mut [ReadReq<'_>], then: usize) -> Result<()> {
         if self.mem_file().is_some() {
             for r in reqs.iter_mut() {
                 self.read(r.addr, r.buf)?;
@@ -537,7 +564,7 @@ impl ProcessMemory for LinuxProcess {
             return Ok(());
         }
         if reqs.len() > 1 {
-            match self.read_merged(reqs) {
+            match self.read_merged(reqs, then) {
                 Merged::Done => return Ok(()),
                 // Most often a range that is gone (a thread ended): its own
                 // read gives the precise error in one more call. If it
@@ -566,7 +593,9 @@ impl ProcessMemory for LinuxProcess {
                     start += 1;
                 }
                 Ok(n) => start += n,
-                Err(e) if self.try_fallback(e) => return self.read_many(&mut reqs[start..]),
+                Err(e) if self.try_fallback(e) => {
+                    return self.read_many_then(&mut reqs[start..], 0);
+                }
                 Err(e) => {
                     let r = &reqs[start];
                     return Err(self.errno_to_error(e, r.addr, r.buf.len()));

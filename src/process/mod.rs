@@ -89,6 +89,31 @@ pub trait ProcessMemory {
         Ok(())
     }
 
+    /// [`ProcessMemory::read_many`], with the requests from number `then`
+    /// on read after all the others (in one system call where the platform
+    /// allows, as its last ranges): what they read is no older than
+    /// anything before them.
+    fn read_many_then(&self, reqs: &mut [ReadReq<'_>], then: usize) -> Result<()> {
+        let (first, later) = reqs.split_at_mut(then.min(reqs.len()));
+        self.read_many(first)?;
+        self.read_many(later)
+    }
+
+    /// Write `bytes` at `addr` in the target. Nothing but the 3.15 frame
+    /// cache writes (`--frame-cache`: one pointer a thread, see
+    /// `unwind::anchor`); what cannot write (a snapshot, a core file)
+    /// says so, and the cache stays off.
+    fn write(&self, addr: u64, bytes: &[u8]) -> Result<()> {
+        Err(Error::Read {
+            addr,
+            len: bytes.len(),
+            cause: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this reader cannot write into the target",
+            ),
+        })
+    }
+
     /// The scheduler state letter of one OS thread (`R` running, `S`
     /// sleeping, ...), where the platform can tell.
     fn os_thread_state(&self, _tid: u64) -> Option<char> {
@@ -244,6 +269,14 @@ impl<T: ProcessMemory + ?Sized> ProcessMemory for &T {
         (**self).read_many(reqs)
     }
 
+    fn read_many_then(&self, reqs: &mut [ReadReq<'_>], then: usize) -> Result<()> {
+        (**self).read_many_then(reqs, then)
+    }
+
+    fn write(&self, addr: u64, bytes: &[u8]) -> Result<()> {
+        (**self).write(addr, bytes)
+    }
+
     fn os_thread_state(&self, tid: u64) -> Option<char> {
         (**self).os_thread_state(tid)
     }
@@ -264,6 +297,19 @@ impl<M: ProcessMemory> ProcessMemory for Metered<M> {
         let bytes = reqs.iter().map(|r| r.buf.len() as u64).sum();
         self.charge(ranges.div_ceil(RANGES_PER_CALL) as u32, bytes)?;
         self.inner.read_many(reqs)
+    }
+
+    fn read_many_then(&self, reqs: &mut [ReadReq<'_>], then: usize) -> Result<()> {
+        let ranges = reqs.iter().filter(|r| !r.buf.is_empty()).count();
+        let bytes = reqs.iter().map(|r| r.buf.len() as u64).sum();
+        self.charge(ranges.div_ceil(RANGES_PER_CALL) as u32, bytes)?;
+        self.inner.read_many_then(reqs, then)
+    }
+
+    /// Writes are not charged to the read budget: a sample makes at most
+    /// one a thread, and only with the frame cache.
+    fn write(&self, addr: u64, bytes: &[u8]) -> Result<()> {
+        self.inner.write(addr, bytes)
     }
 
     fn os_thread_state(&self, tid: u64) -> Option<char> {

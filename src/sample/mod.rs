@@ -226,6 +226,7 @@ pub fn run<M: ProcessMemory>(
     };
     rt.done();
     let mut stats = run.stats;
+    stats.frame_cache = run.unwinder.frame_cache().clone();
     stats.duration_s = start.elapsed().as_secs_f64();
     stats.interrupted = reason == StopReason::Interrupted;
     (stats, reason)
@@ -424,6 +425,9 @@ pub fn print_summary(stats: &RunStats) {
     if let Some(line) = shutdown_line(stats) {
         crate::outln!("{line}");
     }
+    if let Some(line) = frame_cache_line(stats) {
+        crate::outln!("{line}");
+    }
     if stats.pooled_thread_samples > 0 {
         crate::outln!(
             "More than {} threads: later ones are counted by their pool (Thread-* ...): {} thread samples",
@@ -439,6 +443,19 @@ pub fn print_summary(stats: &RunStats) {
             stats.missed_pct()
         );
     }
+}
+
+/// The summary's word on the frame cache, when it turned itself off:
+/// after how many thread samples read as their newest frame alone, and
+/// why. (While it works, it says nothing: the profile is the same.)
+pub fn frame_cache_line(stats: &RunStats) -> Option<String> {
+    let c = &stats.frame_cache;
+    let why = c.off_because.filter(|_| c.on)?;
+    let hits = c.hits;
+    let s = if hits == 1 { "" } else { "s" };
+    Some(format!(
+        "Frame cache turned off after {hits} thread sample{s} read as their newest frame alone: {why}"
+    ))
 }
 
 /// The summary's word on samples taken during interpreter shutdown, when

@@ -581,6 +581,7 @@ pub fn add_stats(total: &mut RunStats, part: &RunStats) {
     total.failures += part.failures;
     total.shutdown_samples += part.shutdown_samples;
     total.pooled_thread_samples += part.pooled_thread_samples;
+    total.frame_cache.add(&part.frame_cache);
     total.duration_s += part.duration_s;
     total.interrupted = part.interrupted;
 }

@@ -169,6 +169,7 @@ pub fn record_passes<M: ProcessMemory>(
             gc: true,
             cpu_status: true,
             opcodes: false,
+            frame_cache: false,
         };
         let mut u = Unwinder::new(rec, pid, runtime.clone(), opts);
         for _ in 0..samples {

@@ -1287,6 +1287,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: None,
             tail: None,
+            vouched: false,
             none_addr: self.runtime.none_addr,
             handles_exception: false,
             places,

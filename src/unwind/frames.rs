@@ -81,6 +81,10 @@ pub struct Chunks {
     cut: bool,
     /// The last load's batch, with prefetched frames in it, failed.
     prefetch_failed: bool,
+    /// The first chunk was read only from this offset on (0: whole): the
+    /// frames below are vouched for by the 3.15 frame cache, not read
+    /// (see [`super::anchor`]). Nothing below the window is found.
+    window: u64,
 }
 
 /// Most older chunks per sample whose reads are granted beyond the budget
@@ -145,6 +149,7 @@ impl Chunks {
         self.used = 0;
         self.extra.clear();
         self.prefetch_failed = false;
+        self.window = 0;
         self.pending = first;
         self.pending_live = false;
         if first == 0 {
@@ -191,6 +196,36 @@ impl Chunks {
         self.prepare_len(first, Some(len), frame_size, prefetch);
     }
 
+    /// [`Chunks::prepare_guess`], reading the first chunk only from the
+    /// frame at `from` up (the frame cache's vouched leaf): the frames
+    /// below it are not copied. A `from` outside the guessed live part
+    /// reads the whole chunk.
+    pub fn prepare_window_guess(
+        &mut self,
+        first: u64,
+        from: u64,
+        len: usize,
+        frame_size: u64,
+        prefetch: &[u64],
+    ) {
+        self.prepare_guess(first, len, frame_size, prefetch);
+        let len = self.bufs[0].1.len() as u64;
+        if let Some(off) = from
+            .checked_sub(first)
+            .filter(|off| (CHUNK_HEADER..len).contains(off))
+        {
+            self.window = off;
+            // Nothing below the window is read: no older chunk either.
+            self.spec_n = 0;
+        }
+    }
+
+    /// Was the first chunk read only from its window up (see
+    /// [`Chunks::prepare_window_guess`])?
+    pub fn windowed(&self) -> bool {
+        self.window != 0
+    }
+
     /// After a guessed load was read: is the guess right for a thread whose
     /// first chunk is `first` and current frame `current`? If so, keep only
     /// the live part; if not, the caller loads afresh.
@@ -199,9 +234,10 @@ impl Chunks {
             return false;
         }
         let read = self.bufs[0].1.len() as u64;
+        let lowest = CHUNK_HEADER.max(self.window);
         match current
             .checked_sub(first)
-            .filter(|off| *off >= CHUNK_HEADER)
+            .filter(|off| *off >= lowest)
             .and_then(|off| off.checked_add(frame_size))
         {
             Some(live_end) if live_end <= read => {
@@ -228,9 +264,10 @@ impl Chunks {
             return;
         }
         let addr = self.pending;
+        let from = self.window as usize;
         reqs.push(ReadReq {
-            addr,
-            buf: &mut self.bufs[0].1[..],
+            addr: addr + from as u64,
+            buf: &mut self.bufs[0].1[from..],
         });
         let piece = if self.extra.is_empty() {
             1
@@ -273,8 +310,18 @@ impl Chunks {
             self.prefetch_failed = !self.extra.is_empty();
             self.extra.clear();
             self.spec_n = 0;
+            // Read again below, whole.
+            self.window = 0;
         }
         self.cut = false;
+        if self.window != 0 {
+            // The window holds every frame the walk reads; the older
+            // chunks are not needed, and stay guessed for the next load.
+            self.bufs[0].0 = first;
+            self.used = 1;
+            self.spec_n = 0;
+            return Ok(());
+        }
         let mut addr = first;
         let mut fresh = read_ok;
         let mut copied = 0usize;
@@ -407,13 +454,18 @@ impl Chunks {
             .find_map(|(i, (base, buf))| {
                 let start = addr.checked_sub(*base)?;
                 let end = start.checked_add(len)?;
-                (start >= CHUNK_HEADER && end <= buf.len() as u64)
+                let lowest = if i == 0 { self.window } else { 0 }.max(CHUNK_HEADER);
+                (start >= lowest && end <= buf.len() as u64)
                     .then(|| (i, &buf[start as usize..end as usize]))
             })
     }
 
     /// The `i`-th copied chunk (0: the newest): its address and copy.
+    /// None past a window: such a load copied only the window's frames.
     pub fn copy(&self, i: usize) -> Option<(u64, &[u8])> {
+        if self.window != 0 {
+            return None;
+        }
         self.bufs[..self.used].get(i).map(|(a, b)| (*a, &b[..]))
     }
 
@@ -719,6 +771,11 @@ pub struct Walk<'a> {
     /// the leaf changed, recorded otherwise (see [`super::reuse`]). `None`
     /// for walks that are never kept (opcodes, task stacks).
     pub tail: Option<&'a mut Tail>,
+    /// The 3.15 frame cache's mark vouches for the kept walk below the
+    /// leaf (see [`super::anchor`]): it is reused without comparing the
+    /// memory below, which this sample did not read. If it cannot be
+    /// reused, the walk fails with [`Torn::NotVouched`].
+    pub vouched: bool,
     /// `Py_None`, which a handled-exception slot may hold for "none".
     pub none_addr: Option<u64>,
     /// Out: a generator or coroutine on the walked chain is handling an
@@ -888,7 +945,7 @@ impl Walk<'_> {
     fn reuse(&mut self, t: &mut Tail, c: &Context, out: &mut Vec<FrameId>) -> bool {
         if !(t.reusable(c)
             && out.len() + t.frames().len() < MAX_DEPTH
-            && t.same_memory(|i| self.chunks.copy(i), |a| self.outside_frame(a)))
+            && (self.vouched || t.same_memory(|i| self.chunks.copy(i), |a| self.outside_frame(a))))
         {
             return false;
         }
@@ -1146,6 +1203,11 @@ impl Walk<'_> {
                 && self.reuse_or_record(t, current, c.addr, base_frame, out)
             {
                 return Ok(true);
+            }
+            if c.visited == 1 && self.vouched {
+                // Below the leaf only the vouched walk can go: this
+                // sample read nothing there.
+                return Err(Torn::NotVouched.into());
             }
             c.visited += 1;
             let addr = c.addr;

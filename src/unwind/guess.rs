@@ -64,6 +64,9 @@ pub struct Speculation {
     pub prefetch: Prefetch,
     /// 3.13 code-cache guard.
     pub fingerprints: Fingerprints,
+    /// 3.15 frame cache: each thread's mark, whose vouched leaf is read
+    /// alone (see [`super::anchor`]).
+    pub marks: super::anchor::Marks,
 }
 
 impl Speculation {

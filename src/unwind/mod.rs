@@ -8,6 +8,7 @@
 //! (the target moved while we read) costs the sample, as an error the
 //! sampler counts.
 
+pub mod anchor;
 pub mod asyncio;
 pub mod cframe;
 pub mod code;
@@ -27,14 +28,14 @@ pub mod threads;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::cell::Cell;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Torn};
 use crate::model::{FrameTable, Sample, ThreadSample};
 use crate::offsets::{GilFlag, Offsets};
 use crate::process::{LocalBytes, Metered, ProcessMemory, ReadReq, ReqPool};
 use crate::runtime::Runtime;
 use code::CodeCache;
 use frames::{Chunks, Markers, Walk};
-use guess::{Prefetch, Speculation, ThreadGuesses};
+use guess::Speculation;
 use names::{ThreadKey, ThreadNames};
 use threads::{InterpFacts, MAX_INTERPRETERS, MAX_THREADS, ThreadFacts};
 
@@ -52,6 +53,9 @@ pub struct UnwindOptions {
     /// Give each Python frame the opcode at its instruction pointer
     /// (`--opcodes`; one batched read per thread and sample).
     pub opcodes: bool,
+    /// 3.15: use the interpreter's frame-cache mark, writing one pointer
+    /// a thread into the target (`--frame-cache`; see [`anchor`]).
+    pub frame_cache: bool,
 }
 
 impl UnwindOptions {
@@ -72,6 +76,7 @@ impl Default for UnwindOptions {
             gc: true,
             cpu_status: false,
             opcodes: false,
+            frame_cache: false,
         }
     }
 }
@@ -188,8 +193,10 @@ pub struct Unwinder<M: ProcessMemory> {
     order: Vec<usize>,
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
-    /// The request lists' allocation, reused sample after sample.
+    /// The request lists' allocation, reused sample after sample; and
+    /// that of the requests read after the rest (see [`ThreadSlot::reread`]).
     reqs: ReqPool,
+    reqs_later: ReqPool,
     scratch: ThreadScratch,
     /// Older chunks granted reads in this sample.
     chunk_grants: Cell<usize>,
@@ -213,6 +220,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Per thread of the last sample, its entry frames' addresses, when
     /// kept ([`Unwinder::keep_entry_frames`]).
     entries: Option<Vec<Vec<u64>>>,
+    /// 3.15's frame cache (`--frame-cache`; see [`anchor`]).
+    frame_cache: anchor::FrameCache,
 }
 
 /// All-threads mode: per-sample lists, kept so that their allocations are
@@ -241,6 +250,29 @@ struct ThreadSlot {
     cframe: cframe::CFrameCopy,
     /// Its last walk below the leaf (see [`reuse`]).
     tail: reuse::Tail,
+    /// The mark read again after the chunk in the same system call, when
+    /// only the leaf's frame was read: (asked, read), and the bytes.
+    reread: (bool, bool),
+    reread_buf: [u8; 16],
+}
+
+impl ThreadSlot {
+    /// The mark as read again, if it was (see [`ThreadSlot::reread_request`]).
+    fn mark_reread(&self) -> Option<(u64, u64)> {
+        let b = &self.reread_buf;
+        (self.reread == (true, true)).then(|| (b.u64_at(0).unwrap_or(0), b.u64_at(8).unwrap_or(0)))
+    }
+}
+
+/// What the frame cache decided for one thread's walk.
+#[derive(Default, Clone, Copy)]
+struct CachePlan {
+    /// The mark vouches for the kept walk below the leaf: only the leaf's
+    /// frame was read.
+    hit: bool,
+    /// The mark vouched, but the whole stack was read: the walk's frames
+    /// below the leaf are checked against the vouched ones.
+    audit: bool,
 }
 
 /// What a sample's first read found (see `Unwinder::first_read`).
@@ -260,37 +292,78 @@ struct FirstRead {
 /// sample's list) into the first slots and, with `with_chunks`, each one's
 /// first chunk as far as its stack reached lately, its frames outside the
 /// data stack and (3.11/3.12) its current-frame slot, so that a thread's
-/// frames are read in the same instant as its state.
+/// frames are read in the same instant as its state. With the frame cache
+/// (`cache`), a thread expected to hit has only its leaf read, and its
+/// mark read again onto `later` (see [`ThreadSlot::reread`]).
+#[allow(clippy::too_many_arguments)]
 fn push_guessed_states<'a>(
     slots: &'a mut [ThreadSlot],
-    guesses: &ThreadGuesses,
-    prefetch: &Prefetch,
+    spec: &Speculation,
     o: &Offsets,
     guess: &[u64],
     with_chunks: bool,
+    cache: bool,
     reqs: &mut Vec<ReadReq<'a>>,
+    later: &mut Vec<ReadReq<'a>>,
 ) {
+    let (guesses, prefetch) = (&spec.threads, &spec.prefetch);
     let tsize = o.tstate_size as usize;
     for (slot, &t) in slots.iter_mut().zip(guess) {
         slot.tstate = t;
         slot.buf.resize(tsize, 0);
+        slot.reread = (false, false);
+        let ThreadSlot {
+            buf,
+            chunks,
+            cframe,
+            reread,
+            reread_buf,
+            ..
+        } = slot;
         reqs.push(ReadReq {
             addr: t,
-            buf: &mut slot.buf[..],
+            buf: &mut buf[..],
         });
         match guesses.chunk(t) {
             Some(g) if with_chunks => {
                 let cf = guesses.cframe(t).unwrap_or_default();
-                slot.cframe.requests(o, t, cf, reqs);
-                slot.chunks
-                    .prepare_guess(g.chunk, g.read_len(), o.frame_size, prefetch.get(t));
-                slot.chunks.requests(reqs);
+                cframe.requests(o, t, cf, reqs);
+                let mark = spec.marks.get(t);
+                prepare_chunk_guess(chunks, mark, cache, t, g, o.frame_size, prefetch.get(t));
+                if let Some(at) = anchor::mark_span(o).filter(|_| chunks.windowed()) {
+                    reread.0 = true;
+                    later.push(ReadReq {
+                        addr: t.wrapping_add(at),
+                        buf: &mut reread_buf[..],
+                    });
+                }
+                chunks.requests(reqs);
             }
             _ => {
-                slot.cframe.requests(o, t, (0, 0), reqs);
-                slot.chunks.prepare(0, 0, o.frame_size, &[]);
+                cframe.requests(o, t, (0, 0), reqs);
+                chunks.prepare(0, 0, o.frame_size, &[]);
             }
         }
+    }
+}
+
+/// Prepare the speculative read of thread `tstate`'s first chunk in
+/// `slot`: only from its vouched leaf up when the frame cache (`cache`)
+/// expects a hit (see [`anchor`]), else its live part.
+fn prepare_chunk_guess(
+    chunks: &mut Chunks,
+    mark: Option<&anchor::Mark>,
+    cache: bool,
+    tstate: u64,
+    g: guess::ChunkGuess,
+    frame_size: u64,
+    prefetch: &[u64],
+) {
+    match mark.and_then(|m| m.window_leaf(tstate)).filter(|_| cache) {
+        Some(leaf) => {
+            chunks.prepare_window_guess(g.chunk, leaf, g.read_len(), frame_size, prefetch)
+        }
+        None => chunks.prepare_guess(g.chunk, g.read_len(), frame_size, prefetch),
     }
 }
 
@@ -470,7 +543,12 @@ impl<M: ProcessMemory> Unwinder<M> {
             buf: vec![0u8; o.tstate_size as usize],
             ..ThreadSlot::default()
         }];
+        let frame_cache = anchor::FrameCache {
+            on: opts.frame_cache && o.tstate_last_profiled.is_some(),
+            ..Default::default()
+        };
         Unwinder {
+            frame_cache,
             mem: Metered::new(mem),
             pid,
             runtime,
@@ -489,6 +567,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             order: Vec::new(),
             seen: HashSet::new(),
             reqs: ReqPool::default(),
+            reqs_later: ReqPool::default(),
             scratch: ThreadScratch::default(),
             chunk_grants: Cell::new(0),
             frame_grants: Cell::new(0),
@@ -712,6 +791,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut n_threads = 0usize;
         self.used_codes.clear();
         self.code.new_sample();
+        self.spec.marks.new_sample();
         let o = self.runtime.offsets.clone();
 
         let guess_interp = self.spec.main.interp;
@@ -804,6 +884,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let mut head = RuntimeHead::default();
         let speculated = {
             let mut reqs = head.requests(o, rt, head_addr, self.reqs.take());
+            let mut later = self.reqs_later.take();
             if guess_interp != 0 {
                 push_ranges(
                     &mut reqs,
@@ -813,36 +894,55 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
             }
             self.slots[0].cframe.forget();
+            self.slots[0].reread = (false, false);
             if guess_tstate != 0 {
-                let slot = &mut self.slots[0];
+                let ThreadSlot {
+                    buf,
+                    chunks,
+                    cframe,
+                    reread,
+                    reread_buf,
+                    ..
+                } = &mut self.slots[0];
                 reqs.push(ReadReq {
                     addr: guess_tstate,
-                    buf: &mut slot.buf,
+                    buf,
                 });
                 // 3.11/3.12: the current frame, where it was last time, in
                 // the same instant as the state that names it.
-                slot.cframe.requests(
+                cframe.requests(
                     o,
                     guess_tstate,
                     (self.spec.main.cframe, self.spec.main.outer_cframe),
                     &mut reqs,
                 );
-                slot.chunks.prepare_guess(
-                    self.spec.main.chunk.chunk,
-                    self.spec.main.chunk.read_len(),
+                prepare_chunk_guess(
+                    chunks,
+                    self.spec.marks.get(guess_tstate),
+                    self.frame_cache.active(),
+                    guess_tstate,
+                    self.spec.main.chunk,
                     o.frame_size,
                     self.spec.prefetch.get(guess_tstate),
                 );
-                slot.chunks.requests(&mut reqs);
+                if let Some(at) = anchor::mark_span(o).filter(|_| chunks.windowed()) {
+                    reread.0 = true;
+                    later.push(ReadReq {
+                        addr: guess_tstate.wrapping_add(at),
+                        buf: &mut reread_buf[..],
+                    });
+                }
+                chunks.requests(&mut reqs);
             } else if !guess_threads.is_empty() {
                 push_guessed_states(
                     &mut self.slots,
-                    &self.spec.threads,
-                    &self.spec.prefetch,
+                    &self.spec,
                     o,
                     guess_threads,
                     true,
+                    self.frame_cache.active(),
                     &mut reqs,
+                    &mut later,
                 );
             }
             let check_fp = self.spec.fingerprints.requests(
@@ -851,8 +951,13 @@ impl<M: ProcessMemory> Unwinder<M> {
                 &mut reqs,
             );
             let n = reqs.len();
-            let r = self.mem.read_many(&mut reqs);
+            reqs.append(&mut later);
+            self.reqs_later.give(later);
+            let r = self.mem.read_many_then(&mut reqs, n);
             self.reqs.give(reqs);
+            if r.is_ok() {
+                self.slots.iter_mut().for_each(|s| s.reread.1 = s.reread.0);
+            }
             if r.is_ok() && check_fp {
                 self.spec.fingerprints.settle(o, &mut self.code);
             }
@@ -1146,19 +1251,25 @@ impl<M: ProcessMemory> Unwinder<M> {
                 break;
             }
             let mut reqs = self.reqs.take();
+            let mut later = self.reqs_later.take();
             push_guessed_states(
                 &mut self.slots,
-                &self.spec.threads,
-                &self.spec.prefetch,
+                &self.spec,
                 o,
                 guess,
                 with_chunks,
+                self.frame_cache.active(),
                 &mut reqs,
+                &mut later,
             );
-            let r = self.mem.read_many(&mut reqs);
+            let then = reqs.len();
+            reqs.append(&mut later);
+            self.reqs_later.give(later);
+            let r = self.mem.read_many_then(&mut reqs, then);
             self.reqs.give(reqs);
             match r {
                 Ok(()) => {
+                    self.slots.iter_mut().for_each(|s| s.reread.1 = s.reread.0);
                     guessed_ok = true;
                     chunks_ok = with_chunks;
                 }
@@ -1303,8 +1414,53 @@ impl<M: ProcessMemory> Unwinder<M> {
         n: &mut usize,
     ) -> Result<()> {
         let slot = self.open_thread_slot(o, interp, tstate, t, out, *n);
+        let plan = self.cache_plan(o, idx, tstate, t)?;
+        let vouched = plan.audit.then(|| self.slots[idx].tail.frames().to_vec());
+        let mut walked =
+            self.walk_thread(o, interp, idx, tstate, t, *n, plan.hit, &mut slot.frames);
+        if matches!(walked, Err(Error::Torn(Torn::NotVouched))) {
+            // The kept walk does not fit (its context moved): read and
+            // walk the whole stack after all.
+            self.reload_whole(o, idx, t)?;
+            slot.frames.clear();
+            walked = self.walk_thread(o, interp, idx, tstate, t, *n, false, &mut slot.frames);
+        }
+        if walked? {
+            // A generator's handler: on the `exc_info` chain, not in the
+            // thread state's own slots.
+            slot.status |= crate::model::status::HAS_EXCEPTION;
+        }
+        if self.opts.gc
+            && interp.gc_collecting
+            && interp.gc_frame == 0
+            && tstate == interp.gil_holder
+        {
+            self.mark_collecting(&mut slot.frames, *n);
+        }
+        self.settle_mark(o, idx, tstate, t, plan, vouched);
+        *n += 1;
+        Ok(())
+    }
+
+    /// Walk the stack of the thread in `self.slots[idx]` (the `n`-th of
+    /// the sample) into `frames`, below the leaf from the kept walk if
+    /// the frame cache's mark vouches for it (`vouched`). True if a
+    /// generator on the stack handles an exception.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_thread(
+        &mut self,
+        o: &Offsets,
+        interp: &InterpFacts,
+        idx: usize,
+        tstate: u64,
+        t: &ThreadFacts,
+        n: usize,
+        vouched: bool,
+        frames: &mut Vec<crate::model::FrameId>,
+    ) -> Result<bool> {
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
+        let keeps_tail = self.keeps_tail(idx);
         let ts = &mut self.slots[idx];
         let readable = !ts.chunks.prefetch_failed();
         let opcodes = self.opts.opcode_table(o);
@@ -1313,14 +1469,14 @@ impl<M: ProcessMemory> Unwinder<M> {
         let grant_frame = frame_grant(mem, &self.frame_grants, o.frame_size);
         let grant_resume = resume_grant(mem, &self.resume_grants);
         let places = self.places.as_mut().map(|p| {
-            p.resize_with(p.len().max(*n + 1), Vec::new);
-            let v = &mut p[*n];
+            p.resize_with(p.len().max(n + 1), Vec::new);
+            let v = &mut p[n];
             v.clear();
             v
         });
         let entries = self.entries.as_mut().map(|p| {
-            p.resize_with(p.len().max(*n + 1), Vec::new);
-            let v = &mut p[*n];
+            p.resize_with(p.len().max(n + 1), Vec::new);
+            let v = &mut p[n];
             v.clear();
             v
         });
@@ -1343,22 +1499,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             stop_at: 0,
             entry_previous: t.entry_previous,
             opcodes,
-            tail: (opcodes.is_none()
-                && places.is_none()
-                && entries.is_none()
-                && idx < reuse::MAX_KEPT_THREADS)
-                .then_some(&mut ts.tail),
+            tail: keeps_tail.then_some(&mut ts.tail),
+            vouched,
             none_addr: self.runtime.none_addr,
             handles_exception: false,
             places,
             entries,
         };
-        let walked = walk.run(t.current_frame, t.base_frame, &mut slot.frames);
-        if walk.handles_exception {
-            // A generator's handler: on the `exc_info` chain, not in the
-            // thread state's own slots.
-            slot.status |= crate::model::status::HAS_EXCEPTION;
-        }
+        let walked = walk.run(t.current_frame, t.base_frame, frames);
+        let handles = walk.handles_exception;
         drop(grant_frame);
         drop(grant_resume);
         self.spec.prefetch.replace(
@@ -1368,12 +1517,153 @@ impl<M: ProcessMemory> Unwinder<M> {
             walked.is_ok(),
             readable,
         );
-        walked?;
-        if self.opts.gc && interp.gc_collecting && gc_frame == 0 && tstate == interp.gil_holder {
-            self.mark_collecting(&mut slot.frames, *n);
+        walked.map(|()| handles)
+    }
+
+    /// Is the walk of the thread in `self.slots[idx]` kept for the next
+    /// (see [`reuse`])? Not with opcodes, frame places or entry frames
+    /// asked for, nor past the first [`reuse::MAX_KEPT_THREADS`].
+    fn keeps_tail(&self, idx: usize) -> bool {
+        self.opts.opcode_table(&self.runtime.offsets).is_none()
+            && self.places.is_none()
+            && self.entries.is_none()
+            && idx < reuse::MAX_KEPT_THREADS
+    }
+
+    /// The frame cache's part before a thread's walk (see [`anchor`]): a
+    /// hit if the mark vouches for the kept walk below the leaf, only the
+    /// leaf was read and the mark has not moved since; an audit if it
+    /// vouches but the whole stack was read. A read of only the leaf that
+    /// is no hit is completed by reading the whole stack.
+    fn cache_plan(
+        &mut self,
+        o: &Offsets,
+        idx: usize,
+        tstate: u64,
+        t: &ThreadFacts,
+    ) -> Result<CachePlan> {
+        let mut plan = CachePlan::default();
+        let ts = &self.slots[idx];
+        let windowed = ts.chunks.windowed();
+        let thread = (tstate, t.native_id);
+        let mark = self.spec.marks.get(tstate).copied().unwrap_or_default();
+        if self.frame_cache.active() && mark.foreign(thread, t.anchor) {
+            self.frame_cache.turn_off(anchor::FOREIGN);
         }
-        *n += 1;
-        Ok(())
+        if self.frame_cache.active()
+            && mark.covers(thread, t.current_frame, t.anchor)
+            && ts.tail.kept_below(tstate, t.current_frame)
+        {
+            match (windowed, ts.mark_reread()) {
+                (true, Some(now)) => plan.hit = t.anchor == Some(now),
+                (true, None) => plan.hit = self.mark_unmoved(o, tstate, t.anchor)?,
+                (false, _) => plan.audit = true,
+            }
+        }
+        if windowed && !plan.hit {
+            self.reload_whole(o, idx, t)?;
+        }
+        Ok(plan)
+    }
+
+    /// Does the mark of thread `tstate` still read `found`, read again now,
+    /// after the leaf's frame was copied? (One read of 16 bytes.)
+    fn mark_unmoved(&self, o: &Offsets, tstate: u64, found: Option<(u64, u64)>) -> Result<bool> {
+        let Some((frame_at, seq_at)) = o.tstate_last_profiled else {
+            return Ok(false);
+        };
+        let (mut frame, mut seq) = ([0u8; 8], [0u8; 8]);
+        let mut reqs = [
+            ReadReq {
+                addr: tstate.wrapping_add(frame_at),
+                buf: &mut frame,
+            },
+            ReadReq {
+                addr: tstate.wrapping_add(seq_at),
+                buf: &mut seq,
+            },
+        ];
+        self.mem.grant(1, 16);
+        match self.mem.read_many(&mut reqs) {
+            Ok(()) => Ok(found == Some((u64::from_le_bytes(frame), u64::from_le_bytes(seq)))),
+            Err(e) if e.is_fatal() => Err(e),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Read the whole stack of the thread in `self.slots[idx]`, whose
+    /// first chunk was read only from its vouched leaf up.
+    fn reload_whole(&mut self, o: &Offsets, idx: usize, t: &ThreadFacts) -> Result<()> {
+        let ts = &mut self.slots[idx];
+        let first = if t.current_frame != 0 {
+            t.datastack_chunk
+        } else {
+            0
+        };
+        let grant = chunk_grant(&self.mem, &self.chunk_grants);
+        self.mem.grant(1, 0);
+        ts.chunks.load(
+            &self.mem,
+            first,
+            t.current_frame,
+            o.frame_size,
+            self.spec.prefetch.get(ts.tstate),
+            &grant,
+        )
+    }
+
+    /// The frame cache's part after a thread's walk (see [`anchor`]):
+    /// count a hit, check an audit, vouch or mark the leaf.
+    fn settle_mark(
+        &mut self,
+        o: &Offsets,
+        idx: usize,
+        tstate: u64,
+        t: &ThreadFacts,
+        plan: CachePlan,
+        vouched: Option<Vec<crate::model::FrameId>>,
+    ) {
+        let Some((frame_at, _)) = o.tstate_last_profiled else {
+            return;
+        };
+        if !(self.frame_cache.active() && self.keeps_tail(idx)) {
+            return;
+        }
+        let ts = &mut self.slots[idx];
+        let mark = self.spec.marks.entry(tstate);
+        // A thread being made or unmade (no OS id yet, or only its base
+        // frame) has nothing to vouch for, and its state's fields are
+        // being set: not marked.
+        let leaf = match t.native_id == 0 || Some(t.current_frame) == t.base_frame {
+            true => 0,
+            false => t.current_frame,
+        };
+        let kept = ts.tail.kept_below(tstate, leaf);
+        if plan.hit {
+            self.frame_cache.hits += 1;
+            mark.since_audit += 1;
+        }
+        if let Some(before) = vouched {
+            self.frame_cache.audits += 1;
+            mark.since_audit = 0;
+            if kept && ts.tail.frames() != before {
+                *mark = anchor::Mark::default();
+                self.frame_cache.turn_off(anchor::AUDIT_FAILED);
+                return;
+            }
+        }
+        if mark.settle((tstate, t.native_id), leaf, t.anchor, kept) {
+            match self
+                .mem
+                .write(tstate.wrapping_add(frame_at), &leaf.to_le_bytes())
+            {
+                Ok(()) => self.frame_cache.writes += 1,
+                Err(_) => {
+                    mark.written = None;
+                    self.frame_cache.turn_off(anchor::CANNOT_WRITE);
+                }
+            }
+        }
     }
 
     /// The `n`-th stack of `out`, made ready for thread `t` (state at
@@ -1532,6 +1822,11 @@ impl<M: ProcessMemory> Unwinder<M> {
             }
         }
         Ok(changed)
+    }
+
+    /// What the 3.15 frame cache did so far (see [`anchor`]).
+    pub fn frame_cache(&self) -> &anchor::FrameCache {
+        &self.frame_cache
     }
 
     /// How many thread walks reused the frames of the last walk below an

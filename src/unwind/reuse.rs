@@ -94,6 +94,12 @@ pub struct Context {
 }
 
 impl Tail {
+    /// Is a walk kept below `leaf` of thread `tstate` (whatever the rest of
+    /// its context)?
+    pub fn kept_below(&self, tstate: u64, leaf: u64) -> bool {
+        self.valid && self.ctx.tstate == tstate && self.ctx.leaf == leaf
+    }
+
     /// Is the kept walk below this leaf reusable, as far as the context
     /// tells? The memory is compared by [`Tail::same_memory`].
     pub fn reusable(&self, c: &Context) -> bool {

@@ -109,6 +109,8 @@ pub struct ThreadFacts {
     /// checked.
     pub entry_previous: Option<u64>,
     pub base_frame: Option<u64>,
+    /// 3.15: the frame-cache anchor as read, (frame, sequence).
+    pub anchor: Option<(u64, u64)>,
     pub datastack_chunk: u64,
     pub holds_gil: bool,
     pub gil_requested: bool,
@@ -147,6 +149,10 @@ impl ThreadFacts {
             entry_previous: None,
             base_frame: match o.tstate_base_frame {
                 Some(f) => Some(b.u64_at(f)?),
+                None => None,
+            },
+            anchor: match o.tstate_last_profiled {
+                Some((f, s)) => Some((b.u64_at(f)?, b.u64_at(s)?)),
                 None => None,
             },
             datastack_chunk: b.u64_at(o.tstate_datastack_chunk)?,
