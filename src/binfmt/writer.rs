@@ -168,7 +168,11 @@ pub struct BinaryWriter<W: Write + Seek> {
     sample_count: u64,
     stats: Option<StoredStats>,
     enc: EncodingStats,
+    /// The last stack written, in the file's frame indices, and as the
+    /// sample gave it: the same stack again (a steady thread, the usual
+    /// case) is not mapped frame by frame again.
     stack: Vec<u32>,
+    stack_ids: Vec<FrameId>,
     /// The next thread to look at for idleness.
     idle_cursor: usize,
     /// The first write error; later calls do nothing and `finish` reports it.
@@ -220,6 +224,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             stats: None,
             enc: EncodingStats::default(),
             stack: Vec::new(),
+            stack_ids: Vec::new(),
             idle_cursor: 0,
             failed: None,
             strings_in_blocks: 0,
@@ -266,11 +271,20 @@ impl<W: Write + Seek> BinaryWriter<W> {
         }
         for t in &sample.threads {
             let mut stack = std::mem::take(&mut self.stack);
-            stack.clear();
             // The reference keeps the innermost MAX_STACK_DEPTH frames.
-            for &id in t.frames.iter().take(MAX_STACK_DEPTH) {
-                stack.push(self.frame(id, table));
-            }
+            let ids = &t.frames[..t.frames.len().min(MAX_STACK_DEPTH)];
+            // Only the frames above the part shared with the last stack
+            // (its root side, usually all but the leaf) are mapped again.
+            let shared = self
+                .stack_ids
+                .iter()
+                .rev()
+                .zip(ids.iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count();
+            let (new, old) = (ids.len() - shared, self.stack_ids.len() - shared);
+            stack.splice(..old, ids[..new].iter().map(|&id| self.frame(id, table)));
+            self.stack_ids.splice(..old, ids[..new].iter().copied());
             self.write_thread(
                 t.tid,
                 t.interpreter_id as u32,
