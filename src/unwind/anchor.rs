@@ -16,13 +16,15 @@
 //! - **Vouch.** A sample that finds the mark on its leaf with count `S`,
 //!   and keeps its walk below that leaf (a complete walk of trusted frames,
 //!   see [`super::reuse`]), vouches for `(leaf, S)`.
-//! - **Hit.** A later sample that finds the leaf current and the mark at
-//!   `(leaf, S)` reads only the leaf's frame (a window of its chunk), then
-//!   reads the mark again. If it is still `(leaf, S)`, the leaf was never
-//!   popped between the vouching sample and now: a pop would have moved
-//!   the mark and the count, and the count never goes back. So no frame
-//!   below it ran, and the kept frames below it are this instant's. The
-//!   leaf itself is decoded as always (its line moves).
+//! - **Hit.** A later sample expecting one reads only the leaf's frame (a
+//!   window of its chunk), and the thread state after it, last in the same
+//!   system call (the kernel copies the ranges in order). If the state
+//!   names the leaf as current and the mark reads `(leaf, S)`, the leaf
+//!   was never popped between the vouching sample and that read: a pop
+//!   would have moved the mark and the count, and the count never goes
+//!   back. So the frame read before is the leaf's, nothing below it ran,
+//!   and the kept frames below it are the stack's. The leaf itself is
+//!   decoded as always (its line moves).
 //! - Anything else (the mark elsewhere, the count moved, the leaf changed,
 //!   the kept walk not reusable in this sample's context) reads and walks
 //!   the whole stack as without the cache, and marks the new leaf.
@@ -47,13 +49,6 @@ pub const FOREIGN: &str =
 pub const AUDIT_FAILED: &str =
     "a stack read whole differed below its leaf from the frames the mark vouched for";
 pub const CANNOT_WRITE: &str = "the mark cannot be written into the target";
-
-/// Where in a thread state the mark and its count are read in one piece
-/// of 16 bytes (frame, then count), when they lie so (3.15).
-pub fn mark_span(o: &crate::offsets::Offsets) -> Option<u64> {
-    let (frame, seq) = o.tstate_last_profiled?;
-    (seq == frame.checked_add(8)?).then_some(frame)
-}
 
 /// A thread as the mark knows it: its state's address and its OS id (a
 /// new thread may get an ended one's state, with a fresh mark and count).

@@ -194,7 +194,7 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Scratch for cycle checks (frames outside the data stack; threads).
     seen: HashSet<u64>,
     /// The request lists' allocation, reused sample after sample; and
-    /// that of the requests read after the rest (see [`ThreadSlot::reread`]).
+    /// that of the requests read after the rest (see [`ThreadSlot::state_after`]).
     reqs: ReqPool,
     reqs_later: ReqPool,
     scratch: ThreadScratch,
@@ -250,18 +250,13 @@ struct ThreadSlot {
     cframe: cframe::CFrameCopy,
     /// Its last walk below the leaf (see [`reuse`]).
     tail: reuse::Tail,
-    /// The mark read again after the chunk in the same system call, when
-    /// only the leaf's frame was read: (asked, read), and the bytes.
-    reread: (bool, bool),
-    reread_buf: [u8; 16],
-}
-
-impl ThreadSlot {
-    /// The mark as read again, if it was (see [`ThreadSlot::reread_request`]).
-    fn mark_reread(&self) -> Option<(u64, u64)> {
-        let b = &self.reread_buf;
-        (self.reread == (true, true)).then(|| (b.u64_at(0).unwrap_or(0), b.u64_at(8).unwrap_or(0)))
-    }
+    /// The frame cache expects a hit: only the leaf's frame is read, and
+    /// the thread state (with its mark) after it, last in the same system
+    /// call: (asked, read). A mark found on the leaf with the vouched count
+    /// then shows the leaf was never popped between the vouching sample
+    /// and the state's read, so the leaf's frame read before it is the
+    /// leaf's, over the vouched frames (see [`anchor`]).
+    state_after: (bool, bool),
 }
 
 /// What the frame cache decided for one thread's walk.
@@ -294,7 +289,7 @@ struct FirstRead {
 /// data stack and (3.11/3.12) its current-frame slot, so that a thread's
 /// frames are read in the same instant as its state. With the frame cache
 /// (`cache`), a thread expected to hit has only its leaf read, and its
-/// mark read again onto `later` (see [`ThreadSlot::reread`]).
+/// state onto `later`, read after it (see [`ThreadSlot::state_after`]).
 #[allow(clippy::too_many_arguments)]
 fn push_guessed_states<'a>(
     slots: &'a mut [ThreadSlot],
@@ -311,35 +306,38 @@ fn push_guessed_states<'a>(
     for (slot, &t) in slots.iter_mut().zip(guess) {
         slot.tstate = t;
         slot.buf.resize(tsize, 0);
-        slot.reread = (false, false);
+        slot.state_after = (false, false);
         let ThreadSlot {
             buf,
             chunks,
             cframe,
-            reread,
-            reread_buf,
+            state_after,
             ..
         } = slot;
-        reqs.push(ReadReq {
-            addr: t,
-            buf: &mut buf[..],
-        });
         match guesses.chunk(t) {
             Some(g) if with_chunks => {
                 let cf = guesses.cframe(t).unwrap_or_default();
                 cframe.requests(o, t, cf, reqs);
                 let mark = spec.marks.get(t);
                 prepare_chunk_guess(chunks, mark, cache, t, g, o.frame_size, prefetch.get(t));
-                if let Some(at) = anchor::mark_span(o).filter(|_| chunks.windowed()) {
-                    reread.0 = true;
-                    later.push(ReadReq {
-                        addr: t.wrapping_add(at),
-                        buf: &mut reread_buf[..],
-                    });
+                // A thread expected to hit: its state (and mark) read
+                // after its leaf (see [`ThreadSlot::state_after`]).
+                state_after.0 = chunks.windowed();
+                let state = ReadReq {
+                    addr: t,
+                    buf: &mut buf[..],
+                };
+                match state_after.0 {
+                    true => later.push(state),
+                    false => reqs.push(state),
                 }
                 chunks.requests(reqs);
             }
             _ => {
+                reqs.push(ReadReq {
+                    addr: t,
+                    buf: &mut buf[..],
+                });
                 cframe.requests(o, t, (0, 0), reqs);
                 chunks.prepare(0, 0, o.frame_size, &[]);
             }
@@ -894,20 +892,15 @@ impl<M: ProcessMemory> Unwinder<M> {
                 );
             }
             self.slots[0].cframe.forget();
-            self.slots[0].reread = (false, false);
+            self.slots[0].state_after = (false, false);
             if guess_tstate != 0 {
                 let ThreadSlot {
                     buf,
                     chunks,
                     cframe,
-                    reread,
-                    reread_buf,
+                    state_after,
                     ..
                 } = &mut self.slots[0];
-                reqs.push(ReadReq {
-                    addr: guess_tstate,
-                    buf,
-                });
                 // 3.11/3.12: the current frame, where it was last time, in
                 // the same instant as the state that names it.
                 cframe.requests(
@@ -925,12 +918,16 @@ impl<M: ProcessMemory> Unwinder<M> {
                     o.frame_size,
                     self.spec.prefetch.get(guess_tstate),
                 );
-                if let Some(at) = anchor::mark_span(o).filter(|_| chunks.windowed()) {
-                    reread.0 = true;
-                    later.push(ReadReq {
-                        addr: guess_tstate.wrapping_add(at),
-                        buf: &mut reread_buf[..],
-                    });
+                // Expecting a hit: the state (and its mark) read after the
+                // leaf (see [`ThreadSlot::state_after`]).
+                state_after.0 = chunks.windowed();
+                let state = ReadReq {
+                    addr: guess_tstate,
+                    buf,
+                };
+                match state_after.0 {
+                    true => later.push(state),
+                    false => reqs.push(state),
                 }
                 chunks.requests(&mut reqs);
             } else if !guess_threads.is_empty() {
@@ -956,7 +953,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             let r = self.mem.read_many_then(&mut reqs, n);
             self.reqs.give(reqs);
             if r.is_ok() {
-                self.slots.iter_mut().for_each(|s| s.reread.1 = s.reread.0);
+                self.slots
+                    .iter_mut()
+                    .for_each(|s| s.state_after.1 = s.state_after.0);
             }
             if r.is_ok() && check_fp {
                 self.spec.fingerprints.settle(o, &mut self.code);
@@ -1269,7 +1268,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             self.reqs.give(reqs);
             match r {
                 Ok(()) => {
-                    self.slots.iter_mut().for_each(|s| s.reread.1 = s.reread.0);
+                    self.slots
+                        .iter_mut()
+                        .for_each(|s| s.state_after.1 = s.state_after.0);
                     guessed_ok = true;
                     chunks_ok = with_chunks;
                 }
@@ -1554,9 +1555,9 @@ impl<M: ProcessMemory> Unwinder<M> {
             && mark.covers(thread, t.current_frame, t.anchor)
             && ts.tail.kept_below(tstate, t.current_frame)
         {
-            match (windowed, ts.mark_reread()) {
-                (true, Some(now)) => plan.hit = t.anchor == Some(now),
-                (true, None) => plan.hit = self.mark_unmoved(o, tstate, t.anchor)?,
+            match (windowed, ts.state_after == (true, true)) {
+                (true, true) => plan.hit = true,
+                (true, false) => plan.hit = self.mark_unmoved(o, tstate, t.anchor)?,
                 (false, _) => plan.audit = true,
             }
         }
