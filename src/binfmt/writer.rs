@@ -34,6 +34,8 @@
 
 use foldhash::{HashMap, HashMapExt};
 use std::io::{Seek, SeekFrom, Write};
+use zstd::stream::raw::{self, Operation};
+use zstd::stream::zio;
 
 use super::{
     Compression, DEFAULT_ZSTD_LEVEL, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX, EncodingStats,
@@ -132,21 +134,32 @@ struct ThreadState {
 enum Sink<W: Write> {
     Raw(W),
     /// The open zstd frame (see the module documentation).
-    Zstd(zstd::stream::write::Encoder<'static, W>),
+    Zstd(ZstdWriter<W>),
     /// Finished, or poisoned by an error.
     Done,
 }
 
+/// A zstd frame being written to `W`.
+type ZstdWriter<W> = zio::Writer<W, raw::Encoder<'static>>;
+
 /// A zstd encoder of tachyon's settings on `out`, starting a frame.
-fn encoder<W: Write>(
-    out: W,
-    level: i32,
-) -> std::io::Result<zstd::stream::write::Encoder<'static, W>> {
-    let mut enc = zstd::stream::write::Encoder::new(out, level)?;
-    enc.window_log(ZSTD_WINDOW_LOG)?;
+fn encoder<W: Write>(out: W, level: i32) -> std::io::Result<ZstdWriter<W>> {
+    let mut enc = raw::Encoder::new(level)?;
+    enc.set_parameter(raw::CParameter::WindowLog(ZSTD_WINDOW_LOG))?;
     // A torn frame is told from a whole one.
-    enc.include_checksum(true)?;
-    Ok(enc)
+    enc.set_parameter(raw::CParameter::ChecksumFlag(true))?;
+    Ok(zio::Writer::new(out, enc))
+}
+
+/// End the frame `z`: the writer, and the encoder ready for the next
+/// frame with its context (a few megabytes of tables at level 7) kept: a
+/// context made afresh for every frame cost its pages' first touches
+/// again, about 650 page faults a frame.
+fn end_zstd_frame<W: Write>(mut z: ZstdWriter<W>) -> std::io::Result<(W, raw::Encoder<'static>)> {
+    z.finish()?;
+    let (out, mut enc) = z.into_inner();
+    enc.reinit()?;
+    Ok((out, enc))
 }
 
 /// Writes one binary profile; see the module documentation.
@@ -405,13 +418,13 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let Sink::Zstd(z) = std::mem::replace(&mut self.sink, Sink::Done) else {
             return Ok(());
         };
-        let mut out = z.finish()?;
+        let (mut out, enc) = end_zstd_frame(z)?;
         out.write_all(&table)?;
         out.flush()?;
         self.frame_used = false;
         self.block_written();
         self.sink = if again {
-            Sink::Zstd(encoder(out, self.opts.level)?)
+            Sink::Zstd(zio::Writer::new(out, enc))
         } else {
             Sink::Raw(out)
         };
@@ -679,7 +692,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
         let mut out = match std::mem::replace(&mut self.sink, Sink::Done) {
             Sink::Raw(w) => w,
             // No samples at all: the one empty frame.
-            Sink::Zstd(z) => z.finish().map_err(io)?,
+            Sink::Zstd(z) => end_zstd_frame(z).map_err(io)?.0,
             Sink::Done => return Err(super::invalid("the writer was already finished")),
         };
         let string_off = out.stream_position().map_err(io)?;
