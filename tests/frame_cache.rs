@@ -10,26 +10,11 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Interp, Running, release, sid_interpreters, spawn, tachyon_bin};
+use common::{
+    CALLGRAPH, CALLGRAPH_CALLS, Interp, Running, release, sid_interpreters, spawn, tachyon_bin,
+};
 use tachyon::model::Sample;
 use tachyon::unwind::UnwindOptions;
-
-const CALLGRAPH: &str = include_str!("../fixtures/targets/callgraph.py");
-
-/// Every caller -> callee pair `fixtures/targets/callgraph.py` makes.
-const CALLS: &[(&str, &str)] = &[
-    ("<module>", "work"),
-    ("work", "rec"),
-    ("work", "e"),
-    ("rec", "rec"),
-    ("rec", "a"),
-    ("a", "b"),
-    ("e", "g"),
-    ("g", "h"),
-    ("h", "k"),
-    ("k", "k2"),
-    ("Thread.run", "work"),
-];
 
 /// The sid root's 3.15 builds (release and debug): the only ones with the
 /// mark. Fails loudly if there are none.
@@ -50,8 +35,11 @@ fn with_cache(all_threads: bool) -> UnwindOptions {
     }
 }
 
+/// READY from the leaf itself: every stack sampled after it is the whole
+/// 201 frames (lines: the leaf 3-7, `down` 10).
 const DEEP: &str = r#"
 def leaf():
+    print("READY", flush=True)
     x = 0
     while True:
         x += 1
@@ -60,7 +48,6 @@ def leaf():
 def down(n):
     return leaf() if n == 0 else down(n - 1)
 
-print("READY", flush=True)
 down(198)
 "#;
 
@@ -103,13 +90,13 @@ fn a_steady_deep_stack_is_read_as_its_leaf_and_stays_whole() {
                 .collect();
             assert_eq!(names.len(), 201, "{}: sample {i}: {names:?}", it.name);
             assert!(
-                names[0].0 == "leaf" && (4..=6).contains(&names[0].1),
+                names[0].0 == "leaf" && (3..=7).contains(&names[0].1),
                 "{}: sample {i}: leaf {:?}",
                 it.name,
                 names[0]
             );
             assert!(
-                names[1..200].iter().all(|&f| f == ("down", 9)),
+                names[1..200].iter().all(|&f| f == ("down", 10)),
                 "{}: sample {i}: {:?}",
                 it.name,
                 &names[1..200]
@@ -143,11 +130,7 @@ fn a_steady_deep_stack_is_read_as_its_leaf_and_stays_whole() {
 /// each with its count; and the stacks counted.
 fn wrong_pairs(collapsed: &str, wrong: &mut BTreeMap<String, u64>) -> u64 {
     let mut stacks = 0;
-    for line in collapsed.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let count: u64 = count.parse().unwrap_or(0);
+    for (stack, count) in common::collapsed::parse(collapsed) {
         stacks += count;
         let frames: Vec<(bool, &str)> = stack
             .split(';')
@@ -163,7 +146,7 @@ fn wrong_pairs(collapsed: &str, wrong: &mut BTreeMap<String, u64>) -> u64 {
             if !callee_ours || !(caller_ours || caller == "Thread.run") {
                 continue;
             }
-            if !CALLS.contains(&(caller, callee)) {
+            if !CALLGRAPH_CALLS.contains(&(caller, callee)) {
                 *wrong.entry(format!("{caller} -> {callee}")).or_default() += count;
             }
         }
@@ -189,7 +172,7 @@ fn a_changing_program_gets_no_impossible_stack_with_the_frame_cache() {
                 continue;
             }
             let table = u.frames();
-            for th in &s.threads {
+            for th in s.threads.iter().filter(|t| !t.frames.is_empty()) {
                 let frames: Vec<String> = th
                     .frames
                     .iter()

@@ -288,25 +288,10 @@ fn nested_generators_are_sampled_whole() {
 #[test]
 fn every_reported_caller_callee_pair_is_in_the_call_graph() {
     const SAMPLES: usize = 20_000;
-    const CALLGRAPH: &str = include_str!("../fixtures/targets/callgraph.py");
-    let calls: &[(&str, &str)] = &[
-        ("<module>", "work"),
-        // 3.11: a list comprehension is a function of its own.
-        ("<module>", "<listcomp>"),
-        ("work", "rec"),
-        ("work", "e"),
-        ("rec", "rec"),
-        ("rec", "a"),
-        ("a", "b"),
-        ("e", "g"),
-        ("g", "h"),
-        ("h", "k"),
-        ("k", "k2"),
-        ("Thread.run", "work"),
-    ];
+    let calls = common::CALLGRAPH_CALLS;
     let mut problems = Vec::new();
     for it in interpreters() {
-        let mut target = spawn(&it, CALLGRAPH, &[], &[]);
+        let mut target = spawn(&it, common::CALLGRAPH, &[], &[]);
         target.wait_for("READY", Duration::from_secs(30));
         // The target on one CPU, the sampler on another: the target then
         // runs while it is read, the case where slots change under reads.

@@ -9,6 +9,27 @@
 #![allow(dead_code)]
 
 pub mod children;
+
+/// `fixtures/targets/callgraph.py`, a program of known calls.
+pub const CALLGRAPH: &str = include_str!("../../fixtures/targets/callgraph.py");
+
+/// Every caller -> callee pair [`CALLGRAPH`] makes: a reported stack with
+/// any other pair is a frame lost or spliced in.
+pub const CALLGRAPH_CALLS: &[(&str, &str)] = &[
+    ("<module>", "work"),
+    // 3.11: a list comprehension is a function of its own.
+    ("<module>", "<listcomp>"),
+    ("work", "rec"),
+    ("work", "e"),
+    ("rec", "rec"),
+    ("rec", "a"),
+    ("a", "b"),
+    ("e", "g"),
+    ("g", "h"),
+    ("h", "k"),
+    ("k", "k2"),
+    ("Thread.run", "work"),
+];
 pub mod collapsed;
 pub mod procs;
 pub mod spoil;
