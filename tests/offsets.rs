@@ -410,6 +410,20 @@ const SPEC: &[(&str, Kind)] = &[
         },
     ),
     (
+        "thread_state.last_profiled_frame",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
+        "thread_state.last_profiled_frame_seq",
+        Field {
+            width: 8,
+            size: "thread_state.size",
+        },
+    ),
+    (
         "thread_state.thread_id",
         Field {
             width: 8,
@@ -834,6 +848,8 @@ fn every_corrupt_field_is_refused_by_name_or_unused() {
                 "interpreter_state.code_object_generation",
                 "gc.frame",
                 "thread_state.base_frame",
+                "thread_state.last_profiled_frame",
+                "thread_state.last_profiled_frame_seq",
                 "thread_state.holds_gil",
                 "thread_state.gil_requested",
                 "thread_state.current_exception",
@@ -883,6 +899,56 @@ fn a_table_relabelled_as_another_minor_is_refused() {
             }
         }
     }
+}
+
+/// tachyon writes the 3.15 frame-cache mark (`--frame-cache`): a table that
+/// moves the mark or its count onto another field of the thread state (its
+/// first word, the current frame, each other) is refused by name, so that
+/// no write lands anywhere but the mark; the real tables give the fields
+/// PyThreadState declares.
+#[test]
+fn a_315_mark_moved_onto_another_field_is_refused() {
+    let mut checked = 0;
+    for (name, bytes) in fixtures() {
+        let raw = decode(&bytes).unwrap();
+        if raw.version.minor != 15 {
+            continue;
+        }
+        checked += 1;
+        let o = offsets(&raw).unwrap();
+        let get = |f: &str| raw.get(f).unwrap();
+        let (mark, seq) = (
+            get("thread_state.last_profiled_frame"),
+            get("thread_state.last_profiled_frame_seq"),
+        );
+        assert_eq!(o.tstate_last_profiled, Some((mark, seq)), "{name}");
+        assert_eq!(
+            (mark, seq),
+            (get("thread_state.base_frame") + 8, mark + 8),
+            "{name}"
+        );
+        for (field, onto) in [
+            ("thread_state.last_profiled_frame", 0),
+            (
+                "thread_state.last_profiled_frame",
+                get("thread_state.current_frame"),
+            ),
+            ("thread_state.last_profiled_frame", seq),
+            ("thread_state.last_profiled_frame_seq", mark),
+            (
+                "thread_state.last_profiled_frame_seq",
+                get("thread_state.next"),
+            ),
+        ] {
+            let mut bad = raw.clone();
+            assert!(bad.set(field, onto));
+            match offsets(&bad) {
+                Err(Error::InvalidOffsets { what, .. }) if what.contains(field) => {}
+                other => panic!("{name}: {field} moved to {onto}: {other:?}"),
+            }
+        }
+    }
+    assert!(checked > 0, "no 3.15 fixture");
 }
 
 /// Prints every `Offsets` tachyon computes, and the verdict on a fixed set

@@ -103,13 +103,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         cframe_previous: thread.cframe_previous,
         tstate_root_cframe: thread.root_cframe,
         tstate_base_frame: c.get_if(q.minor >= 15, "thread_state.base_frame")?,
-        tstate_last_profiled: match (
-            c.get_if(q.minor >= 15, "thread_state.last_profiled_frame")?,
-            c.get_if(q.minor >= 15, "thread_state.last_profiled_frame_seq")?,
-        ) {
-            (Some(frame), Some(seq)) => Some((frame, seq)),
-            _ => None,
-        },
+        tstate_last_profiled: profiled_mark(&c, &q)?,
         tstate_thread_id: g("thread_state.thread_id")?,
         tstate_native_thread_id: g("thread_state.native_thread_id")?,
         tstate_datastack_chunk: g("thread_state.datastack_chunk")?,
@@ -483,6 +477,48 @@ fn per_thread_bytecode(c: &Checked, q: &Quirks) -> Result<Option<Tlbc>> {
         copies,
         generation,
     }))
+}
+
+/// 3.15: the frame-cache mark and its count in the thread state. tachyon
+/// writes the mark (`--frame-cache`), so a table that put it on another
+/// field would have it write there: the spec bounded each, and a real
+/// table also has them where `PyThreadState` declares them, one word
+/// after another behind the current and base frames.
+fn profiled_mark(c: &Checked, q: &Quirks) -> Result<Option<(u64, u64)>> {
+    if q.minor < 15 {
+        return Ok(None);
+    }
+    let current = c.get("thread_state.current_frame")?;
+    let base = c.get("thread_state.base_frame")?;
+    let mark = c.get("thread_state.last_profiled_frame")?;
+    let seq = c.get("thread_state.last_profiled_frame_seq")?;
+    for (name, at, after, what) in [
+        (
+            "thread_state.base_frame",
+            base,
+            current,
+            "thread_state.current_frame",
+        ),
+        (
+            "thread_state.last_profiled_frame",
+            mark,
+            base,
+            "thread_state.base_frame",
+        ),
+        (
+            "thread_state.last_profiled_frame_seq",
+            seq,
+            mark,
+            "thread_state.last_profiled_frame",
+        ),
+    ] {
+        if at != after + 8 {
+            return Err(c.err(format!(
+                "{name} = {at} does not follow {what} ({after}) as PyThreadState declares"
+            )));
+        }
+    }
+    Ok(Some((mark, seq)))
 }
 
 /// 3.12: where a generator's state lies before its frame (within the
