@@ -162,6 +162,22 @@ fn end_zstd_frame<W: Write>(mut z: ZstdWriter<W>) -> std::io::Result<(W, raw::En
     Ok((out, enc))
 }
 
+/// How many elements `a` and `b` share at their ends (stacks are leaf
+/// first, so their root sides): in two slice comparisons when all but the
+/// first may be shared (a steady stack whose leaf moved), else counted.
+fn shared_tail<T: PartialEq>(a: &[T], b: &[T]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    if n > 0 && a[1..] == b[1..] {
+        return n - usize::from(a[0] != b[0]);
+    }
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// Writes one binary profile; see the module documentation.
 pub struct BinaryWriter<W: Write + Seek> {
     sink: Sink<W>,
@@ -288,13 +304,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
             let ids = &t.frames[..t.frames.len().min(MAX_STACK_DEPTH)];
             // Only the frames above the part shared with the last stack
             // (its root side, usually all but the leaf) are mapped again.
-            let shared = self
-                .stack_ids
-                .iter()
-                .rev()
-                .zip(ids.iter().rev())
-                .take_while(|(a, b)| a == b)
-                .count();
+            let shared = shared_tail(&self.stack_ids, ids);
             let (new, old) = (ids.len() - shared, self.stack_ids.len() - shared);
             stack.splice(..old, ids[..new].iter().map(|&id| self.frame(id, table)));
             self.stack_ids.splice(..old, ids[..new].iter().copied());
@@ -540,12 +550,7 @@ impl<W: Write + Seek> BinaryWriter<W> {
         flush_repeat(th, &mut self.staging, &mut self.enc);
         th.released = false;
         let prev = &th.prev;
-        let shared = prev
-            .iter()
-            .rev()
-            .zip(stack.iter().rev())
-            .take_while(|(a, b)| a == b)
-            .count();
+        let shared = shared_tail(prev, stack);
         let buf = &mut self.staging;
         let before = buf.len();
         let (enc, pushed) = if shared == 0 {
@@ -854,4 +859,35 @@ fn flush_repeat(th: &mut ThreadState, buf: &mut Vec<u8>, enc: &mut EncodingStats
     enc.bytes_written += (buf.len() - before) as u64;
     th.repeat.clear();
     th.repeat_n = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_tail;
+
+    #[test]
+    fn shared_tail_counts_the_common_root_side() {
+        let counted = |a: &[u32], b: &[u32]| {
+            a.iter()
+                .rev()
+                .zip(b.iter().rev())
+                .take_while(|(x, y)| x == y)
+                .count()
+        };
+        let cases: &[(&[u32], &[u32])] = &[
+            (&[], &[]),
+            (&[1], &[1]),
+            (&[1], &[2]),
+            (&[9, 2, 3], &[1, 2, 3]),
+            (&[1, 2, 3], &[1, 2, 3]),
+            (&[7, 8, 2, 3], &[1, 2, 3]),
+            (&[2, 3], &[5, 1, 2, 3]),
+            (&[1, 9, 3], &[1, 2, 3]),
+            (&[1, 2, 4], &[1, 2, 3]),
+        ];
+        for &(a, b) in cases {
+            assert_eq!(shared_tail(a, b), counted(a, b), "{a:?} {b:?}");
+            assert_eq!(shared_tail(b, a), counted(b, a), "{b:?} {a:?}");
+        }
+    }
 }
