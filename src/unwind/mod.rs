@@ -1555,41 +1555,15 @@ impl<M: ProcessMemory> Unwinder<M> {
             && mark.covers(thread, t.current_frame, t.anchor)
             && ts.tail.kept_below(tstate, t.current_frame)
         {
-            match (windowed, ts.state_after == (true, true)) {
-                (true, true) => plan.hit = true,
-                (true, false) => plan.hit = self.mark_unmoved(o, tstate, t.anchor)?,
-                (false, _) => plan.audit = true,
-            }
+            // A hit needs the state read after the leaf; a window read
+            // any other way (none is) is read whole below.
+            plan.hit = windowed && ts.state_after == (true, true);
+            plan.audit = !windowed;
         }
         if windowed && !plan.hit {
             self.reload_whole(o, idx, t)?;
         }
         Ok(plan)
-    }
-
-    /// Does the mark of thread `tstate` still read `found`, read again now,
-    /// after the leaf's frame was copied? (One read of 16 bytes.)
-    fn mark_unmoved(&self, o: &Offsets, tstate: u64, found: Option<(u64, u64)>) -> Result<bool> {
-        let Some((frame_at, seq_at)) = o.tstate_last_profiled else {
-            return Ok(false);
-        };
-        let (mut frame, mut seq) = ([0u8; 8], [0u8; 8]);
-        let mut reqs = [
-            ReadReq {
-                addr: tstate.wrapping_add(frame_at),
-                buf: &mut frame,
-            },
-            ReadReq {
-                addr: tstate.wrapping_add(seq_at),
-                buf: &mut seq,
-            },
-        ];
-        self.mem.grant(1, 16);
-        match self.mem.read_many(&mut reqs) {
-            Ok(()) => Ok(found == Some((u64::from_le_bytes(frame), u64::from_le_bytes(seq)))),
-            Err(e) if e.is_fatal() => Err(e),
-            Err(_) => Ok(false),
-        }
     }
 
     /// Read the whole stack of the thread in `self.slots[idx]`, whose
