@@ -195,6 +195,8 @@ pub enum Torn {
     SuspendedGenerator,
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
+    #[error("the chain holds {walked} Python frames, the thread's own count {counted}")]
+    DepthMismatch { walked: u32, counted: u32 },
     #[error(
         "the frame cache's mark vouched for the frames below the leaf, but the kept walk does not fit this sample"
     )]

@@ -10,7 +10,8 @@
 //!
 //! The targets are the worst cases found so far: a recursion that goes up
 //! and down across data-stack chunk boundaries (each crossing allocates or
-//! frees a chunk), and threads started and ended in a loop.
+//! frees a chunk), threads started and ended in a loop, and calls into
+//! Python from C at many depths of the C stack.
 
 mod common;
 
@@ -43,6 +44,13 @@ while True:
 
 /// Short threads started and joined in a loop, each recursing a little.
 const CHURN: &str = include_str!("../fixtures/targets/churn.py");
+
+/// Calls into Python from C in a loop, at many depths of the C stack: the
+/// 3.12 eval loop's window between publishing its `_PyCFrame` and its
+/// frame, the 3.13 `__init__` shim read before its link (1 to 4 stacks of
+/// the shim alone, rooted at a stale entry frame, in 30,000 samples before
+/// tachyon checked each walk against the thread's frame count).
+const CALLS_FROM_C: &str = include_str!("../fixtures/targets/calls_from_c.py");
 
 /// What one run found.
 #[derive(Default)]
@@ -186,6 +194,11 @@ fn run_all(script: &str, what: &str) {
         .flat_map(|it| run(it, script, what))
         .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn calls_from_c_never_report_a_torn_stack() {
+    run_all(CALLS_FROM_C, "calls from C");
 }
 
 #[test]

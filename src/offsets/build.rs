@@ -104,6 +104,7 @@ pub(super) fn offsets(pid: i32, raw: &RawTable) -> Result<Offsets> {
         tstate_root_cframe: thread.root_cframe,
         tstate_base_frame: c.get_if(q.minor >= 15, "thread_state.base_frame")?,
         tstate_last_profiled: profiled_mark(&c, &q)?,
+        tstate_py_depth: py_depth(&c, &q)?,
         tstate_thread_id: g("thread_state.thread_id")?,
         tstate_native_thread_id: g("thread_state.native_thread_id")?,
         tstate_datastack_chunk: g("thread_state.datastack_chunk")?,
@@ -484,6 +485,33 @@ fn per_thread_bytecode(c: &Checked, q: &Quirks) -> Result<Option<Tlbc>> {
 /// field would have it write there: the spec bounded each, and a real
 /// table also has them where `PyThreadState` declares them, one word
 /// after another behind the current and base frames.
+/// 3.12+: where the thread's Python frame count is kept (see
+/// [`Offsets::tstate_py_depth`]). No table names these two ints; their
+/// place in `struct _ts` is fixed per version: right after the 4-byte
+/// `_status` in 3.12, and in 3.13+ a fixed distance before
+/// `current_frame` (3.13: `c_recursion_remaining`, `recursion_headroom`,
+/// `tracing` and `what_event` between, then padding; 3.14 dropped the
+/// first; 3.15 packs the rest without the padding). Each must lie inside
+/// the thread state.
+fn py_depth(c: &Checked, q: &Quirks) -> Result<Option<(u64, u64)>> {
+    let remaining = match q.minor {
+        11 => return Ok(None),
+        12 => c.get("thread_state.status")?.checked_add(4),
+        13 => c.get("thread_state.current_frame")?.checked_sub(28),
+        14 => c.get("thread_state.current_frame")?.checked_sub(24),
+        _ => c.get("thread_state.current_frame")?.checked_sub(20),
+    };
+    let Some(remaining) = remaining else {
+        return Err(
+            c.err("thread_state.current_frame leaves no room for the recursion counters".into())
+        );
+    };
+    let size = c.get("thread_state.size")?;
+    c.check("thread_state.py_recursion_remaining", remaining, 4, size)?;
+    c.check("thread_state.py_recursion_limit", remaining + 4, 4, size)?;
+    Ok(Some((remaining, remaining + 4)))
+}
+
 fn profiled_mark(c: &Checked, q: &Quirks) -> Result<Option<(u64, u64)>> {
     if q.minor < 15 {
         return Ok(None);

@@ -204,6 +204,11 @@ pub struct Offsets {
     /// its caller (and the count bumped) when the interpreter pops it (see
     /// `unwind::anchor`).
     pub tstate_last_profiled: Option<(u64, u64)>,
+    /// 3.12+: `(py_recursion_remaining, py_recursion_limit)`, two ints.
+    /// The interpreter counts every Python frame it pushes on a thread's
+    /// stack against the limit, so limit - remaining is how many frames
+    /// the thread's chain holds (see `unwind::depth`).
+    pub tstate_py_depth: Option<(u64, u64)>,
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
     pub tstate_datastack_chunk: u64,

@@ -974,7 +974,10 @@ impl Walk<'_> {
         words: u32,
     ) -> Result<()> {
         let checked = match c.contiguous.check(chunk, c.last_addr, words) {
-            Ok(Some(end)) => self.links_to_current(end, c.current),
+            Ok(Some(end)) => {
+                c.pushing = true;
+                self.links_to_current(end, c.current)
+            }
             Ok(None) => Ok(()),
             Err(e) => Err(e),
         };
@@ -1090,7 +1093,8 @@ impl Walk<'_> {
         let mut c = Cursor::new(current, self.newest_end());
         self.seen.clear();
         let before = out.len();
-        match self.follow(&mut c, current, base_frame, out, at, tail.as_deref_mut()) {
+        let codes_before = self.used_codes.len();
+        let walked = match self.follow(&mut c, current, base_frame, out, at, tail.as_deref_mut()) {
             Err(Error::Torn(Torn::NoEntryFrame))
                 if self.unlinked_generator(&c, out.len() - before) =>
             {
@@ -1104,6 +1108,32 @@ impl Walk<'_> {
                 None => Ok(reused),
             },
             r => r,
+        }?;
+        self.check_depth(out, codes_before, c.pushing)?;
+        Ok(walked)
+    }
+
+    /// A whole stack holds as many Python frames as the thread counts on
+    /// it, give or take the call or return under way (see
+    /// [`super::depth`]): else the chain was read across a change that
+    /// dropped frames or spliced in others, however whole its links look.
+    /// A walk that found no Python frame reports nothing and is not held
+    /// to it (a thread between two calls from C, or just made).
+    fn check_depth(&self, out: &[FrameId], codes_before: usize, pushing: bool) -> Result<()> {
+        if self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
+            return Ok(());
+        }
+        let walked = (self.used_codes.len() - codes_before) as u32;
+        if walked == 0 {
+            return Ok(());
+        }
+        match super::depth::counted(self.offs, self.tstate.1) {
+            Some(counted)
+                if !super::depth::agrees(self.offs.version.minor, walked, counted, pushing) =>
+            {
+                Err(Torn::DepthMismatch { walked, counted }.into())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -1637,6 +1667,9 @@ struct Cursor {
     /// The frame visited last, and what it was.
     last_addr: u64,
     last_was_entry: bool,
+    /// The newest data-stack frame ends below the stack's top: a frame
+    /// above it is being pushed (or popped) and links to it.
+    pushing: bool,
     last_owner: Option<u8>,
     /// Where the last data-stack frame was: (chunk, address).
     last_pos: Option<(usize, u64)>,
@@ -1663,6 +1696,7 @@ impl Cursor {
             addr: current,
             last_addr: 0,
             last_was_entry: false,
+            pushing: false,
             last_owner: None,
             last_pos: None,
             contiguous: Contiguous::new(newest_end),

@@ -12,6 +12,7 @@ pub mod anchor;
 pub mod asyncio;
 pub mod cframe;
 pub mod code;
+pub mod depth;
 pub mod dict;
 pub mod frames;
 pub mod guess;
