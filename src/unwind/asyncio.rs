@@ -1285,6 +1285,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &st.tstate_buf),
             outside: &mut st.run_outside,
             stop_at: 0,
+            counted: false,
             entry_previous: None,
             tail: None,
             vouched: false,

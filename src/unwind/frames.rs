@@ -761,6 +761,10 @@ pub struct Walk<'a> {
     /// Stop after the first frame running this code object (0: walk to
     /// the root): an asyncio task's stack ends at its coroutine's frame.
     pub stop_at: u64,
+    /// The chain is the thread's own, held to the thread's count of its
+    /// frames (see [`super::depth`]); not a running task's chain, cut
+    /// below its coroutine.
+    pub counted: bool,
     /// 3.11, 3.12: where the first entry frame of the walk must link to
     /// (the outer `_PyCFrame`'s current frame; see [`super::cframe`]).
     pub entry_previous: Option<u64>,
@@ -1120,7 +1124,7 @@ impl Walk<'_> {
     /// A walk that found no Python frame reports nothing and is not held
     /// to it (a thread between two calls from C, or just made).
     fn check_depth(&self, out: &[FrameId], codes_before: usize, pushing: bool) -> Result<()> {
-        if self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
+        if !self.counted || self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
             return Ok(());
         }
         let walked = (self.used_codes.len() - codes_before) as u32;

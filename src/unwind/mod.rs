@@ -1499,6 +1499,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
             stop_at: 0,
+            counted: true,
             entry_previous: t.entry_previous,
             opcodes,
             tail: keeps_tail.then_some(&mut ts.tail),
