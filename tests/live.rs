@@ -582,12 +582,14 @@ fn with_opcodes_a_selected_row_shows_the_instructions_its_line_ran() {
         45,
     );
     // At first the top row is selected: the hot line, once it leads, with
-    // its specialised addition among its instructions.
+    // its specialised addition and its store among its instructions (each
+    // listed once a sample has caught the line there: on a busy machine
+    // the store may take a few hundred samples).
     let warm = |s: &str| {
+        let ops = panel_ops(s);
         on_hot(s)
-            && panel_ops(s)
-                .iter()
-                .any(|n| n == "BINARY_OP_ADD_INT (BINARY_OP)")
+            && ops.iter().any(|n| n == "BINARY_OP_ADD_INT (BINARY_OP)")
+            && ops.iter().any(|n| n.starts_with("STORE_FAST"))
     };
     t.wait_for("the hot line's instructions", Duration::from_secs(60), warm);
     let s = t.still("the hot line's instructions", warm);
@@ -608,7 +610,6 @@ fn with_opcodes_a_selected_row_shows_the_instructions_its_line_ran() {
             "{name} is not an instruction of the hot line:\n{s}"
         );
     }
-    assert!(ops.iter().any(|n| n.starts_with("STORE_FAST")), "{s}");
 
     // j selects the next row: the panel is about another location, one
     // of the table's rows.

@@ -1113,8 +1113,32 @@ impl Walk<'_> {
             },
             r => r,
         }?;
+        self.check_lone_fresh_leaf(&c, base_frame)?;
         self.check_depth(out, codes_before, c.pushing)?;
         Ok(walked)
+    }
+
+    /// 3.12-3.14: a newest frame at its first instruction, alone on an
+    /// entry frame with no previous one, is torn. A push writes a frame's
+    /// code before its link, and an entry frame lies on the C stack, where
+    /// a stale one looks like any other: nothing vouches for that link
+    /// (3.13's `__init__` shim was read so, linked where the slot's last
+    /// occupant was, once in about 10,000 samples of a program calling
+    /// `__init__`s in a loop; the re-read of [`Walk::confirm_fresh`] read
+    /// the same). A thread's real first frame at its first instruction is
+    /// an instant; the sample is read again.
+    fn check_lone_fresh_leaf(&self, c: &Cursor, base_frame: Option<u64>) -> Result<()> {
+        let separate_entry = base_frame.is_none() && self.offs.frame_is_entry.is_none();
+        match c.fresh_leaf {
+            Some((leaf, previous, _)) if separate_entry && c.visited == 2 && c.last_was_entry => {
+                Err(Torn::JustPushed {
+                    addr: leaf,
+                    previous,
+                }
+                .into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A whole stack holds as many Python frames as the thread counts on
