@@ -195,6 +195,8 @@ pub enum Torn {
     SuspendedGenerator,
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
+    #[error("the thread's eval loop published its _PyCFrame at {cframe:#x} before its frame")]
+    CFrameWithoutFrame { cframe: u64 },
     #[error("the chain holds {walked} Python frames, the thread's own count {counted}")]
     DepthMismatch { walked: u32, counted: u32 },
     #[error(

@@ -61,6 +61,9 @@ struct Tally {
     rootless: BTreeMap<String, usize>,
     /// Stacks reported with a frame tachyon could not read.
     unreadable: usize,
+    /// Good samples without a stack of the main thread, which runs Python
+    /// from READY on.
+    main_missing: usize,
     stacks: usize,
 }
 
@@ -102,6 +105,13 @@ fn tally<M: ProcessMemory>(u: &mut Unwinder<M>, main_pid: u64, n: usize) -> Tall
             continue;
         }
         t.ok += 1;
+        if !s
+            .threads
+            .iter()
+            .any(|th| th.tid == main_pid && !th.frames.is_empty())
+        {
+            t.main_missing += 1;
+        }
         for th in &s.threads {
             if th.frames.is_empty() {
                 continue;
@@ -168,6 +178,12 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
     );
     let mut problems = Vec::new();
     let rootless: usize = t.rootless.values().sum();
+    if t.main_missing > 0 {
+        problems.push(format!(
+            "{} {what}: {} good samples without the main thread's stack",
+            it.name, t.main_missing
+        ));
+    }
     if rootless + t.unreadable > 0 {
         problems.push(format!(
             "{} {what}: {rootless} stacks without their root, {} with unreadable frames: {:?}",

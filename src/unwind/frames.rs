@@ -1145,16 +1145,14 @@ impl Walk<'_> {
     /// it, give or take the call or return under way (see
     /// [`super::depth`]): else the chain was read across a change that
     /// dropped frames or spliced in others, however whole its links look.
-    /// A walk that found no Python frame reports nothing and is not held
-    /// to it (a thread between two calls from C, or just made).
+    /// That holds for a walk that found no frame too: a thread that counts
+    /// frames but shows none (3.12: a current frame read as NULL in the
+    /// `_PyCFrame` window) is torn, not idle.
     fn check_depth(&self, out: &[FrameId], codes_before: usize, pushing: bool) -> Result<()> {
         if !self.counted || self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
             return Ok(());
         }
         let walked = (self.used_codes.len() - codes_before) as u32;
-        if walked == 0 {
-            return Ok(());
-        }
         match super::depth::counted(self.offs, self.tstate.1) {
             Some(counted)
                 if !super::depth::agrees(self.offs.version.minor, walked, counted, pushing) =>

@@ -1460,6 +1460,9 @@ impl<M: ProcessMemory> Unwinder<M> {
         vouched: bool,
         frames: &mut Vec<crate::model::FrameId>,
     ) -> Result<bool> {
+        if cframe::published_without_frame(o, tstate, t) {
+            return Err(Torn::CFrameWithoutFrame { cframe: t.cframe }.into());
+        }
         self.outside.clear();
         let gc_frame = if self.opts.gc { interp.gc_frame } else { 0 };
         let keeps_tail = self.keeps_tail(idx);
