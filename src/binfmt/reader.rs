@@ -153,8 +153,13 @@ impl<R: Read + Seek> BinaryReader<R> {
         let size = src.seek(SeekFrom::End(0)).map_err(io_err)?;
         let (hb, be) = read_header(&mut src, size, &io_err)?;
         let h = Fixed { b: &hb, be };
+        // Whole: finished (its tables placed), the tables inside the file,
+        // and a footer that gives the file's size. A cut file's last bytes
+        // may read as that size by chance (block data that holds it), but
+        // not with its tables past its end.
         let whole = size >= HEADER_SIZE + FOOTER_SIZE
             && h.u64(40) != 0
+            && h.u64(40) <= size
             && footer_size(&mut src, size, be).map_err(io_err)? == size;
         if !whole && opts.recover {
             return BinaryReader::recover(src, name, opts, &hb, be, size);
@@ -1803,6 +1808,19 @@ mod tests {
         let names = |i: usize| stacks_and_names(&snaps[i].1, recovering()).unwrap().2;
         assert!(names(0).is_empty());
         assert_eq!(names(1), ["43 Worker-1"]);
+    }
+
+    #[test]
+    fn a_cut_whose_last_bytes_read_as_its_size_is_still_a_cut() {
+        // tests/killed.rs met it once: a finished 9,539-byte recording cut
+        // at 512, whose bytes where a footer would be gave 512.
+        let (_, whole) = blocks_recording(Compression::Zstd, 40);
+        let cut = whole.len() / 2;
+        let mut bytes = whole[..cut].to_vec();
+        let at = cut - FOOTER_SIZE as usize + 8;
+        bytes[at..at + 8].copy_from_slice(&(cut as u64).to_le_bytes());
+        let (info, _) = stacks(&bytes, recovering()).unwrap();
+        assert!(info.truncated);
     }
 
     #[test]
