@@ -195,6 +195,10 @@ pub enum Torn {
     SuspendedGenerator,
     #[error("the chain did not reach the thread's base frame")]
     NoBaseFrame,
+    #[error(
+        "the newest frame at {addr:#x}, at its first instruction, stands alone on an entry frame: a frame read while it was pushed"
+    )]
+    LoneFreshLeaf { addr: u64 },
     #[error("the thread's eval loop published its _PyCFrame at {cframe:#x} before its frame")]
     CFrameWithoutFrame { cframe: u64 },
     #[error("the chain holds {walked} Python frames, the thread's own count {counted}")]

@@ -480,11 +480,6 @@ fn per_thread_bytecode(c: &Checked, q: &Quirks) -> Result<Option<Tlbc>> {
     }))
 }
 
-/// 3.15: the frame-cache mark and its count in the thread state. tachyon
-/// writes the mark (`--frame-cache`), so a table that put it on another
-/// field would have it write there: the spec bounded each, and a real
-/// table also has them where `PyThreadState` declares them, one word
-/// after another behind the current and base frames.
 /// 3.12+: where the thread's Python frame count is kept (see
 /// [`Offsets::tstate_py_depth`]). No table names these two ints; their
 /// place in `struct _ts` is fixed per version: right after the 4-byte
@@ -512,6 +507,11 @@ fn py_depth(c: &Checked, q: &Quirks) -> Result<Option<(u64, u64)>> {
     Ok(Some((remaining, remaining + 4)))
 }
 
+/// 3.15: the frame-cache mark and its count in the thread state. tachyon
+/// writes the mark (`--frame-cache`), so a table that put it on another
+/// field would have it write there: the spec bounded each, and a real
+/// table also has them where `PyThreadState` declares them, one word
+/// after another behind the current and base frames.
 fn profiled_mark(c: &Checked, q: &Quirks) -> Result<Option<(u64, u64)>> {
     if q.minor < 15 {
         return Ok(None);

@@ -27,11 +27,12 @@
 //! linked together, then counted one by one); a return uncounts, then
 //! unlinks; 3.12 counts a frame before linking it only while it pushes it,
 //! 3.13+ also elsewhere. So a walk may find up to two frames more than the
-//! count, and one fewer where the version allows it ([`agrees`]). Those bounds are what programs of calls, `__init__`s,
-//! generators, threads and exceptions showed with the target stopped for
-//! each sample (3.12 to 3.15, release and debug builds, about 1.2 million
-//! walks, and `for` loops over generators in tests/generators.rs); the
-//! stale current frames above are 2 to 10 frames off.
+//! count, and one fewer where the version allows it ([`agrees`]). Those
+//! bounds are what programs of calls, `__init__`s, generators, threads and
+//! exceptions showed with the target stopped for each sample (3.12 to
+//! 3.15, release and debug builds, about 1.2 million walks, and `for`
+//! loops over generators in tests/generators.rs); the stale current
+//! frames above are 2 to 10 frames off.
 
 use crate::offsets::Offsets;
 use crate::process::LocalBytes;

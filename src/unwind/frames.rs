@@ -1130,12 +1130,8 @@ impl Walk<'_> {
     fn check_lone_fresh_leaf(&self, c: &Cursor, base_frame: Option<u64>) -> Result<()> {
         let separate_entry = base_frame.is_none() && self.offs.frame_is_entry.is_none();
         match c.fresh_leaf {
-            Some((leaf, previous, _)) if separate_entry && c.visited == 2 && c.last_was_entry => {
-                Err(Torn::JustPushed {
-                    addr: leaf,
-                    previous,
-                }
-                .into())
+            Some((leaf, ..)) if separate_entry && c.visited == 2 && c.last_was_entry => {
+                Err(Torn::LoneFreshLeaf { addr: leaf }.into())
             }
             _ => Ok(()),
         }
@@ -1146,8 +1142,7 @@ impl Walk<'_> {
     /// [`super::depth`]): else the chain was read across a change that
     /// dropped frames or spliced in others, however whole its links look.
     /// That holds for a walk that found no frame too: a thread that counts
-    /// frames but shows none (3.12: a current frame read as NULL in the
-    /// `_PyCFrame` window) is torn, not idle.
+    /// frames but shows none is torn, not idle.
     fn check_depth(&self, out: &[FrameId], codes_before: usize, pushing: bool) -> Result<()> {
         if !self.counted || self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
             return Ok(());
