@@ -40,8 +40,8 @@ use zstd::stream::zio;
 use super::{
     Compression, DEFAULT_ZSTD_LEVEL, ENC_FULL, ENC_POP_PUSH, ENC_REPEAT, ENC_SUFFIX, EncodingStats,
     FOOTER_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_STACK_DEPTH, OPCODE_NONE, StoredStats,
-    TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, ZSTD_WINDOW_LOG, encode_config, put_varint,
-    zigzag,
+    TRAILER_MAGIC, TRAILER_SIZE, TRAILER_VERSION, ZSTD_HASH_LOG, ZSTD_WINDOW_LOG, encode_config,
+    put_varint, zigzag,
 };
 use crate::binfmt::CaptureConfig;
 use crate::error::{Error, Result};
@@ -142,17 +142,28 @@ enum Sink<W: Write> {
 /// A zstd frame being written to `W`.
 type ZstdWriter<W> = zio::Writer<W, raw::Encoder<'static>>;
 
+/// tachyon's zstd settings besides the level.
+fn zstd_parameters() -> [raw::CParameter; 4] {
+    [
+        raw::CParameter::WindowLog(ZSTD_WINDOW_LOG),
+        raw::CParameter::HashLog(ZSTD_HASH_LOG),
+        raw::CParameter::ChainLog(ZSTD_HASH_LOG),
+        // A torn frame is told from a whole one.
+        raw::CParameter::ChecksumFlag(true),
+    ]
+}
+
 /// A zstd encoder of tachyon's settings on `out`, starting a frame.
 fn encoder<W: Write>(out: W, level: i32) -> std::io::Result<ZstdWriter<W>> {
     let mut enc = raw::Encoder::new(level)?;
-    enc.set_parameter(raw::CParameter::WindowLog(ZSTD_WINDOW_LOG))?;
-    // A torn frame is told from a whole one.
-    enc.set_parameter(raw::CParameter::ChecksumFlag(true))?;
+    for p in zstd_parameters() {
+        enc.set_parameter(p)?;
+    }
     Ok(zio::Writer::new(out, enc))
 }
 
 /// End the frame `z`: the writer, and the encoder ready for the next
-/// frame with its context (a few megabytes of tables at level 7) kept: a
+/// frame with its context (its tables: see `ZSTD_HASH_LOG`) kept: a
 /// context made afresh for every frame cost its pages' first touches
 /// again, about 650 page faults a frame.
 fn end_zstd_frame<W: Write>(mut z: ZstdWriter<W>) -> std::io::Result<(W, raw::Encoder<'static>)> {
@@ -864,6 +875,29 @@ fn flush_repeat(th: &mut ThreadState, buf: &mut Vec<u8>, enc: &mut EncodingStats
 #[cfg(test)]
 mod tests {
     use super::shared_tail;
+
+    /// The compressor's context, with tachyon's settings, after it
+    /// compressed a stream longer than its window: under a megabyte (level
+    /// 7's own tables took about 5 MB).
+    #[test]
+    fn the_compressor_keeps_under_a_megabyte() {
+        let mut cctx = zstd::zstd_safe::CCtx::create();
+        cctx.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(
+            super::DEFAULT_ZSTD_LEVEL,
+        ))
+        .unwrap();
+        for p in super::zstd_parameters() {
+            cctx.set_parameter(p).unwrap();
+        }
+        let data: Vec<u8> = (0u32..400_000)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 29) as u8)
+            .collect();
+        let mut out = vec![0u8; zstd::zstd_safe::compress_bound(data.len())];
+        let n = cctx.compress2(&mut out[..], &data).unwrap();
+        assert!(n > 0 && n < data.len());
+        let size = cctx.sizeof();
+        assert!(size < 1 << 20, "the compressor takes {size} bytes");
+    }
 
     #[test]
     fn shared_tail_counts_the_common_root_side() {
