@@ -1284,7 +1284,6 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: &mut self.used_codes,
             tstate: (tstate, &st.tstate_buf),
             outside: &mut st.run_outside,
-            stop_at: 0,
             counted: false,
             entry_previous: None,
             tail: None,

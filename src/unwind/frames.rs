@@ -758,9 +758,6 @@ pub struct Walk<'a> {
     pub outside: &'a mut Vec<u64>,
     /// Scratch: frames outside the data stack seen in this walk (cycles).
     pub seen: &'a mut HashSet<u64>,
-    /// Stop after the first frame running this code object (0: walk to
-    /// the root): an asyncio task's stack ends at its coroutine's frame.
-    pub stop_at: u64,
     /// The chain is the thread's own, held to the thread's count of its
     /// frames (see [`super::depth`]); not a running task's chain, cut
     /// below its coroutine.
@@ -851,12 +848,8 @@ struct OpcodeAt {
 
 impl Walk<'_> {
     /// Where the thread's newest data-stack frame ends (its
-    /// `datastack_top`, read with its state), when the version tells and
-    /// this walk is a thread's whole stack.
+    /// `datastack_top`, read with its state), when the version tells.
     pub(super) fn newest_end(&self) -> Option<u64> {
-        if self.stop_at != 0 {
-            return None;
-        }
         let at = self.offs.tstate_datastack_top?;
         self.tstate.1.u64_at(at).filter(|&top| top != 0)
     }
@@ -1144,7 +1137,7 @@ impl Walk<'_> {
     /// That holds for a walk that found no frame too: a thread that counts
     /// frames but shows none is torn, not idle.
     fn check_depth(&self, out: &[FrameId], codes_before: usize, pushing: bool) -> Result<()> {
-        if !self.counted || self.stop_at != 0 || out.last() == Some(&self.markers.truncated) {
+        if !self.counted || out.last() == Some(&self.markers.truncated) {
             return Ok(());
         }
         let walked = (self.used_codes.len() - codes_before) as u32;
@@ -1286,10 +1279,7 @@ impl Walk<'_> {
                 c.contiguous.stop();
                 continue;
             }
-            if self.emit(c, chunk, &h, out, at, tail.as_deref_mut())? {
-                // A part of the stack (`stop_at`), not checked to its root.
-                return Ok(false);
-            }
+            self.emit(c, chunk, &h, out, at, tail.as_deref_mut())?;
         }
         self.finish(c, current, base_frame, out)
     }
@@ -1300,7 +1290,6 @@ impl Walk<'_> {
     /// while its resumer was linking it (see [`super::resumer`]).
     fn unlinked_generator(&self, c: &Cursor, shown: usize) -> bool {
         self.offs.resume.is_some()
-            && self.stop_at == 0
             && c.visited == 1
             && shown == 1
             && !c.truncated
@@ -1534,8 +1523,7 @@ impl Walk<'_> {
 
     /// Push what the frame just stepped past shows (its code's frame, and
     /// the `<GC>` and `<native>` markers around it), or mark the walk
-    /// truncated when it would not fit. True if the walk ends here
-    /// (`stop_at`).
+    /// truncated when it would not fit.
     fn emit(
         &mut self,
         c: &mut Cursor,
@@ -1544,7 +1532,7 @@ impl Walk<'_> {
         out: &mut Vec<FrameId>,
         at: &mut Vec<OpcodeAt>,
         tail: Option<&mut Tail>,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let gc = self.gc_frame != 0 && c.last_addr == self.gc_frame;
         // The entry frame of an eval-loop invocation: C called into Python
         // here. It holds no code of its own.
@@ -1556,7 +1544,7 @@ impl Walk<'_> {
             if let Some(t) = tail {
                 t.spoil();
             }
-            return Ok(false);
+            return Ok(());
         }
         if gc {
             out.push(self.markers.gc);
@@ -1589,7 +1577,7 @@ impl Walk<'_> {
                 self.check_contiguous(c, i, h.executable, words)?;
             }
             // Whichever way the frame was found (the frame table or the
-            // code cache), it gets its opcode and may end the walk.
+            // code cache), it gets its opcode.
             if self.opcodes.is_some() && at.len() < MAX_OPCODE_FRAMES {
                 at.push(OpcodeAt {
                     index: out.len(),
@@ -1610,9 +1598,6 @@ impl Walk<'_> {
             }
             out.push(id);
             self.used_codes.push(h.executable);
-            if self.stop_at != 0 && h.executable == self.stop_at {
-                return Ok(true);
-            }
         }
         if native {
             out.push(self.markers.native);
@@ -1625,7 +1610,7 @@ impl Walk<'_> {
         if shown || h.entry {
             c.callee_inline = !h.entry;
         }
-        Ok(false)
+        Ok(())
     }
 
     /// The chain ended (a NULL `previous`): is it rooted where the

@@ -1501,7 +1501,6 @@ impl<M: ProcessMemory> Unwinder<M> {
             used_codes: &mut self.used_codes,
             tstate: (tstate, &ts.buf),
             outside: &mut self.outside,
-            stop_at: 0,
             counted: true,
             entry_previous: t.entry_previous,
             opcodes,
