@@ -140,10 +140,9 @@ fn sample_target(it: &Interp, n: usize) -> (Vec<Sample>, FrameTable) {
     let opts = UnwindOptions {
         all_threads: true,
         native: true,
-        gc: true,
         cpu_status: true,
         opcodes: true,
-        frame_cache: false,
+        ..Default::default()
     };
     let mut u = tachyon::attach(t.pid(), opts)
         .unwrap_or_else(|e| panic!("{}: cannot attach: {e}", it.name));

@@ -147,10 +147,8 @@ fn corrupted_reads_never_panic_or_hang() {
         let opts = UnwindOptions {
             all_threads: true,
             native: true,
-            gc: true,
-            cpu_status: false,
             opcodes: true,
-            frame_cache: false,
+            ..Default::default()
         };
         // One unwinder through every round: what it learns and caches
         // from corrupted reads stays with it.

@@ -47,12 +47,8 @@ fn check(it: &Interp) -> Option<String> {
     let mut target = spawn(it, PARKED, &[], &[]);
     target.wait_for("READY", Duration::from_secs(30));
     let opts = UnwindOptions {
-        all_threads: false,
-        native: false,
         gc: false,
-        cpu_status: false,
-        opcodes: false,
-        frame_cache: false,
+        ..Default::default()
     };
     let mut u = tachyon::attach(target.pid(), opts).unwrap();
     let counted = count_of_main(&u);

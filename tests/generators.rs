@@ -181,12 +181,8 @@ fn tally<M: ProcessMemory>(
 
 fn attach(target: &common::Target) -> Unwinder<impl ProcessMemory> {
     let opts = UnwindOptions {
-        all_threads: false,
-        native: false,
         gc: false,
-        cpu_status: false,
-        opcodes: false,
-        frame_cache: false,
+        ..Default::default()
     };
     tachyon::attach(target.pid(), opts).unwrap()
 }

@@ -213,10 +213,8 @@ fn every_format_written_live_equals_the_same_format_from_replay() {
         let opts = UnwindOptions {
             all_threads: true,
             native: true,
-            gc: true,
             cpu_status: true,
-            opcodes: false,
-            frame_cache: false,
+            ..Default::default()
         };
         let mut u = tachyon::attach(t.pid(), opts).unwrap();
         let mut samples: Vec<Sample> = Vec::new();

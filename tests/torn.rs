@@ -158,11 +158,8 @@ fn run(it: &Interp, script: &str, what: &str) -> Vec<String> {
     target.wait_for("READY", Duration::from_secs(30));
     let opts = UnwindOptions {
         all_threads: true,
-        native: false,
         gc: false,
-        cpu_status: false,
-        opcodes: false,
-        frame_cache: false,
+        ..Default::default()
     };
     let mut u = tachyon::attach(target.pid(), opts).unwrap();
     let t = tally(&mut u, target.pid() as u64, SAMPLES);
