@@ -28,6 +28,14 @@
 //! - Anything else (the mark elsewhere, the count moved, the leaf changed,
 //!   the kept walk not reusable in this sample's context) reads and walks
 //!   the whole stack as without the cache, and marks the new leaf.
+//! - **Back off.** A program whose leaf changes between samples (deep
+//!   recursion, many short calls) gets no hit, and marking each new leaf
+//!   would cost a write a sample, and often a second read (a leaf found
+//!   marked by chance, read alone, then whole). After [`FRUITLESS`] marks
+//!   written without a hit, a thread's leaf is marked only once in
+//!   [`BACKOFF`] samples that would mark it, until the next hit. Writing
+//!   less never vouches for more: a hit still needs the mark found on the
+//!   leaf with the count the vouching sample saw.
 //!
 //! **Another writer.** A second profiler (the reference uses the same
 //! fields by default) writes the same mark. Its writes cannot make the
@@ -42,6 +50,13 @@
 /// Every this many samples of a thread that could be hits, one is read
 /// whole and checked against the vouched frames instead.
 pub const AUDIT_EVERY: u32 = 64;
+
+/// Marks written without a hit before a thread's marks back off.
+pub const FRUITLESS: u32 = 8;
+
+/// Backed off, a thread's leaf is marked once in this many samples that
+/// would mark it.
+pub const BACKOFF: u32 = 32;
 
 /// Why the cache turned itself off.
 pub const FOREIGN: &str =
@@ -65,6 +80,10 @@ pub struct Mark {
     pub written: Option<(Thread, u64, u64)>,
     /// Samples that could have been hits since the last audit.
     pub since_audit: u32,
+    /// Marks written since the last hit.
+    pub fruitless: u32,
+    /// Backed off: marks not written since the last one.
+    pub skipped: u32,
 }
 
 impl Mark {
@@ -77,6 +96,13 @@ impl Mark {
             Some((t, leaf, _)) if t.0 == tstate && self.since_audit + 1 < AUDIT_EVERY => Some(leaf),
             _ => None,
         }
+    }
+
+    /// A sample read as its leaf alone.
+    pub fn hit(&mut self) {
+        self.since_audit += 1;
+        self.fruitless = 0;
+        self.skipped = 0;
     }
 
     /// Is this sample of thread `tstate`, whose current frame is `leaf`
@@ -99,8 +125,8 @@ impl Mark {
     /// After a walk of thread `tstate` whose leaf is `leaf`: what the mark
     /// (as `found` with the state) vouches for now, given whether the
     /// thread's kept walk is below this leaf (`kept`). True if the leaf
-    /// must be marked (the mark is elsewhere). A leaf of 0 is never
-    /// marked nor vouched for.
+    /// must be marked (the mark is elsewhere, and the thread's marks are
+    /// not backed off). A leaf of 0 is never marked nor vouched for.
     pub fn settle(
         &mut self,
         tstate: Thread,
@@ -117,6 +143,12 @@ impl Mark {
             return false;
         }
         self.vouched = None;
+        if self.fruitless >= FRUITLESS && self.skipped + 1 < BACKOFF {
+            self.skipped += 1;
+            return false;
+        }
+        self.skipped = 0;
+        self.fruitless = self.fruitless.saturating_add(1);
         self.written = Some((tstate, leaf, seq));
         true
     }
@@ -261,6 +293,33 @@ mod tests {
         // Another thread in this state (a new one, its mark fresh) says
         // nothing.
         assert!(!m.foreign(OTHER, Some((0, 7))));
+    }
+
+    #[test]
+    fn marks_without_hits_back_off_until_the_next_hit() {
+        let mut m = Mark::default();
+        // A new leaf every sample, the mark always elsewhere.
+        let mut written = Vec::new();
+        for i in 0..FRUITLESS + 3 * BACKOFF {
+            let leaf = 0x500 + 0x40 * u64::from(i % 5);
+            if m.settle(T, leaf, Some((0x300, 7)), true) {
+                written.push(i);
+            }
+        }
+        let first: Vec<u32> = (0..FRUITLESS).collect();
+        assert_eq!(&written[..FRUITLESS as usize], &first[..]);
+        let later: Vec<u32> = (1..=3).map(|k| FRUITLESS - 1 + k * BACKOFF).collect();
+        assert_eq!(&written[FRUITLESS as usize..], &later[..]);
+        // What was last written is what foreign writes are told from.
+        let last = *written.last().unwrap();
+        let leaf = 0x500 + 0x40 * u64::from(last % 5);
+        assert_eq!(m.written, Some((T, leaf, 7)));
+        // Found on its leaf, the mark still vouches, backed off or not.
+        assert!(!m.settle(T, leaf, Some((leaf, 7)), true));
+        assert!(m.covers(T, leaf, Some((leaf, 7))));
+        // A hit ends the back-off: the next new leaf is marked at once.
+        m.hit();
+        assert!(m.settle(T, 0x900, Some((leaf, 7)), true));
     }
 
     #[test]

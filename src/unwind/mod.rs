@@ -1620,7 +1620,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         let kept = ts.tail.kept_below(tstate, leaf);
         if plan.hit {
             self.frame_cache.hits += 1;
-            mark.since_audit += 1;
+            mark.hit();
         }
         if let Some(before) = vouched {
             self.frame_cache.audits += 1;
