@@ -204,6 +204,10 @@ pub enum Torn {
     #[error("the chain holds {walked} Python frames, the thread's own count {counted}")]
     DepthMismatch { walked: u32, counted: u32 },
     #[error(
+        "the thread list ends at {tail:#x} without the main thread: a thread was linked or unlinked while it was read"
+    )]
+    MainThreadUnlisted { tail: u64 },
+    #[error(
         "the frame cache's mark vouched for the frames below the leaf, but the kept walk does not fit this sample"
     )]
     NotVouched,

@@ -170,6 +170,9 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
 pub struct Unwinder<M: ProcessMemory> {
     /// The reader, metered: each sample has a read budget.
     mem: Metered<M>,
+    /// Thread-list walks in a row that did not reach the interpreter's
+    /// main thread.
+    main_unlisted: threads::MainUnlisted,
     pid: i32,
     runtime: Runtime,
     pub opts: UnwindOptions,
@@ -549,6 +552,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         Unwinder {
             frame_cache,
             mem: Metered::new(mem),
+            main_unlisted: threads::MainUnlisted::default(),
             pid,
             runtime,
             opts,
@@ -1300,6 +1304,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         self.seen.clear();
         let mut extra = guess.len();
         let mut t = interp.threads_head;
+        let mut tail = 0;
         while t != 0 {
             if self.order.len() >= MAX_THREADS || !frames::plausible(t) || !self.seen.insert(t) {
                 return Err(Error::corrupt("thread list too long, cyclic or broken"));
@@ -1333,12 +1338,23 @@ impl<M: ProcessMemory> Unwinder<M> {
                 }
             };
             self.order.push(idx);
+            tail = t;
             t = self.slots[idx]
                 .buf
                 .u64_at(o.tstate_next)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
         }
-        Ok(())
+        self.check_main_listed(interp, tail)
+    }
+
+    /// A walk of the thread list that ended at `tail` without the
+    /// interpreter's main thread is torn (see [`threads::MainUnlisted`]).
+    fn check_main_listed(&mut self, interp: &InterpFacts, tail: u64) -> Result<()> {
+        let listed = interp.threads_main == 0 || self.seen.contains(&interp.threads_main);
+        match self.main_unlisted.torn(listed) {
+            true => Err(Torn::MainThreadUnlisted { tail }.into()),
+            false => Ok(()),
+        }
     }
 
     /// 3.11, 3.12: every thread's current frame, through its `_PyCFrame`,

@@ -88,6 +88,35 @@ impl InterpFacts {
     }
 }
 
+/// Thread-list walks in a row without the interpreter's main thread after
+/// which the list is believed: a few samples' tries.
+pub const MAX_MAIN_UNLISTED: u32 = 32;
+
+/// The interpreter's main thread is the oldest in its list, and stays
+/// there. A walk of the list that ends without it read the list while a
+/// thread was linked or unlinked (its `next` cleared, or not yet set), and
+/// would show the threads before it as the whole process: it is torn.
+/// Unless walks miss it [`MAX_MAIN_UNLISTED`] times in a row: then its
+/// state really left the list (an embedding deleted it), and the list is
+/// taken as it is until the main thread is back in it.
+#[derive(Debug, Default)]
+pub struct MainUnlisted {
+    in_a_row: u32,
+}
+
+impl MainUnlisted {
+    /// After a walk that reached the main thread (or has none to reach:
+    /// `listed`), or did not: is that walk torn?
+    pub fn torn(&mut self, listed: bool) -> bool {
+        if listed {
+            self.in_a_row = 0;
+            return false;
+        }
+        self.in_a_row = self.in_a_row.saturating_add(1);
+        self.in_a_row <= MAX_MAIN_UNLISTED
+    }
+}
+
 /// Facts from one thread state.
 pub struct ThreadFacts {
     pub native_id: u64,
@@ -187,5 +216,29 @@ impl ThreadFacts {
             _ => s |= status::UNKNOWN,
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_without_the_main_thread_is_torn_until_it_stays_so() {
+        let mut m = MainUnlisted::default();
+        assert!(!m.torn(true));
+        // A walk that missed it, then one that found it: the miss torn.
+        assert!(m.torn(false));
+        assert!(!m.torn(true));
+        // Missed every time: torn MAX_MAIN_UNLISTED times, then believed
+        // for as long as it stays out.
+        let torn = (0..MAX_MAIN_UNLISTED + 10)
+            .filter(|_| m.torn(false))
+            .count();
+        assert_eq!(torn, MAX_MAIN_UNLISTED as usize);
+        assert!(!m.torn(false));
+        // Back in the list: checked again from scratch.
+        assert!(!m.torn(true));
+        assert!(m.torn(false));
     }
 }
