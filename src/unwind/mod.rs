@@ -170,6 +170,9 @@ pub fn max_bytes_allowed(code_loads: u64) -> u64 {
 pub struct Unwinder<M: ProcessMemory> {
     /// The reader, metered: each sample has a read budget.
     mem: Metered<M>,
+    /// Bytes read of each thread state: its size, or more to take in its
+    /// own base frame (see [`learn_state_len`]).
+    state_len: usize,
     /// Thread-list walks in a row that did not reach the interpreter's
     /// main thread.
     main_unlisted: threads::MainUnlisted,
@@ -299,6 +302,7 @@ fn push_guessed_states<'a>(
     slots: &'a mut [ThreadSlot],
     spec: &Speculation,
     o: &Offsets,
+    state_len: usize,
     guess: &[u64],
     with_chunks: bool,
     cache: bool,
@@ -306,10 +310,9 @@ fn push_guessed_states<'a>(
     later: &mut Vec<ReadReq<'a>>,
 ) {
     let (guesses, prefetch) = (&spec.threads, &spec.prefetch);
-    let tsize = o.tstate_size as usize;
     for (slot, &t) in slots.iter_mut().zip(guess) {
         slot.tstate = t;
-        slot.buf.resize(tsize, 0);
+        slot.buf.resize(state_len, 0);
         slot.state_after = (false, false);
         let ThreadSlot {
             buf,
@@ -346,6 +349,33 @@ fn push_guessed_states<'a>(
                 chunks.prepare(0, 0, o.frame_size, &[]);
             }
         }
+    }
+}
+
+/// Most bytes a thread state's read may take beyond its size.
+const MAX_STATE_EXTRA: u64 = 512;
+
+/// How many bytes to read of each thread state, `len` so far, after the
+/// state at `tstate` named `base` as its base frame (3.15). The base frame
+/// lives in the thread's own `_PyThreadStateImpl`, at the same place for
+/// every thread, and ends past the state's size: read with it, the walk
+/// finds it in the state's copy, with no range of its own, and a new
+/// thread costs one read less. A base frame elsewhere changes nothing: it
+/// is read as any frame outside the data stack.
+fn learn_state_len(o: &Offsets, len: usize, tstate: u64, base: Option<u64>) -> usize {
+    state_len_for(o.tstate_size, o.frame_size, len, tstate, base)
+}
+
+/// [`learn_state_len`] for a state of `size` bytes and frames of
+/// `frame_size`.
+fn state_len_for(size: u64, frame_size: u64, len: usize, tstate: u64, base: Option<u64>) -> usize {
+    let end = base
+        .and_then(|b| b.checked_sub(tstate))
+        .and_then(|off| off.checked_add(frame_size))
+        .filter(|&end| end <= size + MAX_STATE_EXTRA);
+    match end {
+        Some(end) if end as usize > len => end as usize,
+        _ => len,
     }
 }
 
@@ -552,6 +582,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         Unwinder {
             frame_cache,
             mem: Metered::new(mem),
+            state_len: o.tstate_size as usize,
             main_unlisted: threads::MainUnlisted::default(),
             pid,
             runtime,
@@ -899,6 +930,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             self.slots[0].cframe.forget();
             self.slots[0].state_after = (false, false);
             if guess_tstate != 0 {
+                let state_len = self.state_len;
                 let ThreadSlot {
                     buf,
                     chunks,
@@ -926,6 +958,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 // Expecting a hit: the state (and its mark) read after the
                 // leaf (see [`ThreadSlot::state_after`]).
                 state_after.0 = chunks.windowed();
+                buf.resize(state_len, 0);
                 let state = ReadReq {
                     addr: guess_tstate,
                     buf,
@@ -940,6 +973,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     &mut self.slots,
                     &self.spec,
                     o,
+                    self.state_len,
                     guess_threads,
                     true,
                     self.frame_cache.active(),
@@ -1115,10 +1149,10 @@ impl<M: ProcessMemory> Unwinder<M> {
         let decoded = &mut scratch.decoded;
         decoded.clear();
         for &i in &self.order {
-            decoded.push(
-                ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
-                    .ok_or_else(|| Error::corrupt("short thread state"))?,
-            );
+            let t = ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
+                .ok_or_else(|| Error::corrupt("short thread state"))?;
+            self.state_len = learn_state_len(o, self.state_len, self.slots[i].tstate, t.base_frame);
+            decoded.push(t);
         }
         if o.cframe_current_frame.is_some() {
             self.read_cframes(o, decoded, chunks_ok)?;
@@ -1260,6 +1294,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 &mut self.slots,
                 &self.spec,
                 o,
+                self.state_len,
                 guess,
                 with_chunks,
                 self.frame_cache.active(),
@@ -1297,7 +1332,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         guess: &[u64],
         guessed_ok: bool,
     ) -> Result<()> {
-        let tsize = o.tstate_size as usize;
+        let tsize = self.state_len;
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
         self.order.clear();
@@ -1733,10 +1768,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         let slot = &mut self.slots[0];
         slot.tstate = tstate;
         if !prefetched {
+            slot.buf.resize(self.state_len, 0);
             self.mem.read(tstate, &mut slot.buf)?;
         }
         let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
+        self.state_len = learn_state_len(o, self.state_len, tstate, t.base_frame);
         if o.cframe_current_frame.is_some() {
             if prefetched {
                 slot.cframe.settle(o, &mut t, tstate, &slot.buf);
@@ -1833,5 +1870,30 @@ impl<M: ProcessMemory> Unwinder<M> {
     /// The process id this unwinder reads.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state_len_for;
+
+    #[test]
+    fn a_state_is_read_with_its_own_base_frame_only() {
+        // 3.15: an 888-byte state whose base frame (120 bytes) starts 856
+        // bytes in is read as 976 bytes.
+        assert_eq!(
+            state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 856)),
+            976
+        );
+        // Never shorter than learnt already; none, or one that fits: as is.
+        assert_eq!(state_len_for(888, 120, 976, 0x1000, None), 976);
+        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 64)), 888);
+        // Below the state, far past it, or a wrapped address: not its own.
+        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(0x800)), 888);
+        assert_eq!(
+            state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 4096)),
+            888
+        );
+        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(u64::MAX)), 888);
     }
 }
