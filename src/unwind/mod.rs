@@ -173,7 +173,7 @@ pub struct Unwinder<M: ProcessMemory> {
     /// Bytes read of each thread state: its size, or more to take in its
     /// own base frame (see [`learn_state_len`]).
     state_len: usize,
-    /// Thread-list walks in a row that did not reach the interpreter's
+    /// Per interpreter, thread-list walks in a row that did not reach its
     /// main thread.
     main_unlisted: threads::MainUnlisted,
     pid: i32,
@@ -1386,7 +1386,7 @@ impl<M: ProcessMemory> Unwinder<M> {
     /// interpreter's main thread is torn (see [`threads::MainUnlisted`]).
     fn check_main_listed(&mut self, interp: &InterpFacts, tail: u64) -> Result<()> {
         let listed = interp.threads_main == 0 || self.seen.contains(&interp.threads_main);
-        match self.main_unlisted.torn(listed) {
+        match self.main_unlisted.torn(interp.addr, listed) {
             true => Err(Torn::MainThreadUnlisted { tail }.into()),
             false => Ok(()),
         }

@@ -92,28 +92,47 @@ impl InterpFacts {
 /// which the list is believed: a few samples' tries.
 pub const MAX_MAIN_UNLISTED: u32 = 32;
 
-/// The interpreter's main thread is the oldest in its list, and stays
+/// An interpreter's main thread is the oldest in its list, and stays
 /// there. A walk of the list that ends without it read the list while a
 /// thread was linked or unlinked (its `next` cleared, or not yet set), and
 /// would show the threads before it as the whole process: it is torn.
-/// Unless walks miss it [`MAX_MAIN_UNLISTED`] times in a row: then its
-/// state really left the list (an embedding deleted it), and the list is
-/// taken as it is until the main thread is back in it.
+/// Unless walks of that interpreter's list miss it [`MAX_MAIN_UNLISTED`]
+/// times in a row: then its state really left the list (an embedding
+/// deleted it), and the list is taken as it is until the main thread is
+/// back in it. Counted per interpreter: one whose walks are whole does not
+/// keep another's real miss torn for ever.
 #[derive(Debug, Default)]
 pub struct MainUnlisted {
-    in_a_row: u32,
+    /// (interpreter, walks in a row that missed its main thread): only
+    /// interpreters whose last walk missed it.
+    missed: Vec<(u64, u32)>,
 }
 
 impl MainUnlisted {
-    /// After a walk that reached the main thread (or has none to reach:
-    /// `listed`), or did not: is that walk torn?
-    pub fn torn(&mut self, listed: bool) -> bool {
-        if listed {
-            self.in_a_row = 0;
-            return false;
+    /// After a walk of interpreter `interp`'s list that reached its main
+    /// thread (or has none to reach: `listed`), or did not: is that walk
+    /// torn?
+    pub fn torn(&mut self, interp: u64, listed: bool) -> bool {
+        let at = self.missed.iter().position(|&(i, _)| i == interp);
+        match (listed, at) {
+            (true, Some(k)) => {
+                self.missed.swap_remove(k);
+                false
+            }
+            (true, None) => false,
+            (false, Some(k)) => {
+                let n = &mut self.missed[k].1;
+                *n = n.saturating_add(1);
+                *n <= MAX_MAIN_UNLISTED
+            }
+            (false, None) => {
+                if self.missed.len() >= MAX_INTERPRETERS {
+                    self.missed.clear();
+                }
+                self.missed.push((interp, 1));
+                true
+            }
         }
-        self.in_a_row = self.in_a_row.saturating_add(1);
-        self.in_a_row <= MAX_MAIN_UNLISTED
     }
 }
 
@@ -225,20 +244,28 @@ mod tests {
 
     #[test]
     fn a_list_without_the_main_thread_is_torn_until_it_stays_so() {
+        const A: u64 = 0x1000;
+        const B: u64 = 0x2000;
         let mut m = MainUnlisted::default();
-        assert!(!m.torn(true));
+        assert!(!m.torn(A, true));
         // A walk that missed it, then one that found it: the miss torn.
-        assert!(m.torn(false));
-        assert!(!m.torn(true));
+        assert!(m.torn(A, false));
+        assert!(!m.torn(A, true));
         // Missed every time: torn MAX_MAIN_UNLISTED times, then believed
-        // for as long as it stays out.
+        // for as long as it stays out, whatever another interpreter's
+        // walks find in between.
         let torn = (0..MAX_MAIN_UNLISTED + 10)
-            .filter(|_| m.torn(false))
+            .filter(|_| {
+                assert!(!m.torn(B, true));
+                m.torn(A, false)
+            })
             .count();
         assert_eq!(torn, MAX_MAIN_UNLISTED as usize);
-        assert!(!m.torn(false));
+        assert!(!m.torn(A, false));
+        // Another interpreter's miss is its own.
+        assert!(m.torn(B, false));
         // Back in the list: checked again from scratch.
-        assert!(!m.torn(true));
-        assert!(m.torn(false));
+        assert!(!m.torn(A, true));
+        assert!(m.torn(A, false));
     }
 }
