@@ -171,8 +171,8 @@ pub struct Unwinder<M: ProcessMemory> {
     /// The reader, metered: each sample has a read budget.
     mem: Metered<M>,
     /// Bytes read of each thread state: its size, or more to take in its
-    /// own base frame (see [`learn_state_len`]).
-    state_len: usize,
+    /// own base frame (see [`StateLen`]).
+    state_len: StateLen,
     /// Per interpreter, thread-list walks in a row that did not reach its
     /// main thread.
     main_unlisted: threads::MainUnlisted,
@@ -355,27 +355,50 @@ fn push_guessed_states<'a>(
 /// Most bytes a thread state's read may take beyond its size.
 const MAX_STATE_EXTRA: u64 = 512;
 
-/// How many bytes to read of each thread state, `len` so far, after the
-/// state at `tstate` named `base` as its base frame (3.15). The base frame
-/// lives in the thread's own `_PyThreadStateImpl`, at the same place for
-/// every thread, and ends past the state's size: read with it, the walk
-/// finds it in the state's copy, with no range of its own, and a new
-/// thread costs one read less. A base frame elsewhere changes nothing: it
-/// is read as any frame outside the data stack.
-fn learn_state_len(o: &Offsets, len: usize, tstate: u64, base: Option<u64>) -> usize {
-    state_len_for(o.tstate_size, o.frame_size, len, tstate, base)
+/// How many bytes to read of each thread state. 3.15 keeps a thread's
+/// base frame in its own `_PyThreadStateImpl`, at the same place for every
+/// thread, ending past the state's size: read with the state, the walk
+/// finds it in the state's copy, with no range of its own, and a new thread
+/// costs one read less. How far it reaches is learnt from the states
+/// decoded, once two agree (a torn state's pointer is not taken for the
+/// run), and only ever grows; a base frame elsewhere changes nothing (it
+/// is read as any frame outside the data stack).
+#[derive(Debug, Clone, Copy)]
+struct StateLen {
+    len: usize,
+    /// A longer length one state asked for, not yet confirmed.
+    seen: usize,
 }
 
-/// [`learn_state_len`] for a state of `size` bytes and frames of
-/// `frame_size`.
-fn state_len_for(size: u64, frame_size: u64, len: usize, tstate: u64, base: Option<u64>) -> usize {
-    let end = base
-        .and_then(|b| b.checked_sub(tstate))
-        .and_then(|off| off.checked_add(frame_size))
-        .filter(|&end| end <= size + MAX_STATE_EXTRA);
-    match end {
-        Some(end) if end as usize > len => end as usize,
-        _ => len,
+impl StateLen {
+    fn new(o: &Offsets) -> StateLen {
+        StateLen {
+            len: o.tstate_size as usize,
+            seen: 0,
+        }
+    }
+
+    /// After the state at `tstate` named `base` as its base frame.
+    fn learn(&mut self, o: &Offsets, tstate: u64, base: Option<u64>) {
+        self.learn_sized(o.tstate_size, o.frame_size, tstate, base);
+    }
+
+    /// [`StateLen::learn`] for states of `size` bytes and frames of
+    /// `frame_size`.
+    fn learn_sized(&mut self, size: u64, frame_size: u64, tstate: u64, base: Option<u64>) {
+        let Some(end) = base
+            .and_then(|b| b.checked_sub(tstate))
+            .and_then(|off| off.checked_add(frame_size))
+            .filter(|&end| end <= size + MAX_STATE_EXTRA)
+            .map(|end| end as usize)
+            .filter(|&end| end > self.len)
+        else {
+            return;
+        };
+        if end == self.seen {
+            self.len = end;
+        }
+        self.seen = end;
     }
 }
 
@@ -582,7 +605,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         Unwinder {
             frame_cache,
             mem: Metered::new(mem),
-            state_len: o.tstate_size as usize,
+            state_len: StateLen::new(o),
             main_unlisted: threads::MainUnlisted::default(),
             pid,
             runtime,
@@ -930,7 +953,7 @@ impl<M: ProcessMemory> Unwinder<M> {
             self.slots[0].cframe.forget();
             self.slots[0].state_after = (false, false);
             if guess_tstate != 0 {
-                let state_len = self.state_len;
+                let state_len = self.state_len.len;
                 let ThreadSlot {
                     buf,
                     chunks,
@@ -973,7 +996,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                     &mut self.slots,
                     &self.spec,
                     o,
-                    self.state_len,
+                    self.state_len.len,
                     guess_threads,
                     true,
                     self.frame_cache.active(),
@@ -1151,7 +1174,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         for &i in &self.order {
             let t = ThreadFacts::decode(o, &self.slots[i].buf, self.runtime.none_addr)
                 .ok_or_else(|| Error::corrupt("short thread state"))?;
-            self.state_len = learn_state_len(o, self.state_len, self.slots[i].tstate, t.base_frame);
+            self.state_len.learn(o, self.slots[i].tstate, t.base_frame);
             decoded.push(t);
         }
         if o.cframe_current_frame.is_some() {
@@ -1294,7 +1317,7 @@ impl<M: ProcessMemory> Unwinder<M> {
                 &mut self.slots,
                 &self.spec,
                 o,
-                self.state_len,
+                self.state_len.len,
                 guess,
                 with_chunks,
                 self.frame_cache.active(),
@@ -1332,7 +1355,7 @@ impl<M: ProcessMemory> Unwinder<M> {
         guess: &[u64],
         guessed_ok: bool,
     ) -> Result<()> {
-        let tsize = self.state_len;
+        let tsize = self.state_len.len;
         // Follow the live list; take each state from the batch when it was
         // guessed, else read it now.
         self.order.clear();
@@ -1768,12 +1791,12 @@ impl<M: ProcessMemory> Unwinder<M> {
         let slot = &mut self.slots[0];
         slot.tstate = tstate;
         if !prefetched {
-            slot.buf.resize(self.state_len, 0);
+            slot.buf.resize(self.state_len.len, 0);
             self.mem.read(tstate, &mut slot.buf)?;
         }
         let mut t = ThreadFacts::decode(o, &slot.buf, self.runtime.none_addr)
             .ok_or_else(|| Error::corrupt("short thread state"))?;
-        self.state_len = learn_state_len(o, self.state_len, tstate, t.base_frame);
+        self.state_len.learn(o, tstate, t.base_frame);
         if o.cframe_current_frame.is_some() {
             if prefetched {
                 slot.cframe.settle(o, &mut t, tstate, &slot.buf);
@@ -1875,25 +1898,34 @@ impl<M: ProcessMemory> Unwinder<M> {
 
 #[cfg(test)]
 mod tests {
-    use super::state_len_for;
+    use super::StateLen;
+
+    fn learnt(steps: &[(u64, Option<u64>)]) -> usize {
+        let mut l = StateLen { len: 888, seen: 0 };
+        for &(tstate, base) in steps {
+            l.learn_sized(888, 120, tstate, base);
+        }
+        l.len
+    }
 
     #[test]
-    fn a_state_is_read_with_its_own_base_frame_only() {
+    fn a_state_is_read_with_its_own_base_frame_once_two_agree() {
         // 3.15: an 888-byte state whose base frame (120 bytes) starts 856
-        // bytes in is read as 976 bytes.
-        assert_eq!(
-            state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 856)),
-            976
-        );
-        // Never shorter than learnt already; none, or one that fits: as is.
-        assert_eq!(state_len_for(888, 120, 976, 0x1000, None), 976);
-        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 64)), 888);
+        // bytes in is read as 976 bytes, once a second state agrees.
+        let own = |t: u64| (t, Some(t + 856));
+        assert_eq!(learnt(&[own(0x1000)]), 888);
+        assert_eq!(learnt(&[own(0x1000), own(0x9000)]), 976);
+        assert_eq!(learnt(&[own(0x1000), own(0x1000)]), 976);
+        // A torn pointer in between is not taken, nor does it stay.
+        assert_eq!(learnt(&[own(0x1000), (0x9000, Some(0x9000 + 900))]), 888);
+        assert_eq!(learnt(&[(0x9000, Some(0x9000 + 900)), own(0x1000)]), 888);
+        // Never shorter once learnt; none, or one that fits: as is.
+        assert_eq!(learnt(&[own(0x1000), own(0x1000), (0x1000, None)]), 976);
+        let fits = (0x1000, Some(0x1000 + 64));
+        assert_eq!(learnt(&[fits, fits]), 888);
         // Below the state, far past it, or a wrapped address: not its own.
-        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(0x800)), 888);
-        assert_eq!(
-            state_len_for(888, 120, 888, 0x1000, Some(0x1000 + 4096)),
-            888
-        );
-        assert_eq!(state_len_for(888, 120, 888, 0x1000, Some(u64::MAX)), 888);
+        for base in [0x800, 0x1000 + 4096, u64::MAX] {
+            assert_eq!(learnt(&[(0x1000, Some(base)), (0x1000, Some(base))]), 888);
+        }
     }
 }
