@@ -407,7 +407,7 @@ fn the_bytecode_check_passes_a_real_table_and_refuses_moved_fields() {
             };
             let mut rt = good.clone();
             rt.raw = raw;
-            rt.offsets = offsets;
+            rt.offsets = offsets.into();
             match check_bytecode(&proc, &rt) {
                 Err(e @ Error::LayoutMismatch { .. }) => {
                     let msg = e.to_string();

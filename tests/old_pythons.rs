@@ -203,7 +203,7 @@ fn a_layout_that_does_not_fit_is_refused() {
             };
             let mut rt = good.clone();
             rt.raw = raw;
-            rt.offsets = offsets;
+            rt.offsets = offsets.into();
             match check_layout(&proc, &rt) {
                 Err(e @ Error::LayoutMismatch { .. }) => {
                     let msg = e.to_string();

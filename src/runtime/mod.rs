@@ -34,7 +34,9 @@ pub struct Runtime {
     /// The file that holds it, as the target names it.
     pub binary: String,
     pub raw: RawTable,
-    pub offsets: Offsets,
+    /// Shared: the unwinder takes a handle on it every sample (a copy
+    /// would move a kilobyte each time).
+    pub offsets: std::sync::Arc<Offsets>,
     /// Address of `Py_None` (`_Py_NoneStruct`), when the binary exports it:
     /// a handled-exception slot holding None means "no exception".
     pub none_addr: Option<u64>,
@@ -556,7 +558,7 @@ fn load_table(
         address: addr,
         binary: m.path.clone().unwrap_or_default(),
         raw,
-        offsets,
+        offsets: offsets.into(),
         none_addr,
     })
 }
@@ -695,7 +697,7 @@ fn carried_runtime(
         address: addr,
         binary: m.path.clone().unwrap_or_default(),
         raw,
-        offsets,
+        offsets: offsets.into(),
         none_addr,
     };
     Ok(rt)

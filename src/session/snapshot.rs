@@ -553,7 +553,7 @@ impl Snapshot {
                 address,
                 binary,
                 raw,
-                offsets,
+                offsets: offsets.into(),
                 none_addr,
             },
             table,
