@@ -73,10 +73,22 @@ pub struct Location {
     pub end_col: i32,
 }
 
+impl Location {
+    /// A Python instruction its code's location table does not place
+    /// (3.13+'s `__init__` shim): line -1, as the reference's live outputs
+    /// show it. Files store it as they store no location.
+    pub const UNPLACED: Location = Location {
+        line: -1,
+        end_line: -1,
+        col: -1,
+        end_col: -1,
+    };
+}
+
 /// One frame: where in which function. `location` is `None` when there is
-/// none to give: synthetic frames (`<GC>`, `<native>`, `<truncated>`),
-/// unreadable frames, and instructions the location table does not place.
-/// Each file format turns `None` into its own sentinel at its boundary.
+/// none to give: synthetic frames (`<GC>`, `<native>`, `<truncated>`) and
+/// unreadable frames. Each file format turns `None` into its own sentinel
+/// at its boundary.
 ///
 /// `opcode` is the instruction the frame was at (the byte in
 /// `co_code_adaptive`, specialised forms included; see [`crate::opcodes`]),

@@ -170,8 +170,11 @@ fn sample_target(it: &Interp, n: usize) -> (Vec<Sample>, FrameTable) {
 /// A frame as text with every field, the way a reader gives it back.
 fn frame_text(t: &FrameTable, id: u32) -> String {
     let f = t.frame(id);
+    // The format stores an unplaced instruction (the `__init__` shim, line
+    // -1) as it stores no location, as the reference's format does.
     let (line, end_line, col, end_col) = match f.location {
         None => (0, 0, -1, -1),
+        Some(l) if l == tachyon::model::Location::UNPLACED => (0, 0, -1, -1),
         Some(l) => (l.line, l.end_line, l.col, l.end_col),
     };
     let kind = match f.kind {

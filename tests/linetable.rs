@@ -14,10 +14,13 @@
 
 mod common;
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    Interp, machine_old_interpreters, machine_supported_interpreters, sid_interpreters, spawn,
+    Interp, RootDir, machine_old_interpreters, machine_supported_interpreters, run_ok,
+    sid_interpreters, spawn, tachyon_ok,
 };
 use serde::Deserialize;
 use tachyon::unwind::linetable::{Location, entries, locate};
@@ -271,4 +274,85 @@ fn location_tables_match_co_positions() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A class whose Python `__init__` is called from a warm call site (3.13+
+/// specialises it to go through the interpreter's `__init__` shim, whose
+/// code has no location), parked inside that `__init__`.
+const PARKED_IN_INIT: &str = r#"
+import time
+class A:
+    def __init__(self, park):
+        if park:
+            print("READY", flush=True)
+            while True:
+                time.sleep(0.01)
+def make(park):
+    return A(park)
+for _ in range(1000):
+    make(False)
+make(True)
+"#;
+
+/// The `__init__` shim frame of 3.13+ is at line -1 in live text outputs,
+/// as the reference shows it (compared on 3.15 in the same run), never at
+/// another line.
+#[test]
+fn the_init_shim_is_at_line_minus_one_as_the_reference_shows_it() {
+    let interps: Vec<Interp> = sid_interpreters()
+        .into_iter()
+        .filter(|i| i.minor >= 13)
+        .collect();
+    assert!(
+        interps.iter().any(|i| i.minor == 15),
+        "no sid 3.15 to compare with the reference"
+    );
+    let shim = ";__init__:__init__:-1;target.py:A.__init__:8 ";
+    for it in &interps {
+        let dir = RootDir::new(&[]);
+        let mut t = spawn(it, PARKED_IN_INIT, &[], &[]);
+        t.wait_for("READY", Duration::from_secs(60));
+        let pid = t.pid().to_string();
+        let ours = dir.outside("ours.txt");
+        tachyon_ok(
+            &[
+                "attach",
+                "--collapsed",
+                "-d",
+                "0.3",
+                "-o",
+                ours.to_str().unwrap(),
+                &pid,
+            ],
+            Path::new("/"),
+        );
+        let ours = std::fs::read_to_string(&ours).unwrap();
+        assert!(
+            !ours.is_empty() && ours.lines().all(|l| l.contains(shim)),
+            "{}: every stack passes the shim at line -1:\n{ours}",
+            it.name
+        );
+        if it.minor == 15 {
+            let root = it.root.as_deref().unwrap();
+            run_ok(
+                "the reference's attach --collapsed",
+                Command::new("chroot").arg(root).arg(&it.exe).args([
+                    "-m",
+                    "profiling.sampling",
+                    "attach",
+                    "--collapsed",
+                    "-d",
+                    "1",
+                    "-o",
+                    &dir.inside("ref.txt"),
+                    &pid,
+                ]),
+            );
+            let theirs = std::fs::read_to_string(dir.outside("ref.txt")).unwrap();
+            assert!(
+                theirs.lines().any(|l| l.contains(shim)),
+                "the reference shows the shim otherwise:\n{theirs}"
+            );
+        }
+    }
 }

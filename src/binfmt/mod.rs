@@ -22,9 +22,9 @@
 //!
 //! Mapping to tachyon's model: a frame whose location is unknown (the
 //! reference's `location=None`: `<GC>`, `<native>`, and Python frames whose
-//! line is -1) is stored with line -1 and reads back as tachyon's
-//! "no location" (line 0, columns -1), which is what the reference's replay
-//! shows. A frame's opcode (`--opcodes`) is stored as is, 255 standing for
+//! line is -1, such as the `__init__` shim) is stored with line -1 and reads
+//! back as tachyon's "no location" (line 0, columns -1), which is what the
+//! reference's replay shows; live, both show the shim at line -1. A frame's opcode (`--opcodes`) is stored as is, 255 standing for
 //! none both ways.
 
 pub mod reader;
