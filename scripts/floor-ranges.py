@@ -5,8 +5,12 @@ Reads `strace -f -tt -v -e trace=process_vm_readv` output of a tachyon run
 at a rate low enough that its samples stand apart in time, groups the
 calls into samples (calls less than GAP_US apart belong to one sample:
 half the interval of the 200 Hz that compare.sh traces at), and prints
-the most common sample's calls as "CALL ADDR LEN" lines: the reads a
-steady sample makes, as tachyon makes them.
+the calls of the steady sample as "CALL ADDR LEN" lines: the reads a
+steady sample makes, as tachyon makes them. The first sample (which
+reads everything once) is left out; the steady sample has the most
+common shape (ranges per call), and of those the most common ranges, or
+when none repeats (threads that come and go), the last one, whose
+threads most likely still run.
 
 Usage: floor-ranges.py STRACE_OUTPUT > RANGES
 """
@@ -42,11 +46,25 @@ def samples(path):
         yield tuple(group)
 
 
+def shape(sample):
+    return tuple(len(call) for call in sample)
+
+
+def steady_sample(all_samples):
+    rest = all_samples[1:] or all_samples
+    common = collections.Counter(shape(s) for s in rest).most_common(1)[0][0]
+    alike = [s for s in rest if shape(s) == common]
+    counts = collections.Counter(alike)
+    most = max(counts.values())
+    # The last of the most repeated (the last of all when none repeats).
+    return [s for s in alike if counts[s] == most][-1]
+
+
 def main():
-    counts = collections.Counter(samples(sys.argv[1]))
-    if not counts:
+    all_samples = list(samples(sys.argv[1]))
+    if not all_samples:
         sys.exit("floor-ranges: no process_vm_readv calls in " + sys.argv[1])
-    steady, _ = counts.most_common(1)[0]
+    steady = steady_sample(all_samples)
     for i, ranges in enumerate(steady):
         for addr, n in ranges:
             print(i, addr, n)
