@@ -307,7 +307,7 @@ fn the_init_shim_is_at_line_minus_one_as_the_reference_shows_it() {
         interps.iter().any(|i| i.minor == 15),
         "no sid 3.15 to compare with the reference"
     );
-    let shim = ";__init__:__init__:-1;target.py:A.__init__:8 ";
+    let shim = ";__init__:__init__:-1;target.py:A.__init__:";
     for it in &interps {
         let dir = RootDir::new(&[]);
         let mut t = spawn(it, PARKED_IN_INIT, &[], &[]);

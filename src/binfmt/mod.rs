@@ -24,8 +24,8 @@
 //! reference's `location=None`: `<GC>`, `<native>`, and Python frames whose
 //! line is -1, such as the `__init__` shim) is stored with line -1 and reads
 //! back as tachyon's "no location" (line 0, columns -1), which is what the
-//! reference's replay shows; live, both show the shim at line -1. A frame's opcode (`--opcodes`) is stored as is, 255 standing for
-//! none both ways.
+//! reference's replay shows; live, both show the shim at line -1. A frame's
+//! opcode (`--opcodes`) is stored as is, 255 standing for none both ways.
 
 pub mod reader;
 pub mod writer;

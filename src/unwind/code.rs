@@ -514,12 +514,11 @@ impl CodeCache {
     ) -> (FrameId, u32) {
         let info = self.codes.get_mut(&code).expect("loaded by the caller");
         let location = match (addrq, &info.linetable) {
-            // An instruction the table does not place (3.13+'s `__init__`
-            // shim has no location at all) is at line -1, as the
-            // reference's live outputs show it.
-            (Some(a), Some(t)) => {
-                linetable::locate(t, info.firstlineno, a).or(Some(Location::UNPLACED))
-            }
+            // An instruction whose entry says it has no location (3.13+'s
+            // `__init__` shim) is at line -1, as the reference's live
+            // outputs show it; one that no entry covers has no location.
+            (Some(a), Some(t)) => linetable::covering(t, info.firstlineno, a)
+                .map(|loc| loc.unwrap_or(Location::UNPLACED)),
             _ if not_started => Some(Location {
                 line: info.firstlineno,
                 end_line: info.firstlineno,

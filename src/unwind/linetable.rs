@@ -163,9 +163,16 @@ impl Iterator for Entries<'_> {
 /// The location of the instruction at code unit `addrq`, or `None` when the
 /// table gives none, does not cover it, or is malformed before reaching it.
 pub fn locate(table: &[u8], firstlineno: i32, addrq: u32) -> Option<Location> {
+    covering(table, firstlineno, addrq).flatten()
+}
+
+/// The entry covering code unit `addrq`: `Some(None)` when it says the
+/// instruction has no location, `None` when no entry covers it (or the
+/// table is malformed before one does).
+pub fn covering(table: &[u8], firstlineno: i32, addrq: u32) -> Option<Option<Location>> {
     entries(table, firstlineno)
         .find(|e| e.start <= addrq && addrq < e.end)
-        .and_then(|e| e.loc)
+        .map(|e| e.loc)
 }
 
 #[cfg(test)]
@@ -238,6 +245,10 @@ mod tests {
         assert_eq!(locate(&t, 10, 6).unwrap().end_line, 13);
         assert_eq!(locate(&t, 10, 7), None);
         assert_eq!(locate(&t, 10, 99), None);
+        // Unit 7 is covered by the no-location entry; unit 99 by none.
+        assert_eq!(covering(&t, 10, 7), Some(None));
+        assert_eq!(covering(&t, 10, 99), None);
+        assert_eq!(covering(&t, 10, 0).flatten(), locate(&t, 10, 0));
     }
 
     #[test]
